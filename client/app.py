@@ -1,0 +1,45 @@
+"""The hetfed ClientApp: one entry point for every strategy, dispatching by message type.
+
+Each strategy has a client class (``CLIENTS``) whose methods handle the message
+types it lists in ``handles`` (``query.info`` -> ``query_info``). The node's own
+partition comes from its node config; the run config is identical to the server's.
+"""
+
+from __future__ import annotations
+
+import torch
+from flwr.app import Context, Message
+from flwr.clientapp import ClientApp
+
+from client.fedavg import DecisionClient
+from client.session import ClientSession
+
+# Strategy name -> client class. Every class handles "query.info".
+CLIENTS = {"fedavg": DecisionClient}
+
+# Small models: one thread is faster and leaves the other core to the other clients.
+torch.set_num_threads(1)
+
+app = ClientApp()
+
+
+def handle(message: Message, context: Context) -> Message:
+    """Run the handler of this message's type on this node's client."""
+    session = ClientSession.from_context(context)
+    client_cls = CLIENTS[session.cfg["strategy"]]
+    kind = message.metadata.message_type
+    if kind not in client_cls.handles:
+        raise ValueError(f"strategy {session.cfg['strategy']!r} has no client handler for {kind!r}")
+    client = client_cls(session, context)
+    return Message(getattr(client, kind.replace(".", "_"))(message.content), reply_to=message)
+
+
+def _register(app: ClientApp) -> None:
+    categories = {"train": app.train, "evaluate": app.evaluate, "query": app.query}
+    kinds = sorted({kind for cls in CLIENTS.values() for kind in cls.handles})
+    for kind in kinds:
+        category, _, action = kind.partition(".")
+        categories[category](action or "default")(handle)
+
+
+_register(app)

@@ -1,0 +1,92 @@
+"""Local training and evaluation of a decision-focused model on one client's data.
+
+The model maps features to a predicted cost vector ``c_hat``; decisions are the LP
+minimisers ``w*(c_hat)`` over the client's own polytope, judged on the true costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from problems.base import DecisionSplit
+
+# loss(c_hat, c, index) -> scalar; ``index`` selects the batch rows of the split, so
+# losses can reuse per-sample caches (e.g. w*(c)).
+BatchLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def batch_generator(seed: int, *stream: int) -> torch.Generator:
+    """A torch generator for one named random stream (e.g. batch order of a client in a round)."""
+    entropy = np.random.SeedSequence([seed, *stream]).generate_state(2)
+    return torch.Generator().manual_seed(int(entropy[0]) << 32 | int(entropy[1]))
+
+
+def clip_per_array(model: nn.Module, max_norm: float) -> None:
+    """Clip the gradient of every parameter array to norm ``max_norm`` (the reference code's rule)."""
+    if max_norm > 0:
+        for p in model.parameters():
+            if p.grad is not None:
+                torch.nn.utils.clip_grad_norm_([p], max_norm)
+
+
+def train_epochs(
+    model: nn.Module,
+    split: DecisionSplit,
+    loss: BatchLoss,
+    optimizer: torch.optim.Optimizer,
+    *,
+    epochs: int,
+    batch_size: int,
+    generator: torch.Generator,
+    clip_norm: float,
+    penalty: Callable[[], torch.Tensor] | None = None,
+) -> float:
+    """Run ``epochs`` passes of mini-batch training; return the mean batch loss of the last epoch.
+
+    Each step minimises ``loss(c_hat, c) + penalty()`` (``penalty``: e.g. a FedProx term).
+    """
+    n = len(split)
+    last = 0.0
+    for _ in range(epochs):
+        order = torch.randperm(n, generator=generator)
+        total, batches = 0.0, 0
+        for start in range(0, n, batch_size):
+            idx = order[start : start + batch_size]
+            optimizer.zero_grad(set_to_none=True)
+            value = loss(model(split.x[idx]), split.c[idx], idx)
+            if penalty is not None:
+                value = value + penalty()
+            value.backward()
+            clip_per_array(model, clip_norm)
+            optimizer.step()
+            total += float(value.detach())
+            batches += 1
+        last = total / batches
+    return last
+
+
+@torch.no_grad()
+def decision_metrics(model: nn.Module, split: DecisionSplit, polytope) -> dict[str, float]:
+    """Regret of the model's decisions on ``split``, judged with the exact LP oracle.
+
+    ``regret_i = c_i' w*(c_hat_i) - z*(c_i)``; relative regret = mean regret / mean |z*|.
+    The sums are reported too so that a pooled ratio over clients can be formed.
+    """
+    from problems.metrics import regret
+
+    c_hat = model(split.x)
+    r = regret(c_hat, split.c, polytope)
+    z = (split.c * polytope.solve_lp(split.c)).sum(dim=1)
+    abs_z = z.abs().sum()
+    return {
+        "regret-sum": float(r.sum()),
+        "abs-opt-sum": float(abs_z),
+        "absolute-regret": float(r.mean()),
+        "relative-regret": float(r.sum() / abs_z) if abs_z > 0 else float("nan"),
+        "mse": float(((c_hat - split.c) ** 2).mean()),
+        "num-examples": len(split),
+    }

@@ -1,0 +1,71 @@
+"""What one ClientApp invocation knows: its run config, its partition, its data, its state.
+
+A node learns which private partition it holds from its node config
+(``partition-id``, ``num-partitions``, optional ``data-path`` and ``state-dir``),
+never from the server. Data are loaded once per process and partition.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flwr.app import Context
+
+from client.state import ClientState
+from hetfed.config import validate
+from problems.registry import get_problem
+
+
+class NodeConfigError(ValueError):
+    """A node's configuration (partition, data path) is unusable; the message names the node."""
+
+
+@dataclass
+class ClientSession:
+    """The validated view of one ClientApp call."""
+
+    cfg: dict[str, Any]
+    partition_id: int
+    num_partitions: int
+    data_path: Path | None
+    state_dir: Path | None
+    node_id: int
+
+    @classmethod
+    def from_context(cls, context: Context) -> ClientSession:
+        cfg = validate(context.run_config)
+        nc = context.node_config
+        where = f"node {context.node_id}"
+        try:
+            pid, n = int(nc["partition-id"]), int(nc["num-partitions"])
+        except (KeyError, TypeError, ValueError):
+            raise NodeConfigError(
+                f"{where}: node config needs integer 'partition-id' and 'num-partitions', got {dict(nc)}"
+            ) from None
+        if not 0 <= pid < n:
+            raise NodeConfigError(f"{where}: partition-id {pid} is outside [0, num-partitions={n})")
+        data_path = Path(str(nc["data-path"])) if nc.get("data-path") else None
+        if data_path is not None and not data_path.exists():
+            raise NodeConfigError(f"{where} (partition {pid}): data-path '{data_path}' does not exist")
+        state_dir = Path(str(nc["state-dir"])) if nc.get("state-dir") else None
+        return cls(cfg, pid, n, data_path, state_dir, context.node_id)
+
+    def data(self) -> Any:
+        """This partition's private data (cached per process)."""
+        return _load(json.dumps(self.cfg, sort_keys=True), self.partition_id, self.num_partitions,
+                     str(self.data_path) if self.data_path else "")
+
+    def state(self, context: Context, run_key: str) -> ClientState:
+        """This client's persistent state for the run ``run_key``."""
+        return ClientState(context, f"{run_key}-p{self.partition_id}", self.state_dir)
+
+
+@functools.lru_cache(maxsize=8)
+def _load(cfg_json: str, partition_id: int, num_partitions: int, data_path: str) -> Any:
+    cfg = json.loads(cfg_json)
+    spec = get_problem(cfg["problem"])
+    return spec.load_client(cfg, partition_id, num_partitions, Path(data_path) if data_path else None)

@@ -1,0 +1,121 @@
+"""Per-client state that survives across rounds, and across a SuperNode restart.
+
+Flower keeps ``context.state`` (a RecordDict) per run and node in the SuperNode's
+memory; every message in a deployment runs in a fresh ClientApp process, so
+module globals do not persist, and a restarted SuperNode starts with an empty
+``context.state``. :class:`ClientState` therefore stores named groups of arrays
+and scalar values in ``context.state`` and, when the node config sets
+``state-dir``, mirrors every group to ``<state-dir>/<run-key>/<group>.npz|.json``
+and restores from there when ``context.state`` is empty.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context
+
+_ARRAYS = "arrays:"
+_VALUES = "values:"
+
+
+class ClientState:
+    """Named groups of arrays (``ArrayRecord``) and values (``ConfigRecord``) of one client."""
+
+    def __init__(self, context: Context, run_key: str, state_dir: str | os.PathLike | None) -> None:
+        if not run_key or "/" in run_key or run_key.startswith("."):
+            raise ValueError(f"client state: invalid run key {run_key!r}")
+        self._state = context.state
+        self._run_key = run_key
+        self._dir = Path(state_dir) / run_key if state_dir else None
+        if self._dir is not None and self._dir.is_dir() and not self._groups():
+            self._restore()
+
+    @property
+    def directory(self) -> Path | None:
+        """Where the state is mirrored on disk (None: memory only)."""
+        return self._dir
+
+    def arrays(self, name: str) -> dict[str, np.ndarray] | None:
+        """The arrays stored under ``name``, or None."""
+        key = f"{_ARRAYS}{self._run_key}:{name}"
+        if key not in self._state:
+            return None
+        record = self._state[key]
+        return {k: record[k].numpy() for k in record}
+
+    def set_arrays(self, name: str, arrays: Mapping[str, np.ndarray | torch.Tensor]) -> None:
+        """Store ``arrays`` under ``name`` (replacing what was there) and mirror to disk."""
+        plain = {k: _as_numpy(v) for k, v in arrays.items()}
+        self._state[f"{_ARRAYS}{self._run_key}:{name}"] = ArrayRecord(plain)
+        if self._dir is not None:
+            _atomic_write(self._dir / f"{name}.npz", lambda f: np.savez(f, **plain))
+
+    def values(self, name: str) -> dict[str, Any] | None:
+        """The scalar values stored under ``name``, or None."""
+        key = f"{_VALUES}{self._run_key}:{name}"
+        return dict(self._state[key]) if key in self._state else None
+
+    def set_values(self, name: str, values: Mapping[str, Any]) -> None:
+        """Store scalar/str/list ``values`` under ``name`` and mirror to disk."""
+        plain = dict(values)
+        self._state[f"{_VALUES}{self._run_key}:{name}"] = ConfigRecord(plain)
+        if self._dir is not None:
+            _atomic_write(self._dir / f"{name}.json", lambda f: f.write(json.dumps(plain).encode()))
+
+    def _groups(self) -> list[str]:
+        marks = (f"{_ARRAYS}{self._run_key}:", f"{_VALUES}{self._run_key}:")
+        return [k for k in self._state if k.startswith(marks)]
+
+    def _restore(self) -> None:
+        assert self._dir is not None
+        for path in sorted(self._dir.glob("*.npz")):
+            with np.load(path) as data:
+                self._state[f"{_ARRAYS}{self._run_key}:{path.stem}"] = ArrayRecord(
+                    {k: data[k] for k in data.files}
+                )
+        for path in sorted(self._dir.glob("*.json")):
+            self._state[f"{_VALUES}{self._run_key}:{path.stem}"] = ConfigRecord(json.loads(path.read_text()))
+
+
+def optimizer_to_state(optimizer: torch.optim.Optimizer) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Split an optimizer's state_dict into arrays (moments, steps) and JSON values (groups)."""
+    sd = optimizer.state_dict()
+    arrays = {
+        f"{idx}.{name}": _as_numpy(value)
+        for idx, slot in sd["state"].items()
+        for name, value in slot.items()
+    }
+    return arrays, {"param_groups": json.dumps(sd["param_groups"])}
+
+
+def optimizer_from_state(
+    optimizer: torch.optim.Optimizer, arrays: Mapping[str, np.ndarray], values: Mapping[str, Any]
+) -> None:
+    """Inverse of :func:`optimizer_to_state`: load the saved state into ``optimizer``."""
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in arrays.items():
+        idx, name = key.split(".", 1)
+        state.setdefault(int(idx), {})[name] = torch.from_numpy(np.array(value))
+    optimizer.load_state_dict({"state": state, "param_groups": json.loads(values["param_groups"])})
+
+
+def _as_numpy(value: np.ndarray | torch.Tensor) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy().copy()
+    return np.asarray(value)
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    """Write through a temporary file and rename, so a crash never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        write(f)
+    os.replace(tmp, path)

@@ -1,0 +1,178 @@
+"""The run configuration: every tunable, its type, range and meaning, in one table.
+
+Flower passes the run config (``[tool.flwr.app.config]`` merged with
+``--run-config`` overrides) to the ServerApp and to every ClientApp. This module
+is the single description of those keys: ``validate`` checks a run config before
+round 1 and names the culprit on error, ``parse_assignments`` turns
+``hetfed run --set key=value`` into typed values, and a test keeps
+``pyproject.toml`` in step with :data:`SCHEMA`.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+Value = bool | int | float | str
+
+
+class ConfigError(ValueError):
+    """A run configuration that cannot run; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Key:
+    """One run-config key: default (which fixes its type), range and help."""
+
+    default: Value
+    help: str
+    choices: tuple[str, ...] | None = None
+    low: float | None = None  # inclusive lower bound
+    high: float | None = None  # inclusive upper bound
+    low_open: bool = False  # lower bound is exclusive (e.g. a step size > 0)
+
+    @property
+    def kind(self) -> type:
+        return type(self.default)
+
+    def check(self, name: str, value: Any) -> Value:
+        """Return ``value`` converted to this key's type, or raise ConfigError."""
+        kind = self.kind
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ConfigError(
+                f"run config '{name}': expected {kind.__name__}, got {type(value).__name__} {value!r}"
+            )
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"run config '{name}': must be finite, got {value!r}")
+        if self.choices is not None and value not in self.choices:
+            raise ConfigError(f"run config '{name}': unknown value {value!r}; choose one of {list(self.choices)}")
+        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+            op = ">" if self.low_open else ">="
+            raise ConfigError(f"run config '{name}': must be {op} {self.low:g}, got {value!r}")
+        if self.high is not None and value > self.high:
+            raise ConfigError(f"run config '{name}': must be <= {self.high:g}, got {value!r}")
+        return value
+
+
+STRATEGIES = ("fedavg",)
+PROBLEMS = ("knapsack",)
+ENGINES = ("", "inline", "simulation", "deployment")
+
+SCHEMA: dict[str, Key] = {
+    # --- run --------------------------------------------------------------------
+    "run-name": Key("", "Name of the results folder results-dir/<run-name>; empty = generated"),
+    "results-dir": Key("results", "Where runs write their results (relative to the ServerApp's cwd)"),
+    "engine": Key("", "Engine label recorded with the results (set by `hetfed run`)", choices=ENGINES),
+    "seed": Key(42, "Master seed: data generation, model init, client sampling, batch order", low=0),
+    "strategy": Key("fedavg", "Server-side algorithm", choices=STRATEGIES),
+    "problem": Key("knapsack", "Task each client solves on its own data", choices=PROBLEMS),
+    "num-clients": Key(0, "Clients required before round 1; 0 = the nodes' num-partitions", low=0),
+    "node-wait-timeout": Key(120.0, "Seconds to wait for the required clients to connect", low=0.0, low_open=True),
+    "round-timeout": Key(600.0, "Seconds to wait for the replies of one exchange", low=0.0, low_open=True),
+    "resume": Key(False, "Continue the run named run-name from its last checkpoint"),
+    "audit-traffic": Key(False, "Log the shape of every reply's arrays and metrics to traffic.jsonl"),
+    # --- federated training -----------------------------------------------------
+    "num-rounds": Key(10, "Federated rounds", low=1),
+    "fraction": Key(0.4, "Fraction of clients sampled per round (ceil(fraction * n))", low=0.0, high=1.0,
+                    low_open=True),
+    "local-epochs": Key(3, "Local epochs per round", low=1),
+    "batch-size": Key(64, "Mini-batch size", low=1),
+    "lr": Key(1e-3, "Client learning rate (Adam)", low=0.0, low_open=True),
+    "clip-norm": Key(1.0, "Gradient-norm clip per parameter array; 0 = off", low=0.0),
+    "loss": Key("mse", "Training loss of the decision-focused model", choices=("mse",)),
+    "hidden": Key(64, "Hidden units of the MLP", low=1),
+    # --- knapsack problem (ALGORITHMS.md 1.6) -----------------------------------
+    "num-items": Key(50, "Knapsack items d", low=1),
+    "num-features": Key(8, "Features p", low=1),
+    "degree": Key(4, "Polynomial degree of the feature-to-cost map", low=1),
+    "capacity-ratio": Key(0.6, "Base capacity C = ratio * d", low=0.0),
+    "n-train": Key(100, "Training samples per client", low=1),
+    "n-val": Key(10, "Validation samples per client", low=1),
+    "n-test": Key(100, "Test samples per client", low=1),
+    "eta-o": Key(0.0, "Objective heterogeneity (rotation of B_j)", low=0.0),
+    "eta-c": Key(0.0, "Constraint heterogeneity (capacities and weights)", low=0.0),
+    "eta-d": Key(0.0, "Data heterogeneity (feature location and scale)", low=0.0),
+}
+
+
+def defaults() -> dict[str, Value]:
+    """The default run config (the same values as pyproject.toml's [tool.flwr.app.config])."""
+    return {name: key.default for name, key in SCHEMA.items()}
+
+
+def validate(run_config: Mapping[str, Any]) -> dict[str, Value]:
+    """Check every key of ``run_config`` against :data:`SCHEMA`; fill in defaults.
+
+    Raises ConfigError on the first unknown key, wrong type or out-of-range value.
+    """
+    unknown = sorted(set(run_config) - set(SCHEMA))
+    if unknown:
+        raise ConfigError(f"run config: unknown key {unknown[0]!r}" + _did_you_mean(unknown[0]))
+    resolved = defaults()
+    for name, value in run_config.items():
+        resolved[name] = SCHEMA[name].check(name, value)
+    return resolved
+
+
+def parse_assignments(items: Iterable[str]) -> dict[str, Value]:
+    """Parse ``key=value`` strings (``hetfed run --set``) into typed values.
+
+    Values are read as TOML (``0.5``, ``true``, ``'text'``); a bare word that is not
+    TOML is taken as a string, so ``--set loss=mse`` works without quotes.
+    """
+    out: dict[str, Value] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ConfigError(f"--set {item!r}: expected key=value")
+        if name not in SCHEMA:
+            raise ConfigError(f"--set {item!r}: unknown key {name!r}" + _did_you_mean(name))
+        try:
+            value = tomllib.loads(f"v = {text.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = text.strip()
+        out[name] = SCHEMA[name].check(name, value)
+    return out
+
+
+def to_toml(values: Mapping[str, Value]) -> str:
+    """Serialise run-config values as TOML (for ``flwr run --run-config <file>``)."""
+
+    def lit(v: Value) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, str):
+            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return repr(v)
+
+    return "".join(f'"{k}" = {lit(v)}\n' for k, v in values.items())
+
+
+def pyproject_config(path: Path) -> dict[str, Any]:
+    """The flattened ``[tool.flwr.app.config]`` table of a pyproject.toml."""
+    table = tomllib.loads(path.read_text())["tool"]["flwr"]["app"]["config"]
+    flat: dict[str, Any] = {}
+
+    def walk(prefix: str, node: Mapping[str, Any]) -> None:
+        for k, v in node.items():
+            if isinstance(v, Mapping):
+                walk(f"{prefix}{k}.", v)
+            else:
+                flat[prefix + k] = v
+
+    walk("", table)
+    return flat
+
+
+def _did_you_mean(name: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, SCHEMA, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else f"; see `hetfed config` for the {len(SCHEMA)} keys"

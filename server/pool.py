@@ -1,0 +1,236 @@
+"""The server's view of its clients: partitions, not node ids.
+
+Flower addresses SuperNodes by node id, which differs between engines and
+between restarts. Strategies address clients by *partition id* (the private data
+a node holds, from its node config), so that the same seed samples the same
+clients on every engine. :class:`ClientPool` discovers the partition of every
+node with a ``query.info`` exchange, sends per-partition messages, maps replies
+(and errors, which the SuperLink may send on a node's behalf) back to partitions,
+and records one results row per client and exchange.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.serverapp import Grid
+
+from server.store import RunStore
+
+POLL_INTERVAL = 0.1  # seconds between pulls (Flower's own loop sleeps 3 s)
+
+
+class FederationError(RuntimeError):
+    """The federation cannot run (missing clients, inconsistent partitions, failed discovery)."""
+
+
+@dataclass(frozen=True)
+class ClientInfo:
+    """One connected client: its partition, node, name and training-set size."""
+
+    partition_id: int
+    node_id: int
+    name: str
+    num_examples: int
+
+
+class ClientPool:
+    """Discovers clients and runs exchanges with them over a Flower ``Grid``."""
+
+    def __init__(
+        self,
+        grid: Grid,
+        store: RunStore,
+        *,
+        required: int,
+        wait_timeout: float,
+        round_timeout: float,
+        audit: bool = False,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.grid = grid
+        self.store = store
+        self.required = required
+        self.wait_timeout = wait_timeout
+        self.round_timeout = round_timeout
+        self.audit = audit
+        self.log = log
+        self.clients: dict[int, ClientInfo] = {}
+        self.failed: dict[int, str] = {}  # partition -> reason, for the last exchange
+        self._sent: dict[str, int] = {}  # message id -> partition
+        self._rows: dict[int, dict[str, Any]] = {}  # partition -> results row of the last exchange
+
+    # --- discovery ----------------------------------------------------------------
+    def connect(self, run_name: str) -> None:
+        """Wait (bounded) for the required nodes, then learn each node's partition.
+
+        ``required`` = 0 means: as many as the nodes' ``num-partitions``.
+        """
+        deadline = time.time() + self.wait_timeout
+        wanted = max(self.required, 1)
+        while len(ids := list(self.grid.get_node_ids())) < wanted and time.time() < deadline:
+            time.sleep(0.2)
+        infos = self._discover(ids, run_name)
+        expected = self.required or max(info["num-partitions"] for info in infos.values())
+        while len(infos) < expected and time.time() < deadline:
+            time.sleep(0.5)
+            new = [n for n in self.grid.get_node_ids() if n not in {i["node"] for i in infos.values()}]
+            if new:
+                infos.update(self._discover(new, run_name))
+        if len(infos) < expected:
+            missing = sorted(set(range(expected)) - set(infos))
+            raise FederationError(
+                f"only {len(infos)} of {expected} required clients connected after {self.wait_timeout:g} s "
+                f"(missing partition-id {missing[:10]}); start more SuperNodes or lower 'num-clients'"
+            )
+        self.clients = {
+            pid: ClientInfo(pid, i["node"], i["name"], i["num-examples"]) for pid, i in sorted(infos.items())
+        }
+        self.log(f"{len(self.clients)} clients: " + ", ".join(c.name for c in self.clients.values()))
+
+    def _discover(self, node_ids: list[int], run_name: str) -> dict[int, dict[str, Any]]:
+        if not node_ids:
+            return {}
+        content = RecordDict({"config": ConfigRecord({"run-name": run_name})})
+        msgs = [Message(content, dst_node_id=n, message_type="query.info", group_id="0") for n in node_ids]
+        replies, refused = self._push_pull(msgs)
+        infos: dict[int, dict[str, Any]] = {}
+        for msg, reply in zip(msgs, replies, strict=True):
+            node = msg.metadata.dst_node_id
+            if reply is None:
+                raise FederationError(f"node {node} did not answer the discovery query within "
+                                      f"{self.round_timeout:g} s ({refused.get(node, 'no reply')})")
+            if reply.has_error():
+                raise FederationError(f"node {node} failed the discovery query: {_reason(reply)}")
+            info, metrics = reply.content["info"], reply.content["metrics"]
+            pid = int(info["partition-id"])
+            if pid in infos:
+                raise FederationError(
+                    f"nodes {infos[pid]['node']} and {node} both claim partition-id {pid}; "
+                    "give every SuperNode its own partition-id"
+                )
+            infos[pid] = {"node": node, "name": str(info["name"]), "num-partitions": int(info["num-partitions"]),
+                          "num-examples": int(metrics["num-examples"])}
+        counts = {i["num-partitions"] for i in infos.values()}
+        if len(counts) > 1:
+            raise FederationError(f"nodes disagree on num-partitions: {sorted(counts)}")
+        return infos
+
+    # --- exchanges ---------------------------------------------------------------
+    @property
+    def partitions(self) -> list[int]:
+        """Partition ids of the connected clients, sorted."""
+        return sorted(self.clients)
+
+    def name(self, partition_id: int) -> str:
+        return self.clients[partition_id].name
+
+    def message(self, partition_id: int, message_type: str, content: RecordDict, server_round: int) -> Message:
+        """An instruction for the node holding ``partition_id``."""
+        return Message(content, dst_node_id=self.clients[partition_id].node_id, message_type=message_type,
+                       group_id=str(server_round))
+
+    def partition_of(self, reply: Message) -> int:
+        """The partition a reply came from."""
+        return self._sent[reply.metadata.reply_to_message_id]
+
+    def send(self, messages: Iterable[Message], server_round: int) -> list[Message]:
+        """Send instructions and return the successful replies.
+
+        Failures (an error reply, a dead node, no reply within ``round-timeout``) are
+        logged, recorded in the client's results row and kept in :attr:`failed`; they
+        never stop the round.
+        """
+        msgs = list(messages)
+        node_to_pid = {c.node_id: pid for pid, c in self.clients.items()}
+        replies, refused = self._push_pull(msgs)
+        self.failed, self._sent, self._rows = {}, {}, {}
+        ok: list[Message] = []
+        for msg, reply in zip(msgs, replies, strict=True):
+            pid = node_to_pid[msg.metadata.dst_node_id]
+            kind = msg.metadata.message_type
+            row: dict[str, Any] = {"round": server_round, "exchange": kind, "partition-id": pid,
+                                   "client": self.name(pid), "status": "ok", "error": ""}
+            if reply is None:
+                self.failed[pid] = refused.get(msg.metadata.dst_node_id,
+                                               f"no reply within {self.round_timeout:g} s")
+            elif reply.has_error():
+                self.failed[pid] = _reason(reply)
+            else:
+                self._sent[msg.metadata.message_id] = pid
+                ok.append(reply)
+                row.update(_scalar_metrics(reply.content))
+                if self.audit:
+                    self.store.audit(_traffic(server_round, kind, pid, reply.content))
+            if pid in self.failed:
+                row.update(status="failed", error=self.failed[pid])
+                self.log(f"round {server_round} {kind}: {self.name(pid)} failed: {self.failed[pid]}")
+            self._rows[pid] = row
+            self.store.add_row(**row)
+        return ok
+
+    def reject(self, reply: Message, reason: str) -> None:
+        """Record that the strategy could not use a reply (NaN, wrong shape) and why."""
+        pid = self.partition_of(reply)
+        self.failed[pid] = reason
+        self._rows[pid].update(status="rejected", error=reason)
+        self.log(f"rejected the reply of {self.name(pid)}: {reason}")
+
+    def note(self, partition_id: int, **values: Any) -> None:
+        """Add strategy-computed columns (e.g. a weight) to the client's row of the last exchange."""
+        self._rows[partition_id].update(values)
+
+    def _push_pull(self, msgs: list[Message]) -> tuple[list[Message | None], dict[int, str]]:
+        """Push ``msgs`` and pull their replies until all arrived or ``round-timeout`` passed."""
+        ids = list(self.grid.push_messages(msgs))
+        by_id = {mid: i for i, mid in enumerate(ids) if mid}
+        out: list[Message | None] = [None] * len(msgs)
+        refused = {msgs[i].metadata.dst_node_id: "the SuperLink refused the message"
+                   for i, mid in enumerate(ids) if not mid}
+        pending = set(by_id)
+        deadline = time.time() + self.round_timeout
+        while pending:
+            for reply in self.grid.pull_messages(list(pending)):
+                mid = reply.metadata.reply_to_message_id
+                if mid in pending:
+                    out[by_id[mid]] = reply
+                    pending.discard(mid)
+            if not pending or time.time() >= deadline:
+                break
+            time.sleep(POLL_INTERVAL)
+        return out, refused
+
+
+def _reason(reply: Message) -> str:
+    err = reply.error
+    return f"[code {err.code}] {err.reason}"
+
+
+def _scalar_metrics(content: RecordDict) -> dict[str, float | int]:
+    """The scalar metrics of a reply, for its results row."""
+    out: dict[str, float | int] = {}
+    for record in content.metric_records.values():
+        out.update({k: v for k, v in record.items() if isinstance(v, int | float)})
+    return out
+
+
+def _traffic(server_round: int, kind: str, pid: int, content: RecordDict) -> dict[str, Any]:
+    """What a reply carried: array names/shapes and metric names with value kinds."""
+    arrays = {
+        f"{name}/{key}": list(record[key].shape)
+        for name, record in content.array_records.items() for key in record
+    }
+    metrics = {
+        f"{name}/{key}": type(value).__name__ + (f"[{len(value)}]" if isinstance(value, list) else "")
+        for name, record in content.metric_records.items() for key, value in record.items()
+    }
+    configs = {
+        f"{name}/{key}": type(value).__name__
+        for name, record in content.config_records.items() for key, value in record.items()
+    }
+    return {"round": server_round, "exchange": kind, "partition-id": pid,
+            "arrays": arrays, "metrics": metrics, "configs": configs}

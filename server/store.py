@@ -1,0 +1,150 @@
+"""The results store: one folder per run, written as the run goes, never half-written.
+
+``results/<run-name>/`` holds
+
+- ``config.json``: the full resolved run config, seeds, engine, package versions;
+- ``rounds.csv``: one row per round, exchange and client (plus ``server`` rows for
+  round-level quantities), rewritten atomically after every round;
+- ``progress.json``: rounds done / total and the last aggregate metrics;
+- ``summary.json`` and ``report.md``: per-client and aggregate final metrics;
+- ``checkpoint.pt``: the server's state after the last completed round (resume);
+- ``traffic.jsonl`` (with ``audit-traffic``): the shape of every reply.
+
+Every file is written to a temporary name and renamed, so a crash leaves the
+previous complete version in place.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+PACKAGES = ("hetfed", "flwr", "torch", "numpy", "scipy", "highspy", "osqp", "daqp", "qpth", "ray")
+FIRST_COLUMNS = ("round", "exchange", "partition-id", "client", "status", "error")
+
+
+def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str]:
+    """Installed versions of the packages a result depends on."""
+    out = {"python": platform.python_version()}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+class RunStore:
+    """Writes the files of one run under ``root/run_name``."""
+
+    def __init__(self, root: str | os.PathLike, run_name: str) -> None:
+        if not run_name or "/" in run_name or run_name.startswith("."):
+            raise ValueError(f"results store: invalid run name {run_name!r}")
+        self.run_name = run_name
+        self.path = Path(root).resolve() / run_name
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.rows: list[dict[str, Any]] = self._read_rows()
+        self.started = time.time()
+
+    # --- config ---------------------------------------------------------------
+    def write_config(self, config: Mapping[str, Any], *, engine: str, extra: Mapping[str, Any] = ()) -> None:
+        """Record the full resolved config, the seed, the engine and package versions."""
+        self._write_json("config.json", {
+            "run-name": self.run_name,
+            "config": dict(config),
+            "seed": config.get("seed"),
+            "engine": engine,
+            "versions": package_versions(),
+            "platform": {"machine": platform.machine(), "system": platform.system(),
+                         "python": sys.version.split()[0], "torch-threads": torch.get_num_threads()},
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            **dict(extra),
+        })
+
+    def read_config(self) -> dict[str, Any]:
+        return json.loads((self.path / "config.json").read_text())
+
+    # --- rows -----------------------------------------------------------------
+    def add_row(self, **row: Any) -> None:
+        """Add one row (a round, an exchange, a client); written at the next ``commit``."""
+        self.rows.append(row)
+
+    def commit(self, server_round: int, total_rounds: int, aggregate: Mapping[str, float] = ()) -> None:
+        """Write rounds.csv and progress.json for everything up to ``server_round``."""
+        columns = list(FIRST_COLUMNS)
+        for row in self.rows:
+            columns += [k for k in row if k not in columns]
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=columns, restval="", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(self.rows)
+        self._write_text("rounds.csv", buf.getvalue())
+        self._write_json("progress.json", {
+            "round": server_round, "total": total_rounds,
+            "elapsed-s": round(time.time() - self.started, 3), "aggregate": _finite(dict(aggregate)),
+        })
+
+    def drop_rows_after(self, server_round: int) -> None:
+        """Forget rows of rounds after ``server_round`` (a resumed run redoes them)."""
+        self.rows = [r for r in self.rows if int(r["round"]) <= server_round]
+
+    # --- checkpoint -----------------------------------------------------------
+    def save_checkpoint(self, state: Mapping[str, Any]) -> None:
+        """The server's complete state after a round (model, strategy state, RNG, round)."""
+        tmp = self.path / ".checkpoint.pt.tmp"
+        torch.save(dict(state), tmp)
+        os.replace(tmp, self.path / "checkpoint.pt")
+
+    def load_checkpoint(self) -> dict[str, Any] | None:
+        path = self.path / "checkpoint.pt"
+        return torch.load(path, weights_only=False) if path.exists() else None
+
+    # --- summary --------------------------------------------------------------
+    def write_summary(self, summary: Mapping[str, Any], report: str) -> None:
+        """Final per-client and aggregate metrics as JSON, and a readable report."""
+        self._write_json("summary.json", _finite(dict(summary)))
+        self._write_text("report.md", report)
+
+    def audit(self, record: Mapping[str, Any]) -> None:
+        """Append one line to traffic.jsonl (what a reply carried)."""
+        with open(self.path / "traffic.jsonl", "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    # --- helpers --------------------------------------------------------------
+    def _read_rows(self) -> list[dict[str, Any]]:
+        path = self.path / "rounds.csv"
+        if not path.exists():
+            return []
+        with open(path, newline="") as f:
+            return [{k: v for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
+
+    def _write_json(self, name: str, obj: Any) -> None:
+        self._write_text(name, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+    def _write_text(self, name: str, text: str) -> None:
+        tmp = self.path / f".{name}.tmp"
+        tmp.write_text(text)
+        os.replace(tmp, self.path / name)
+
+
+def _finite(obj: Any) -> Any:
+    """JSON has no NaN/Inf: write them as null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj

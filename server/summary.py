@@ -1,0 +1,61 @@
+"""Per-client final metrics -> the run's summary and its readable report."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+# Pooled ratios: name -> (numerator sum, denominator sum) reported by every client.
+DECISION_POOLED = {"pooled-relative-regret": ("regret-sum", "abs-opt-sum")}
+
+
+def summarize(
+    per_client: Mapping[str, Mapping[str, float]],
+    failed: Mapping[str, str] | None = None,
+    pooled: Mapping[str, tuple[str, str]] = DECISION_POOLED,
+) -> dict[str, Any]:
+    """Macro averages (mean over clients of each metric), pooled ratios and failures.
+
+    ``aggregate[m] = (1/J) sum_j m_j`` over the J clients that reported m;
+    ``aggregate[pooled] = sum_j num_j / sum_j den_j``.
+    """
+    aggregate: dict[str, float] = {}
+    names = sorted({k for m in per_client.values() for k in m if isinstance(m[k], int | float)})
+    for key in names:
+        values = [float(m[key]) for m in per_client.values() if key in m]
+        aggregate[key] = sum(values) / len(values)
+    for name, (num, den) in pooled.items():
+        if per_client and all(num in m and den in m for m in per_client.values()):
+            total = sum(float(m[den]) for m in per_client.values())
+            aggregate[name] = sum(float(m[num]) for m in per_client.values()) / total if total else math.nan
+    aggregate["clients-reporting"] = len(per_client)
+    return {"clients": {k: dict(v) for k, v in sorted(per_client.items())}, "aggregate": aggregate,
+            "failed": dict(failed or {})}
+
+
+def report_markdown(title: str, summary: Mapping[str, Any], columns: list[str] | None = None) -> str:
+    """A readable per-client table with the aggregate row, plus failures."""
+    clients: Mapping[str, Mapping[str, Any]] = summary.get("clients", {})
+    if columns is None:
+        seen: list[str] = []
+        for m in clients.values():
+            seen += [k for k in m if k not in seen]
+        columns = [c for c in seen if not c.endswith("-sum") and c != "num-examples"][:8]
+    lines = [f"# {title}", "", "| client | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    for name, m in clients.items():
+        lines.append(f"| {name} | " + " | ".join(_fmt(m.get(c)) for c in columns) + " |")
+    agg = summary.get("aggregate", {})
+    lines.append("| **mean over clients** | " + " | ".join(_fmt(agg.get(c)) for c in columns) + " |")
+    extra = {k: v for k, v in agg.items() if k not in columns}
+    if extra:
+        lines += ["", "Aggregate: " + ", ".join(f"{k} = {_fmt(v)}" for k, v in extra.items())]
+    if summary.get("failed"):
+        lines += ["", "Failures:"] + [f"- {k}: {v}" for k, v in summary["failed"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "" if v is None else str(v)

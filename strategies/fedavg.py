@@ -1,0 +1,103 @@
+"""FedAvg over partitions with seeded sampling, and per-client evaluation after the last round."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+
+from strategies.base import FederatedStrategy, ceil_fraction, check_arrays
+from server.summary import summarize
+
+
+class FedAvg(FederatedStrategy):
+    """Federated averaging of model deltas.
+
+    Round t samples ``S_t``, ``|S_t| = ceil(fraction * n)`` clients uniformly without
+    replacement (seeded, over partition ids), sends them ``w_t``, and sets
+
+        w_{t+1} = w_t + sum_{j in S_t} n_j (w_j - w_t) / sum_{j in S_t} n_j
+
+    over the replies it can use (NaN/Inf or misshaped replies are rejected and logged).
+    After the last round every client evaluates ``w_T`` on its own test set.
+    """
+
+    def __init__(self, cfg: Mapping[str, Any], initial_arrays: ArrayRecord) -> None:
+        super().__init__(cfg, initial_arrays)
+        # A stream of its own, so sampling is the same whatever the loss or batch order.
+        self.rng = np.random.default_rng(np.random.SeedSequence([int(cfg["seed"]), 7]))
+        self.final: dict[str, Any] = {}
+
+    def sample(self) -> list[int]:
+        """The partitions trained this round."""
+        parts = self.pool.partitions
+        k = ceil_fraction(self.cfg["fraction"], len(parts))
+        return sorted(int(p) for p in self.rng.choice(parts, size=k, replace=False))
+
+    def client_config(self, config: ConfigRecord, partition_id: int) -> ConfigRecord:
+        """The training settings sent to one client."""
+        return ConfigRecord({**config, "lr": self.cfg["lr"], "local-epochs": self.cfg["local-epochs"]})
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        sampled = self.sample()
+        self.log(f"round {server_round}: sampled " + ", ".join(self.pool.name(p) for p in sampled))
+        return [
+            self.pool.message(pid, "train", RecordDict({"arrays": arrays, "config": self.client_config(config, pid)}),
+                              server_round)
+            for pid in sampled
+        ]
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        usable: dict[int, RecordDict] = {}
+        for reply in replies:
+            problem = check_arrays(reply.content["arrays"], self.arrays)
+            if problem is None:
+                usable[self.pool.partition_of(reply)] = reply.content
+            else:
+                self.pool.reject(reply, problem)
+        if not usable:
+            self.log(f"round {server_round}: no usable replies; the model is unchanged")
+            return None, MetricRecord({"clients-used": 0})
+        n = {pid: float(c["metrics"]["num-examples"]) for pid, c in usable.items()}
+        total = sum(n.values())
+        new = {}
+        for key in self.arrays:
+            w = self.arrays[key].numpy()
+            delta = sum(n[pid] * (c["arrays"][key].numpy() - w) for pid, c in usable.items()) / total
+            new[key] = w + delta
+        losses = {pid: float(c["metrics"]["train-loss"]) for pid, c in usable.items()}
+        return ArrayRecord(new), MetricRecord({
+            "clients-used": len(usable),
+            "train-loss": sum(n[p] * losses[p] for p in usable) / total,
+        })
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        if server_round != self.num_rounds:
+            return []
+        return [self.pool.message(pid, "evaluate", RecordDict({"arrays": arrays, "config": config}), server_round)
+                for pid in self.pool.partitions]
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        per_client = {self.pool.name(self.pool.partition_of(r)): dict(r.content["metrics"]) for r in replies}
+        self.final = summarize(per_client, failed={self.pool.name(p): e for p, e in self.pool.failed.items()})
+        return MetricRecord({k: v for k, v in self.final["aggregate"].items() if isinstance(v, int | float)})
+
+    def finish(self) -> dict[str, Any]:
+        return self.final
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "rng": self.rng.bit_generator.state, "final": self.final}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.rng.bit_generator.state = state["rng"]
+        self.final = state["final"]
