@@ -143,7 +143,10 @@ def parse_assignments(items: Iterable[str]) -> dict[str, Value]:
 
 
 def to_toml(values: Mapping[str, Value]) -> str:
-    """Serialise run-config values as TOML (for ``flwr run --run-config <file>``)."""
+    """Serialise run-config values as TOML (for ``flwr run --run-config <file>``).
+
+    Keys are bare (letters, digits, ``-``), as every key of :data:`SCHEMA` is.
+    """
 
     def lit(v: Value) -> str:
         if isinstance(v, bool):
@@ -152,7 +155,7 @@ def to_toml(values: Mapping[str, Value]) -> str:
             return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
         return repr(v)
 
-    return "".join(f'"{k}" = {lit(v)}\n' for k, v in values.items())
+    return "".join(f"{k} = {lit(v)}\n" for k, v in values.items())
 
 
 def pyproject_config(path: Path) -> dict[str, Any]:

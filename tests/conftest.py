@@ -1,0 +1,57 @@
+"""Shared fixtures: a private FLWR_HOME for the whole session, Flower's task identity for
+in-process messages, and a throw-away real deployment (SuperLink + SuperNodes on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_flower_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Never touch ~/.flwr: every Flower process of the tests uses a private home."""
+    home = tmp_path_factory.mktemp("flwr-home")
+    saved = {k: os.environ.get(k) for k in ("FLWR_HOME", "FLWR_DISABLE_UPDATE_CHECK",
+                                             "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION")}
+    os.environ.update(FLWR_HOME=str(home), FLWR_DISABLE_UPDATE_CHECK="1",
+                      FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1")
+    yield home
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture
+def task_identity() -> Iterator[None]:
+    """Instruction messages built outside a Flower runtime need a task identity."""
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
+    yield
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A real SuperLink and 3 SuperNodes (own processes, own node configs) for one test module."""
+    from hetfed.engines.flower import LocalFlower
+    from hetfed.federation import node_config
+
+    root = tmp_path_factory.mktemp("deployment")
+    flower = LocalFlower(root)
+    try:
+        flower.start_superlink(cwd=REPO)
+        for i in range(3):
+            flower.start_supernode(i, node_config(i, 3, root, None, None))
+        flower.wait_for_nodes(3)
+        yield flower
+    finally:
+        flower.stop()

@@ -1,0 +1,64 @@
+"""The run-config schema: pyproject agrees with it; bad values are refused with the key named."""
+
+from __future__ import annotations
+
+import pytest
+
+from hetfed.config import SCHEMA, ConfigError, parse_assignments, pyproject_config, to_toml, validate
+from tests.conftest import REPO
+
+
+def test_pyproject_config_is_the_schema() -> None:
+    table = pyproject_config(REPO / "pyproject.toml")
+    assert table == {name: key.default for name, key in SCHEMA.items()}
+    for name, value in table.items():  # same types, so flwr --run-config overrides type-check alike
+        assert type(value) is SCHEMA[name].kind, name
+
+
+def test_validate_fills_defaults_and_converts_int_to_float() -> None:
+    cfg = validate({"eta-o": 1, "seed": 7})
+    assert cfg["eta-o"] == 1.0 and isinstance(cfg["eta-o"], float)
+    assert cfg["seed"] == 7 and cfg["num-rounds"] == SCHEMA["num-rounds"].default
+
+
+@pytest.mark.parametrize(
+    ("config", "culprit"),
+    [
+        ({"num-roundz": 3}, "num-roundz"),
+        ({"num-rounds": "3"}, "num-rounds"),
+        ({"num-rounds": 2.5}, "num-rounds"),
+        ({"num-rounds": True}, "num-rounds"),
+        ({"num-rounds": 0}, "num-rounds"),
+        ({"fraction": 0.0}, "fraction"),
+        ({"fraction": 1.5}, "fraction"),
+        ({"lr": float("nan")}, "lr"),
+        ({"strategy": "fedsgd"}, "strategy"),
+        ({"problem": "tsp"}, "problem"),
+    ],
+)
+def test_validate_names_the_culprit(config: dict, culprit: str) -> None:
+    with pytest.raises(ConfigError, match=f"'{culprit}'") as err:
+        validate(config)
+    assert "\n" not in str(err.value)
+
+
+def test_unknown_key_suggests_the_close_one() -> None:
+    with pytest.raises(ConfigError, match="did you mean 'num-rounds'"):
+        validate({"num-round": 3})
+
+
+def test_parse_assignments_types_values() -> None:
+    got = parse_assignments(["num-rounds=3", "lr=0.01", "problem=knapsack", "audit-traffic=true",
+                             "run-name='a b'", "eta-o=1"])
+    assert got == {"num-rounds": 3, "lr": 0.01, "problem": "knapsack", "audit-traffic": True,
+                   "run-name": "a b", "eta-o": 1.0}
+    for bad, culprit in (["nope=1"], "nope"), (["num-rounds=x"], "num-rounds"), (["num-rounds"], "key=value"):
+        with pytest.raises(ConfigError, match=culprit):
+            parse_assignments(bad)
+
+
+def test_toml_round_trip() -> None:
+    import tomllib
+
+    values = {"run-name": 'we"ird\\name', "lr": 0.5, "seed": 3, "audit-traffic": False}
+    assert tomllib.loads(to_toml(values)) == values
