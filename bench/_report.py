@@ -41,7 +41,9 @@ def write_section(name: str, title: str, body: str) -> None:
         f"<!-- /bench:{name} -->"
     )
     pattern = re.compile(rf"<!-- bench:{re.escape(name)} -->.*?<!-- /bench:{re.escape(name)} -->", re.S)
-    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    text = (
+        pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    )
     DOC.write_text(text)
 
 

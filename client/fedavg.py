@@ -9,7 +9,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, RecordDic
 
 from client.decision import batch_generator, decision_metrics, train_epochs
 from client.losses import mse_loss
-from client.models import load_record, make_mlp, to_record
+from client.models import load_record, make_mlp, model_record
 from client.session import ClientSession
 
 
@@ -26,11 +26,18 @@ class DecisionClient:
 
     def query_info(self, content: RecordDict) -> RecordDict:
         """Who this client is: its partition and sample count (scalars only)."""
-        return RecordDict({
-            "info": ConfigRecord({"name": self.data.name, "partition-id": self.session.partition_id,
-                                  "num-partitions": self.session.num_partitions}),
-            "metrics": MetricRecord({"num-examples": len(self.data.train)}),
-        })
+        return RecordDict(
+            {
+                "info": ConfigRecord(
+                    {
+                        "name": self.data.name,
+                        "partition-id": self.session.partition_id,
+                        "num-partitions": self.session.num_partitions,
+                    }
+                ),
+                "metrics": MetricRecord({"num-examples": len(self.data.train)}),
+            }
+        )
 
     def model(self, arrays: ArrayRecord) -> torch.nn.Module:
         """A model with the received weights."""
@@ -46,20 +53,31 @@ class DecisionClient:
         optimizer = torch.optim.Adam(model.parameters(), lr=float(config["lr"]))
         gen = batch_generator(self.cfg["seed"], 2, self.session.partition_id, server_round)
         loss = train_epochs(
-            model, self.data.train, lambda c_hat, c, _: mse_loss(c_hat, c), optimizer,
-            epochs=int(config["local-epochs"]), batch_size=self.cfg["batch-size"], generator=gen,
+            model,
+            self.data.train,
+            lambda c_hat, c, _: mse_loss(c_hat, c),
+            optimizer,
+            epochs=int(config["local-epochs"]),
+            batch_size=self.cfg["batch-size"],
+            generator=gen,
             clip_norm=self.cfg["clip-norm"],
         )
-        return RecordDict({
-            "arrays": to_record(model),
-            "metrics": MetricRecord({
-                "num-examples": len(self.data.train),
-                "train-loss": loss,
-                "val-relative-regret": val["relative-regret"],
-            }),
-        })
+        return RecordDict(
+            {
+                "arrays": model_record(model),
+                "metrics": MetricRecord(
+                    {
+                        "num-examples": len(self.data.train),
+                        "train-loss": loss,
+                        "val-relative-regret": val["relative-regret"],
+                    }
+                ),
+            }
+        )
 
     def evaluate(self, content: RecordDict) -> RecordDict:
         """Test-set decision quality of the received model (LP oracle)."""
         model = self.model(content["arrays"])
-        return RecordDict({"metrics": MetricRecord(decision_metrics(model, self.data.test, self.data.polytope))})
+        return RecordDict(
+            {"metrics": MetricRecord(decision_metrics(model, self.data.test, self.data.polytope))}
+        )

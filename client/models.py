@@ -7,6 +7,8 @@ import torch
 from flwr.app import ArrayRecord
 from torch import nn
 
+from hetfed.records import to_numpy, to_record
+
 
 def make_mlp(in_dim: int, hidden: int, out_dim: int, seed: int) -> nn.Sequential:
     """``in_dim -> hidden (ReLU) -> out_dim`` in float64, Glorot-uniform weights, zero biases.
@@ -23,14 +25,9 @@ def make_mlp(in_dim: int, hidden: int, out_dim: int, seed: int) -> nn.Sequential
     return model
 
 
-def to_record(model: nn.Module) -> ArrayRecord:
+def model_record(model: nn.Module) -> ArrayRecord:
     """The model's parameters as an ArrayRecord (what crosses the wire)."""
-    return ArrayRecord({k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()})
-
-
-def to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
-    """An ArrayRecord as a dict of NumPy arrays."""
-    return {k: record[k].numpy() for k in record}
+    return to_record(model.state_dict())
 
 
 def load_record(model: nn.Module, record: ArrayRecord) -> nn.Module:

@@ -56,8 +56,12 @@ class ClientSession:
 
     def data(self) -> Any:
         """This partition's private data (cached per process)."""
-        return _load(json.dumps(self.cfg, sort_keys=True), self.partition_id, self.num_partitions,
-                     str(self.data_path) if self.data_path else "")
+        return _load(
+            json.dumps(self.cfg, sort_keys=True),
+            self.partition_id,
+            self.num_partitions,
+            str(self.data_path) if self.data_path else "",
+        )
 
     def state(self, context: Context, run_key: str) -> ClientState:
         """This client's persistent state for the run ``run_key``."""

@@ -19,7 +19,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context
+from flwr.app import ConfigRecord, Context
+
+from hetfed.records import to_numpy, to_record
 
 _ARRAYS = "arrays:"
 _VALUES = "values:"
@@ -47,13 +49,13 @@ class ClientState:
         key = f"{_ARRAYS}{self._run_key}:{name}"
         if key not in self._state:
             return None
-        record = self._state[key]
-        return {k: record[k].numpy() for k in record}
+        return to_numpy(self._state[key])
 
     def set_arrays(self, name: str, arrays: Mapping[str, np.ndarray | torch.Tensor]) -> None:
         """Store ``arrays`` under ``name`` (replacing what was there) and mirror to disk."""
-        plain = {k: _as_numpy(v) for k, v in arrays.items()}
-        self._state[f"{_ARRAYS}{self._run_key}:{name}"] = ArrayRecord(plain)
+        record = to_record(arrays)
+        self._state[f"{_ARRAYS}{self._run_key}:{name}"] = record
+        plain = to_numpy(record)
         if self._dir is not None:
             _atomic_write(self._dir / f"{name}.npz", lambda f: np.savez(f, **plain))
 
@@ -77,7 +79,7 @@ class ClientState:
         assert self._dir is not None
         for path in sorted(self._dir.glob("*.npz")):
             with np.load(path) as data:
-                self._state[f"{_ARRAYS}{self._run_key}:{path.stem}"] = ArrayRecord(
+                self._state[f"{_ARRAYS}{self._run_key}:{path.stem}"] = to_record(
                     {k: data[k] for k in data.files}
                 )
         for path in sorted(self._dir.glob("*.json")):
@@ -88,7 +90,7 @@ def optimizer_to_state(optimizer: torch.optim.Optimizer) -> tuple[dict[str, np.n
     """Split an optimizer's state_dict into arrays (moments, steps) and JSON values (groups)."""
     sd = optimizer.state_dict()
     arrays = {
-        f"{idx}.{name}": _as_numpy(value)
+        f"{idx}.{name}": value.detach().cpu().numpy().copy() if isinstance(value, torch.Tensor) else value
         for idx, slot in sd["state"].items()
         for name, value in slot.items()
     }
@@ -104,12 +106,6 @@ def optimizer_from_state(
         idx, name = key.split(".", 1)
         state.setdefault(int(idx), {})[name] = torch.from_numpy(np.array(value))
     optimizer.load_state_dict({"state": state, "param_groups": json.loads(values["param_groups"])})
-
-
-def _as_numpy(value: np.ndarray | torch.Tensor) -> np.ndarray:
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu().numpy().copy()
-    return np.asarray(value)
 
 
 def _atomic_write(path: Path, write: Any) -> None:

@@ -20,8 +20,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         recorded = json.loads((Path(args.results_dir) / args.resume / "config.json").read_text())["config"]
         keep = {k: v for k, v in recorded.items() if k in SCHEMA and k not in ("engine", "results-dir")}
         overrides = {**keep, **overrides, "run-name": args.resume, "resume": True}
-    summary = run_experiment(args.engine, overrides, nodes=args.nodes, results_dir=Path(args.results_dir),
-                             federation_dir=Path(args.federation_dir), timeout=args.timeout)
+    summary = run_experiment(
+        args.engine,
+        overrides,
+        nodes=args.nodes,
+        results_dir=Path(args.results_dir),
+        federation_dir=Path(args.federation_dir),
+        timeout=args.timeout,
+    )
     run_dir = Path(args.results_dir) / summary["run-name"]
     print((run_dir / "report.md").read_text())
     print(f"status: {summary['status']}; results in {run_dir}")
@@ -34,13 +40,21 @@ def cmd_federation(args: argparse.Namespace) -> int:
 
     root = Path(args.dir)
     if args.action == "up":
-        info = federation_up(root, args.nodes, app_dir=APP_DIR, data_path=args.data_path,
-                             state_dir=args.state_dir, port=args.port)
-        print(f"federation up: SuperLink 127.0.0.1:{info.link_port}, {info.nodes} SuperNodes online "
-              f"(logs in {info.root})")
+        info = federation_up(
+            root,
+            args.nodes,
+            app_dir=APP_DIR,
+            data_path=args.data_path,
+            state_dir=args.state_dir,
+            port=args.port,
+        )
+        print(
+            f"federation up: SuperLink 127.0.0.1:{info.link_port}, {info.nodes} SuperNodes online "
+            f"(logs in {info.root})"
+        )
         print("run an experiment on it with either of:")
         print("  hetfed run --engine deployment --set num-rounds=3")
-        print(f"  FLWR_HOME={info.root / 'flwr-home'} flwr run {APP_DIR} hetfed --run-config \"num-rounds=3\"")
+        print(f'  FLWR_HOME={info.root / "flwr-home"} flwr run {APP_DIR} hetfed --run-config "num-rounds=3"')
         print("stop it with: hetfed federation down")
     elif args.action == "down":
         n = federation_down(root)

@@ -51,7 +51,9 @@ class Key:
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"run config '{name}': must be finite, got {value!r}")
         if self.choices is not None and value not in self.choices:
-            raise ConfigError(f"run config '{name}': unknown value {value!r}; choose one of {list(self.choices)}")
+            raise ConfigError(
+                f"run config '{name}': unknown value {value!r}; choose one of {list(self.choices)}"
+            )
         if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
             op = ">" if self.low_open else ">="
             raise ConfigError(f"run config '{name}': must be {op} {self.low:g}, got {value!r}")
@@ -73,14 +75,17 @@ SCHEMA: dict[str, Key] = {
     "strategy": Key("fedavg", "Server-side algorithm", choices=STRATEGIES),
     "problem": Key("knapsack", "Task each client solves on its own data", choices=PROBLEMS),
     "num-clients": Key(0, "Clients required before round 1; 0 = the nodes' num-partitions", low=0),
-    "node-wait-timeout": Key(120.0, "Seconds to wait for the required clients to connect", low=0.0, low_open=True),
+    "node-wait-timeout": Key(
+        120.0, "Seconds to wait for the required clients to connect", low=0.0, low_open=True
+    ),
     "round-timeout": Key(600.0, "Seconds to wait for the replies of one exchange", low=0.0, low_open=True),
     "resume": Key(False, "Continue the run named run-name from its last checkpoint"),
     "audit-traffic": Key(False, "Log the shape of every reply's arrays and metrics to traffic.jsonl"),
     # --- federated training -----------------------------------------------------
     "num-rounds": Key(10, "Federated rounds", low=1),
-    "fraction": Key(0.4, "Fraction of clients sampled per round (ceil(fraction * n))", low=0.0, high=1.0,
-                    low_open=True),
+    "fraction": Key(
+        0.4, "Fraction of clients sampled per round (ceil(fraction * n))", low=0.0, high=1.0, low_open=True
+    ),
     "local-epochs": Key(3, "Local epochs per round", low=1),
     "batch-size": Key(64, "Mini-batch size", low=1),
     "lr": Key(1e-3, "Client learning rate (Adam)", low=0.0, low_open=True),

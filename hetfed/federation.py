@@ -47,7 +47,9 @@ class FederationInfo:
         return LocalFlower(self.root, link_port=self.link_port)
 
 
-def node_config(index: int, nodes: int, root: Path, data_path: str | None, state_dir: str | None) -> dict[str, Any]:
+def node_config(
+    index: int, nodes: int, root: Path, data_path: str | None, state_dir: str | None
+) -> dict[str, Any]:
     """Node ``index``'s config: its partition, and its own data path and state dir.
 
     ``{partition}`` in ``data_path`` / ``state_dir`` is replaced by the partition id.
@@ -61,7 +63,12 @@ def node_config(index: int, nodes: int, root: Path, data_path: str | None, state
 
 
 def federation_up(
-    root: Path, nodes: int, *, app_dir: Path, data_path: str | None = None, state_dir: str | None = None,
+    root: Path,
+    nodes: int,
+    *,
+    app_dir: Path,
+    data_path: str | None = None,
+    state_dir: str | None = None,
     port: int = 0,
 ) -> FederationInfo:
     """Start a SuperLink (cwd ``app_dir``) and ``nodes`` SuperNodes; wait until all are online."""
@@ -85,10 +92,18 @@ def federation_up(
         flower.stop()
         raise
     info = FederationInfo(root, flower.link_port, nodes, [p.pid for p in flower.processes.values()])
-    (root / "federation.json").write_text(json.dumps({
-        "link-port": info.link_port, "nodes": nodes, "pids": info.pids,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "connection": CONNECTION,
-    }, indent=2))
+    (root / "federation.json").write_text(
+        json.dumps(
+            {
+                "link-port": info.link_port,
+                "nodes": nodes,
+                "pids": info.pids,
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "connection": CONNECTION,
+            },
+            indent=2,
+        )
+    )
     return info
 
 

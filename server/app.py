@@ -42,8 +42,10 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
     store = RunStore(cfg["results-dir"], run_name)
     has_config = (store.path / "config.json").exists()
     if has_config and not cfg["resume"]:
-        raise ConfigError(f"run config 'run-name': results/{run_name} already exists; "
-                          "choose another run-name or set resume=true to continue it")
+        raise ConfigError(
+            f"run config 'run-name': results/{run_name} already exists; "
+            "choose another run-name or set resume=true to continue it"
+        )
     if cfg["resume"] and store.load_checkpoint() is None:
         raise ConfigError(f"run config 'resume': {store.path} has no checkpoint to resume from")
     engine = cfg["engine"] or type(grid).__name__
@@ -54,8 +56,15 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
     def say(text: str) -> None:
         log(INFO, "[%s] %s", run_name, text)
 
-    pool = ClientPool(grid, store, required=cfg["num-clients"], wait_timeout=cfg["node-wait-timeout"],
-                      round_timeout=cfg["round-timeout"], audit=cfg["audit-traffic"], log=say)
+    pool = ClientPool(
+        grid,
+        store,
+        required=cfg["num-clients"],
+        wait_timeout=cfg["node-wait-timeout"],
+        round_timeout=cfg["round-timeout"],
+        audit=cfg["audit-traffic"],
+        log=say,
+    )
     started = time.time()
     try:
         pool.connect(run_name)
@@ -66,9 +75,17 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
         say("run failed: " + error + "\n" + traceback.format_exc())
         raise
     finally:
-        full = {"run-name": run_name, "status": status, "error": error, "strategy": cfg["strategy"],
-                "problem": cfg["problem"], "engine": engine, "seed": cfg["seed"],
-                "wall-time-s": round(time.time() - started, 3), **summary}
+        full = {
+            "run-name": run_name,
+            "status": status,
+            "error": error,
+            "strategy": cfg["strategy"],
+            "problem": cfg["problem"],
+            "engine": engine,
+            "seed": cfg["seed"],
+            "wall-time-s": round(time.time() - started, 3),
+            **summary,
+        }
         store.write_summary(full, report_markdown(f"{run_name} ({status})", full))
     say(f"done in {full['wall-time-s']:.1f} s; results in {store.path}")
     return full

@@ -102,8 +102,10 @@ class ClientPool:
         for msg, reply in zip(msgs, replies, strict=True):
             node = msg.metadata.dst_node_id
             if reply is None:
-                raise FederationError(f"node {node} did not answer the discovery query within "
-                                      f"{self.round_timeout:g} s ({refused.get(node, 'no reply')})")
+                raise FederationError(
+                    f"node {node} did not answer the discovery query within "
+                    f"{self.round_timeout:g} s ({refused.get(node, 'no reply')})"
+                )
             if reply.has_error():
                 raise FederationError(f"node {node} failed the discovery query: {_reason(reply)}")
             info, metrics = reply.content["info"], reply.content["metrics"]
@@ -113,8 +115,12 @@ class ClientPool:
                     f"nodes {infos[pid]['node']} and {node} both claim partition-id {pid}; "
                     "give every SuperNode its own partition-id"
                 )
-            infos[pid] = {"node": node, "name": str(info["name"]), "num-partitions": int(info["num-partitions"]),
-                          "num-examples": int(metrics["num-examples"])}
+            infos[pid] = {
+                "node": node,
+                "name": str(info["name"]),
+                "num-partitions": int(info["num-partitions"]),
+                "num-examples": int(metrics["num-examples"]),
+            }
         counts = {i["num-partitions"] for i in infos.values()}
         if len(counts) > 1:
             raise FederationError(f"nodes disagree on num-partitions: {sorted(counts)}")
@@ -129,10 +135,16 @@ class ClientPool:
     def name(self, partition_id: int) -> str:
         return self.clients[partition_id].name
 
-    def message(self, partition_id: int, message_type: str, content: RecordDict, server_round: int) -> Message:
+    def message(
+        self, partition_id: int, message_type: str, content: RecordDict, server_round: int
+    ) -> Message:
         """An instruction for the node holding ``partition_id``."""
-        return Message(content, dst_node_id=self.clients[partition_id].node_id, message_type=message_type,
-                       group_id=str(server_round))
+        return Message(
+            content,
+            dst_node_id=self.clients[partition_id].node_id,
+            message_type=message_type,
+            group_id=str(server_round),
+        )
 
     def partition_of(self, reply: Message) -> int:
         """The partition a reply came from."""
@@ -153,11 +165,18 @@ class ClientPool:
         for msg, reply in zip(msgs, replies, strict=True):
             pid = node_to_pid[msg.metadata.dst_node_id]
             kind = msg.metadata.message_type
-            row: dict[str, Any] = {"round": server_round, "exchange": kind, "partition-id": pid,
-                                   "client": self.name(pid), "status": "ok", "error": ""}
+            row: dict[str, Any] = {
+                "round": server_round,
+                "exchange": kind,
+                "partition-id": pid,
+                "client": self.name(pid),
+                "status": "ok",
+                "error": "",
+            }
             if reply is None:
-                self.failed[pid] = refused.get(msg.metadata.dst_node_id,
-                                               f"no reply within {self.round_timeout:g} s")
+                self.failed[pid] = refused.get(
+                    msg.metadata.dst_node_id, f"no reply within {self.round_timeout:g} s"
+                )
             elif reply.has_error():
                 self.failed[pid] = _reason(reply)
             else:
@@ -189,8 +208,11 @@ class ClientPool:
         ids = list(self.grid.push_messages(msgs))
         by_id = {mid: i for i, mid in enumerate(ids) if mid}
         out: list[Message | None] = [None] * len(msgs)
-        refused = {msgs[i].metadata.dst_node_id: "the SuperLink refused the message"
-                   for i, mid in enumerate(ids) if not mid}
+        refused = {
+            msgs[i].metadata.dst_node_id: "the SuperLink refused the message"
+            for i, mid in enumerate(ids)
+            if not mid
+        }
         pending = set(by_id)
         deadline = time.time() + self.round_timeout
         while pending:
@@ -222,15 +244,24 @@ def _traffic(server_round: int, kind: str, pid: int, content: RecordDict) -> dic
     """What a reply carried: array names/shapes and metric names with value kinds."""
     arrays = {
         f"{name}/{key}": list(record[key].shape)
-        for name, record in content.array_records.items() for key in record
+        for name, record in content.array_records.items()
+        for key in record
     }
     metrics = {
         f"{name}/{key}": type(value).__name__ + (f"[{len(value)}]" if isinstance(value, list) else "")
-        for name, record in content.metric_records.items() for key, value in record.items()
+        for name, record in content.metric_records.items()
+        for key, value in record.items()
     }
     configs = {
         f"{name}/{key}": type(value).__name__
-        for name, record in content.config_records.items() for key, value in record.items()
+        for name, record in content.config_records.items()
+        for key, value in record.items()
     }
-    return {"round": server_round, "exchange": kind, "partition-id": pid,
-            "arrays": arrays, "metrics": metrics, "configs": configs}
+    return {
+        "round": server_round,
+        "exchange": kind,
+        "partition-id": pid,
+        "arrays": arrays,
+        "metrics": metrics,
+        "configs": configs,
+    }

@@ -61,17 +61,24 @@ class RunStore:
     # --- config ---------------------------------------------------------------
     def write_config(self, config: Mapping[str, Any], *, engine: str, extra: Mapping[str, Any] = ()) -> None:
         """Record the full resolved config, the seed, the engine and package versions."""
-        self._write_json("config.json", {
-            "run-name": self.run_name,
-            "config": dict(config),
-            "seed": config.get("seed"),
-            "engine": engine,
-            "versions": package_versions(),
-            "platform": {"machine": platform.machine(), "system": platform.system(),
-                         "python": sys.version.split()[0], "torch-threads": torch.get_num_threads()},
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            **dict(extra),
-        })
+        self._write_json(
+            "config.json",
+            {
+                "run-name": self.run_name,
+                "config": dict(config),
+                "seed": config.get("seed"),
+                "engine": engine,
+                "versions": package_versions(),
+                "platform": {
+                    "machine": platform.machine(),
+                    "system": platform.system(),
+                    "python": sys.version.split()[0],
+                    "torch-threads": torch.get_num_threads(),
+                },
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                **dict(extra),
+            },
+        )
 
     def read_config(self) -> dict[str, Any]:
         return json.loads((self.path / "config.json").read_text())
@@ -91,10 +98,15 @@ class RunStore:
         writer.writeheader()
         writer.writerows(self.rows)
         self._write_text("rounds.csv", buf.getvalue())
-        self._write_json("progress.json", {
-            "round": server_round, "total": total_rounds,
-            "elapsed-s": round(time.time() - self.started, 3), "aggregate": _finite(dict(aggregate)),
-        })
+        self._write_json(
+            "progress.json",
+            {
+                "round": server_round,
+                "total": total_rounds,
+                "elapsed-s": round(time.time() - self.started, 3),
+                "aggregate": _finite(dict(aggregate)),
+            },
+        )
 
     def drop_rows_after(self, server_round: int) -> None:
         """Forget rows of rounds after ``server_round`` (a resumed run redoes them)."""

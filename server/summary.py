@@ -30,8 +30,11 @@ def summarize(
             total = sum(float(m[den]) for m in per_client.values())
             aggregate[name] = sum(float(m[num]) for m in per_client.values()) / total if total else math.nan
     aggregate["clients-reporting"] = len(per_client)
-    return {"clients": {k: dict(v) for k, v in sorted(per_client.items())}, "aggregate": aggregate,
-            "failed": dict(failed or {})}
+    return {
+        "clients": {k: dict(v) for k, v in sorted(per_client.items())},
+        "aggregate": aggregate,
+        "failed": dict(failed or {}),
+    }
 
 
 def report_markdown(title: str, summary: Mapping[str, Any], columns: list[str] | None = None) -> str:

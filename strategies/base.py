@@ -21,6 +21,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
+from hetfed.records import to_numpy, to_record
 from server.pool import ClientPool
 from server.store import RunStore
 
@@ -51,7 +52,7 @@ class FederatedStrategy(Strategy):
         return {"arrays": _arrays_to_numpy(self.arrays), "history": self.history}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.arrays = ArrayRecord(state["arrays"]) if state["arrays"] is not None else None
+        self.arrays = to_record(state["arrays"]) if state["arrays"] is not None else None
         self.history = dict(state["history"])
 
     def configure_evaluate(
@@ -93,7 +94,9 @@ class FederatedStrategy(Strategy):
                 metrics.update(dict(agg or {}))
             evaluate = list(self.configure_evaluate(server_round, self.arrays, config, pool.grid))
             if evaluate:
-                metrics.update(dict(self.aggregate_evaluate(server_round, pool.send(evaluate, server_round)) or {}))
+                metrics.update(
+                    dict(self.aggregate_evaluate(server_round, pool.send(evaluate, server_round)) or {})
+                )
             self.history[server_round] = metrics
             store.commit(server_round, self.num_rounds, metrics)
             store.save_checkpoint({"round": server_round, "strategy": self.state_dict()})
@@ -116,7 +119,7 @@ def _fmt(metrics: Mapping[str, float]) -> str:
 
 
 def _arrays_to_numpy(arrays: ArrayRecord | None) -> dict[str, np.ndarray] | None:
-    return None if arrays is None else {k: arrays[k].numpy() for k in arrays}
+    return None if arrays is None else to_numpy(arrays)
 
 
 def ceil_fraction(fraction: float, n: int) -> int:
@@ -131,8 +134,10 @@ def check_arrays(received: ArrayRecord, reference: ArrayRecord) -> str | None:
     """
     keys, expected = set(received.keys()), set(reference.keys())
     if keys != expected:
-        return (f"arrays do not match the model (missing {sorted(expected - keys)[:3]}, "
-                f"unexpected {sorted(keys - expected)[:3]})")
+        return (
+            f"arrays do not match the model (missing {sorted(expected - keys)[:3]}, "
+            f"unexpected {sorted(keys - expected)[:3]})"
+        )
     for key in reference:
         got, want = received[key].numpy(), reference[key].numpy()
         if got.shape != want.shape:

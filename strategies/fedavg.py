@@ -9,8 +9,9 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 
-from strategies.base import FederatedStrategy, ceil_fraction, check_arrays
+from hetfed.records import to_record
 from server.summary import summarize
+from strategies.base import FederatedStrategy, ceil_fraction, check_arrays
 
 
 class FedAvg(FederatedStrategy):
@@ -47,8 +48,12 @@ class FedAvg(FederatedStrategy):
         sampled = self.sample()
         self.log(f"round {server_round}: sampled " + ", ".join(self.pool.name(p) for p in sampled))
         return [
-            self.pool.message(pid, "train", RecordDict({"arrays": arrays, "config": self.client_config(config, pid)}),
-                              server_round)
+            self.pool.message(
+                pid,
+                "train",
+                RecordDict({"arrays": arrays, "config": self.client_config(config, pid)}),
+                server_round,
+            )
             for pid in sampled
         ]
 
@@ -73,18 +78,22 @@ class FedAvg(FederatedStrategy):
             delta = sum(n[pid] * (c["arrays"][key].numpy() - w) for pid, c in usable.items()) / total
             new[key] = w + delta
         losses = {pid: float(c["metrics"]["train-loss"]) for pid, c in usable.items()}
-        return ArrayRecord(new), MetricRecord({
-            "clients-used": len(usable),
-            "train-loss": sum(n[p] * losses[p] for p in usable) / total,
-        })
+        return to_record(new), MetricRecord(
+            {
+                "clients-used": len(usable),
+                "train-loss": sum(n[p] * losses[p] for p in usable) / total,
+            }
+        )
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         if server_round != self.num_rounds:
             return []
-        return [self.pool.message(pid, "evaluate", RecordDict({"arrays": arrays, "config": config}), server_round)
-                for pid in self.pool.partitions]
+        return [
+            self.pool.message(pid, "evaluate", RecordDict({"arrays": arrays, "config": config}), server_round)
+            for pid in self.pool.partitions
+        ]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         per_client = {self.pool.name(self.pool.partition_of(r)): dict(r.content["metrics"]) for r in replies}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from client.models import make_mlp, to_record
+from client.models import make_mlp, model_record
 from problems.registry import get_problem
 from strategies.base import FederatedStrategy
 from strategies.fedavg import FedAvg
@@ -16,5 +16,5 @@ def build_strategy(cfg: Mapping[str, Any]) -> FederatedStrategy:
     name = cfg["strategy"]
     if name == "fedavg":
         in_dim, out_dim = get_problem(cfg["problem"]).model_dims(cfg)
-        return FedAvg(cfg, to_record(make_mlp(in_dim, cfg["hidden"], out_dim, seed=cfg["seed"])))
+        return FedAvg(cfg, model_record(make_mlp(in_dim, cfg["hidden"], out_dim, seed=cfg["seed"])))
     raise ValueError(f"unknown strategy {name!r}")

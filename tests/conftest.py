@@ -17,10 +17,13 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 def private_flower_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Never touch ~/.flwr: every Flower process of the tests uses a private home."""
     home = tmp_path_factory.mktemp("flwr-home")
-    saved = {k: os.environ.get(k) for k in ("FLWR_HOME", "FLWR_DISABLE_UPDATE_CHECK",
-                                             "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION")}
-    os.environ.update(FLWR_HOME=str(home), FLWR_DISABLE_UPDATE_CHECK="1",
-                      FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1")
+    saved = {
+        k: os.environ.get(k)
+        for k in ("FLWR_HOME", "FLWR_DISABLE_UPDATE_CHECK", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION")
+    }
+    os.environ.update(
+        FLWR_HOME=str(home), FLWR_DISABLE_UPDATE_CHECK="1", FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1"
+    )
     yield home
     for k, v in saved.items():
         if v is None:

@@ -64,8 +64,8 @@ def test_each_axis_makes_clients_differ_in_its_part_only(axis: str) -> None:
     differs = {
         "eta_o": not np.allclose(a.B, b.B),
         "eta_c": a.capacity != b.capacity and not np.allclose(a.weights, b.weights),
-        "eta_d": not np.allclose(a.feature_mean, b.feature_mean) and not np.allclose(a.feature_scale,
-                                                                                       b.feature_scale),
+        "eta_d": not np.allclose(a.feature_mean, b.feature_mean)
+        and not np.allclose(a.feature_scale, b.feature_scale),
     }
     assert differs[axis]
     assert [k for k, v in differs.items() if v] == [axis]

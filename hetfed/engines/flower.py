@@ -83,15 +83,28 @@ class LocalFlower:
     def spawn(self, name: str, cmd: list[str], cwd: Path | None = None) -> subprocess.Popen:
         """Start ``cmd`` in its own session, logging to ``root/<name>.log``."""
         log = open(self.root / f"{name}.log", "ab")
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                cwd=cwd or self.root, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=cwd or self.root,
+            start_new_session=True,
+        )
         self.processes[name] = proc
         return proc
 
     def start_superlink(self, cwd: Path | None = None, timeout: float = 60) -> None:
         """Start the SuperLink and wait until its /health answers."""
-        cmd = [str(BIN / "flower-superlink"), "--insecure", "--port", str(self.link_port),
-               "--database", str(self.root / "state.db"), "--disable-runtime-dependency-installation"]
+        cmd = [
+            str(BIN / "flower-superlink"),
+            "--insecure",
+            "--port",
+            str(self.link_port),
+            "--database",
+            str(self.root / "state.db"),
+            "--disable-runtime-dependency-installation",
+        ]
         if self.simulation:
             cmd.append("--simulation")
         proc = self.spawn("superlink", cmd, cwd)
@@ -100,11 +113,21 @@ class LocalFlower:
 
     def start_supernode(self, index: int, node_config: Mapping[str, Any]) -> None:
         """Start SuperNode ``index`` with its own node config (its private partition)."""
-        self.spawn(f"supernode-{index}", [
-            str(BIN / "flower-supernode"), "--insecure", "--superlink", self.address,
-            "--port", str(free_port()), "--max-retries", "10",
-            "--node-config", node_config_string(node_config),
-        ])
+        self.spawn(
+            f"supernode-{index}",
+            [
+                str(BIN / "flower-supernode"),
+                "--insecure",
+                "--superlink",
+                self.address,
+                "--port",
+                str(free_port()),
+                "--max-retries",
+                "10",
+                "--node-config",
+                node_config_string(node_config),
+            ],
+        )
 
     def wait_for_nodes(self, count: int, timeout: float = 90) -> None:
         """Wait until ``count`` SuperNodes are online."""
@@ -138,13 +161,20 @@ class LocalFlower:
     # --- runs ---------------------------------------------------------------------
     def flwr_json(self, *args: str, timeout: float = 120) -> dict[str, Any]:
         """Run a ``flwr`` CLI command with ``--format json`` and parse its answer."""
-        out = subprocess.run([str(BIN / "flwr"), *args, "--format", "json"], env=self.env, cwd=self.root,
-                             capture_output=True, text=True, timeout=timeout)
+        out = subprocess.run(
+            [str(BIN / "flwr"), *args, "--format", "json"],
+            env=self.env,
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         try:
             return json.loads(out.stdout)
         except json.JSONDecodeError:
-            raise FlowerProcessError(f"flwr {' '.join(args)} failed: {(out.stdout + out.stderr).strip()[-2000:]}"
-                                     ) from None
+            raise FlowerProcessError(
+                f"flwr {' '.join(args)} failed: {(out.stdout + out.stderr).strip()[-2000:]}"
+            ) from None
 
     def submit(self, app_dir: Path, run_config: Mapping[str, Any], num_supernodes: int = 0) -> str:
         """``flwr run <app_dir> <connection> --run-config <file>``; returns the run id."""
@@ -176,8 +206,14 @@ class LocalFlower:
 
     def run_log(self, run_id: str) -> str:
         """The ServerApp's log of a run."""
-        out = subprocess.run([str(BIN / "flwr"), "log", run_id, CONNECTION, "--show"], env=self.env,
-                             cwd=self.root, capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [str(BIN / "flwr"), "log", run_id, CONNECTION, "--show"],
+            env=self.env,
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         return out.stdout + out.stderr
 
 

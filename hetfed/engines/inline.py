@@ -35,8 +35,13 @@ class InlineGrid(Grid):
         self.client_app = client_app
         ids = random.Random(run_id)  # node ids are arbitrary, as on a SuperLink
         self.contexts = {
-            ids.getrandbits(63): Context(run_id=run_id, node_id=0, node_config=dict(nc), state=RecordDict(),
-                                         run_config=dict(run_config))
+            ids.getrandbits(63): Context(
+                run_id=run_id,
+                node_id=0,
+                node_config=dict(nc),
+                state=RecordDict(),
+                run_config=dict(run_config),
+            )
             for nc in node_configs
         }
         for node_id, ctx in self.contexts.items():
@@ -53,9 +58,16 @@ class InlineGrid(Grid):
         return self._run
 
     def create_message(
-        self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str, ttl: float | None = None
+        self,
+        content: RecordDict,
+        message_type: str,
+        dst_node_id: int,
+        group_id: str,
+        ttl: float | None = None,
     ) -> Message:
-        return Message(content, dst_node_id=dst_node_id, message_type=message_type, group_id=group_id, ttl=ttl)
+        return Message(
+            content, dst_node_id=dst_node_id, message_type=message_type, group_id=group_id, ttl=ttl
+        )
 
     def get_node_ids(self) -> Iterable[int]:
         return list(self.contexts)
@@ -75,7 +87,9 @@ class InlineGrid(Grid):
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
         return [self._replies.pop(mid) for mid in message_ids if mid in self._replies]
 
-    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> Iterable[Message]:
         return self.pull_messages(self.push_messages(messages))
 
     def _deliver(self, msg: Message) -> Message:
@@ -94,7 +108,9 @@ def node_configs(num_nodes: int, extra: Mapping[str, Any] | None = None) -> list
     return [{"partition-id": i, "num-partitions": num_nodes, **(extra or {})} for i in range(num_nodes)]
 
 
-def run_inline(run_config: Mapping[str, Any], configs: list[dict[str, Any]], observers: list[Any] = ()) -> dict:
+def run_inline(
+    run_config: Mapping[str, Any], configs: list[dict[str, Any]], observers: list[Any] = ()
+) -> dict:
     """Run the hetfed ServerApp against ``len(configs)`` virtual nodes; return the summary."""
     from client.app import app as client_app
     from server.app import run_server

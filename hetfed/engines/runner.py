@@ -31,8 +31,12 @@ def prepare(overrides: Mapping[str, Any], engine: str, results_dir: Path) -> dic
     from server.app import default_run_name
 
     cfg = validate({**overrides, "engine": engine})
-    return {**overrides, "engine": engine, "run-name": cfg["run-name"] or default_run_name(cfg),
-            "results-dir": str(Path(results_dir).resolve())}
+    return {
+        **overrides,
+        "engine": engine,
+        "run-name": cfg["run-name"] or default_run_name(cfg),
+        "results-dir": str(Path(results_dir).resolve()),
+    }
 
 
 def run_experiment(
