@@ -68,7 +68,7 @@ class GarnetAgent:
         features = np.array(features, dtype=float)
         sa_kernel = np.array(sa_kernel, dtype=float)
         rewards = np.array(rewards, dtype=float)
-        n_states = features.shape[0]
+        n_states = features.shape[0] if features.ndim == 2 else 0
         if features.ndim != 2 or features.shape[1] > n_states:
             raise ValueError(f"features must be [n_states, dim] with dim <= n_states; got {features.shape}")
         if sa_kernel.ndim != 3 or sa_kernel.shape[0] != n_states or sa_kernel.shape[2] != n_states:
