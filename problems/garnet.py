@@ -61,7 +61,11 @@ class GarnetAgent:
     """
 
     def __init__(
-        self, features: np.ndarray, sa_kernel: np.ndarray, rewards: np.ndarray, gamma: float,
+        self,
+        features: np.ndarray,
+        sa_kernel: np.ndarray,
+        rewards: np.ndarray,
+        gamma: float,
         agent_index: int = 0,
     ) -> None:
         # Copies: the arrays are frozen below and must not freeze the caller's.
@@ -91,8 +95,16 @@ class GarnetAgent:
         self.A_bar = phi_mu @ (features - self.gamma * self.kernel @ features)
         self.b_bar = phi_mu @ rewards
         self.theta_star = np.linalg.solve(self.A_bar, self.b_bar)
-        for array in (self.features, self.sa_kernel, self.rewards, self.kernel, self.mu,
-                      self.A_bar, self.b_bar, self.theta_star):
+        for array in (
+            self.features,
+            self.sa_kernel,
+            self.rewards,
+            self.kernel,
+            self.mu,
+            self.A_bar,
+            self.b_bar,
+            self.theta_star,
+        ):
             array.flags.writeable = False
         # Inverse-CDF tables for sampling; the last entry is pinned to 1 so u in [0, 1) always lands.
         self._mu_cdf = _cdf(self.mu)
@@ -141,8 +153,9 @@ class GarnetAgent:
         return float(np.sum((theta - self.theta_star) ** 2))
 
 
-def garnet_base(seed: int, *, n_states: int = 10, n_actions: int = 10, branching: int = 3,
-                dim: int = 5) -> GarnetBase:
+def garnet_base(
+    seed: int, *, n_states: int = 10, n_actions: int = 10, branching: int = 3, dim: int = 5
+) -> GarnetBase:
     """The shared base MDP of ``seed`` (law in the module docstring)."""
     _check_int("seed", seed, 0)
     _check_int("n_states", n_states, 2)
@@ -164,25 +177,44 @@ def garnet_base(seed: int, *, n_states: int = 10, n_actions: int = 10, branching
     return GarnetBase(kernel=kernel, rewards=rewards, features=features)
 
 
-def make_agent(agent_index: int, seed: int, zeta_ker: float = 0.0, zeta_rew: float = 0.0, *,
-               n_states: int = 10, n_actions: int = 10, branching: int = 3, dim: int = 5,
-               gamma: float = 0.95) -> GarnetAgent:
+def make_agent(
+    agent_index: int,
+    seed: int,
+    zeta_ker: float = 0.0,
+    zeta_rew: float = 0.0,
+    *,
+    n_states: int = 10,
+    n_actions: int = 10,
+    branching: int = 3,
+    dim: int = 5,
+    gamma: float = 0.95,
+) -> GarnetAgent:
     """Agent ``agent_index`` of the federation of ``seed``, built from its own stream only."""
     base = garnet_base(seed, n_states=n_states, n_actions=n_actions, branching=branching, dim=dim)
     return _perturbed_agent(base, agent_index, seed, zeta_ker, zeta_rew, gamma)
 
 
-def make_agents(n_agents: int, seed: int, zeta_ker: float = 0.0, zeta_rew: float = 0.0, *,
-                n_states: int = 10, n_actions: int = 10, branching: int = 3, dim: int = 5,
-                gamma: float = 0.95) -> list[GarnetAgent]:
+def make_agents(
+    n_agents: int,
+    seed: int,
+    zeta_ker: float = 0.0,
+    zeta_rew: float = 0.0,
+    *,
+    n_states: int = 10,
+    n_actions: int = 10,
+    branching: int = 3,
+    dim: int = 5,
+    gamma: float = 0.95,
+) -> list[GarnetAgent]:
     """Agents ``0 .. n_agents - 1``; agent c equals ``make_agent(c, seed, ...)``."""
     _check_int("n_agents", n_agents, 1)
     base = garnet_base(seed, n_states=n_states, n_actions=n_actions, branching=branching, dim=dim)
     return [_perturbed_agent(base, c, seed, zeta_ker, zeta_rew, gamma) for c in range(n_agents)]
 
 
-def _perturbed_agent(base: GarnetBase, agent_index: int, seed: int, zeta_ker: float, zeta_rew: float,
-                     gamma: float) -> GarnetAgent:
+def _perturbed_agent(
+    base: GarnetBase, agent_index: int, seed: int, zeta_ker: float, zeta_rew: float, gamma: float
+) -> GarnetAgent:
     """Apply agent ``agent_index``'s kernel and reward noise to ``base``."""
     _check_int("agent_index", agent_index, 0)
     for name, zeta in (("zeta_ker", zeta_ker), ("zeta_rew", zeta_rew)):

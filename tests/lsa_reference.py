@@ -59,8 +59,9 @@ def garnet_oracle(agents: Sequence[GarnetAgent], rng: np.random.Generator, batch
     return draw
 
 
-def per_agent_oracle(agents: Sequence[GarnetAgent], rngs: Sequence[np.random.Generator],
-                     batch: int = 1) -> Oracle:
+def per_agent_oracle(
+    agents: Sequence[GarnetAgent], rngs: Sequence[np.random.Generator], batch: int = 1
+) -> Oracle:
     """Agent c draws with ``agents[c].sample(rngs[c], batch)``: the same stream a client calling
     ``agent.g(theta, rng, batch)`` once per local iteration consumes, so a federated run whose
     clients hold these generators can be compared with the reference up to round-off.
@@ -98,19 +99,22 @@ def pflsa(oracle: Oracle, theta0: np.ndarray, eta: float, beta: float, n_iter: i
     return thetas
 
 
-def fedlsa(oracle: Oracle, theta0: np.ndarray, eta: float, n_local: int, n_rounds: int,
-           n_agents: int) -> np.ndarray:
+def fedlsa(
+    oracle: Oracle, theta0: np.ndarray, eta: float, n_local: int, n_rounds: int, n_agents: int
+) -> np.ndarray:
     """FedLSA: H = ``n_local`` local LSA steps from the shared theta, then averaging.
 
     Returns the shared theta after each round, [n_rounds + 1, d] (round r ends at iteration r H).
     """
-    shared, _ = _rounds(oracle, theta0, eta, n_local, n_rounds, np.zeros((n_agents, np.size(theta0))),
-                        update_xi=False)
+    shared, _ = _rounds(
+        oracle, theta0, eta, n_local, n_rounds, np.zeros((n_agents, np.size(theta0))), update_xi=False
+    )
     return shared
 
 
-def scafflsa(oracle: Oracle, theta0: np.ndarray, eta: float, n_local: int, n_rounds: int,
-             xi0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def scafflsa(
+    oracle: Oracle, theta0: np.ndarray, eta: float, n_local: int, n_rounds: int, xi0: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """SCAFFLSA from control variates ``xi0`` [N, d] (zeros in the paper).
 
     Returns the shared theta after each round [n_rounds + 1, d] and the final xi [N, d].
@@ -118,8 +122,15 @@ def scafflsa(oracle: Oracle, theta0: np.ndarray, eta: float, n_local: int, n_rou
     return _rounds(oracle, theta0, eta, n_local, n_rounds, xi0, update_xi=True)
 
 
-def _rounds(oracle: Oracle, theta0: np.ndarray, eta: float, n_local: int, n_rounds: int,
-            xi0: np.ndarray, update_xi: bool) -> tuple[np.ndarray, np.ndarray]:
+def _rounds(
+    oracle: Oracle,
+    theta0: np.ndarray,
+    eta: float,
+    n_local: int,
+    n_rounds: int,
+    xi0: np.ndarray,
+    update_xi: bool,
+) -> tuple[np.ndarray, np.ndarray]:
     """Rounds of H local steps on ``g_c - xi_c`` then averaging; xi frozen unless ``update_xi``."""
     shared = np.empty((n_rounds + 1, np.size(theta0)))
     shared[0] = theta0
@@ -157,16 +168,26 @@ def iterations_to_fraction(errors: np.ndarray, fraction: float = 1e-2) -> int | 
 
 def stacked(agents: Sequence[GarnetAgent]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``A_bar`` [N, d, d], ``b_bar`` [N, d], ``theta_star`` [N, d] of the agents."""
-    return (np.array([a.A_bar for a in agents]), np.array([a.b_bar for a in agents]),
-            np.array([a.theta_star for a in agents]))
+    return (
+        np.array([a.A_bar for a in agents]),
+        np.array([a.b_bar for a in agents]),
+        np.array([a.theta_star for a in agents]),
+    )
 
 
 # ---------------------------------------------------------------------------
 # The measurements ALGORITHMS.md section 3 reports (gamma 0.95, theta^0 = 0, seed 42).
 
 
-def fig1_errors(seed: int, zeta: float, n_iter: int, n_runs: int, n_agents: int = 10, n_local: int = 1,
-                eta_single: float = 0.2) -> dict[str, np.ndarray]:
+def fig1_errors(
+    seed: int,
+    zeta: float,
+    n_iter: int,
+    n_runs: int,
+    n_agents: int = 10,
+    n_local: int = 1,
+    eta_single: float = 0.2,
+) -> dict[str, np.ndarray]:
     """Mean-over-runs error curves of Fig. 1 at ``zeta_ker = zeta_rew = zeta``.
 
     Step sizes: single ``eta_single``, PF-LSA ``eta_single N / 2`` with beta = 1/N, FedLSA
@@ -187,8 +208,16 @@ def fig1_errors(seed: int, zeta: float, n_iter: int, n_runs: int, n_agents: int 
     return {name: np.mean(c, axis=0) for name, c in curves.items()}
 
 
-def speedup(seed: int, n_agents: int, zeta_ker: float, zeta_rew: float, n_runs: int, n_iter: int = 6000,
-            eta_single: float = 0.2, eta_per_agent: float = 0.1) -> tuple[int | None, int | None]:
+def speedup(
+    seed: int,
+    n_agents: int,
+    zeta_ker: float,
+    zeta_rew: float,
+    n_runs: int,
+    n_iter: int = 6000,
+    eta_single: float = 0.2,
+    eta_per_agent: float = 0.1,
+) -> tuple[int | None, int | None]:
     """Iterations for the run-averaged error to reach 1e-2 of its start: (single-agent, PF-LSA).
 
     Fig. 2: PF-LSA with eta = ``eta_per_agent`` N and beta = 1/N; single-agent LSA with ``eta_single``.
@@ -215,15 +244,14 @@ def spectral_radii(seed: int, n_agents: int, zeta: float, eta: float, beta: floa
     block = np.kron(np.eye(n_agents), eye) - eta * beta * _block_diag(a_bar)
     block -= eta * (1.0 - beta) / n_agents * np.tile(np.hstack(list(a_bar)), (n_agents, 1))
     fed = np.mean([eye - eta * a for a in a_bar], axis=0)
-    return {"pflsa": _rho(block), "fedlsa_H1": _rho(fed),
-            "single": max(_rho(eye - eta * a) for a in a_bar)}
+    return {"pflsa": _rho(block), "fedlsa_H1": _rho(fed), "single": max(_rho(eye - eta * a) for a in a_bar)}
 
 
 def _block_diag(blocks: np.ndarray) -> np.ndarray:
     n, d, _ = blocks.shape
     out = np.zeros((n * d, n * d))
     for c in range(n):
-        out[c * d:(c + 1) * d, c * d:(c + 1) * d] = blocks[c]
+        out[c * d : (c + 1) * d, c * d : (c + 1) * d] = blocks[c]
     return out
 
 
@@ -239,8 +267,10 @@ def main(seed: int = 42, n_runs: int = 5) -> None:
         r_single = spectral_radii(seed, 10, zeta, 0.2, 1.0)["single"]
         r_fed = spectral_radii(seed, 10, zeta, 0.2 * 10, 0.1)["fedlsa_H1"]
         r2 = [spectral_radii(seed, n, zeta, 0.1 * n, 1.0 / n)["pflsa"] for n in (2, 8, 16)]
-        print(f"  zeta={zeta}: single {r_single:.4f}, PF-LSA {r1['pflsa']:.4f}, FedLSA {r_fed:.4f}; "
-              f"Fig. 2 PF-LSA N=2/8/16 " + "/".join(f"{r:.4f}" for r in r2))
+        print(
+            f"  zeta={zeta}: single {r_single:.4f}, PF-LSA {r1['pflsa']:.4f}, FedLSA {r_fed:.4f}; "
+            f"Fig. 2 PF-LSA N=2/8/16 " + "/".join(f"{r:.4f}" for r in r2)
+        )
     # PF-LSA's personal part contracts at eta beta lambda_min(A_bar_c) ~ 2e-4 per iteration: the noise
     # floor needs ~2e4 iterations; the first 6e3 still carry the transient.
     n_iter, tail = 20000, 5000
@@ -248,14 +278,18 @@ def main(seed: int = 42, n_runs: int = 5) -> None:
     for zeta, spec_fed, spec_pf in ((0.5, 10.5, 0.33), (1.0, 41.1, 0.44)):
         curves = fig1_errors(seed, zeta, n_iter, n_runs)
         fed, pf, single = (curves[k] for k in ("fedlsa", "pflsa", "single"))
-        print(f"  zeta_ker=zeta_rew={zeta}: FedLSA {fed[-tail:].mean():.2f} ({fed[4000:6000].mean():.2f}) "
-              f"spec {spec_fed}; PF-LSA {pf[-tail:].mean():.3f} ({pf[4000:6000].mean():.3f}) spec {spec_pf}; "
-              f"single {single[-tail:].mean():.3f}; max error over the runs "
-              f"{max(c.max() for c in curves.values()):.0f} (finite: stable)")
+        print(
+            f"  zeta_ker=zeta_rew={zeta}: FedLSA {fed[-tail:].mean():.2f} ({fed[4000:6000].mean():.2f}) "
+            f"spec {spec_fed}; PF-LSA {pf[-tail:].mean():.3f} ({pf[4000:6000].mean():.3f}) spec {spec_pf}; "
+            f"single {single[-tail:].mean():.3f}; max error over the runs "
+            f"{max(c.max() for c in curves.values()):.0f} (finite: stable)"
+        )
     curves = fig1_errors(seed, 0.0, 3000, n_runs)
     it_pf, it_single = iterations_to_fraction(curves["pflsa"]), iterations_to_fraction(curves["single"])
-    print(f"  (0,0) iterations to 1e-2 of the initial error: PF-LSA {it_pf} (spec 252), "
-          f"single {it_single} (spec 1275)")
+    print(
+        f"  (0,0) iterations to 1e-2 of the initial error: PF-LSA {it_pf} (spec 252), "
+        f"single {it_single} (spec 1275)"
+    )
     spec = {(0.0, 0.0): (1.0, 3.9, 8.0), (0.9, 0.9): (0.97, 2.2, 3.4)}
     print("\nFig. 2 speed-up (single iterations / PF-LSA iterations to 1e-2), eta = 0.1 N, beta = 1/N:")
     for zetas in ((0.0, 0.0), (0.01, 0.01), (0.5, 0.5), (0.9, 0.9)):

@@ -59,8 +59,9 @@ def test_stationary_distribution(seed: int) -> None:
 def test_exact_td_quantities_match_a_brute_force_sum_and_the_projected_bellman_equation() -> None:
     agent = make_agent(2, 7, 0.5, 0.5)
     phi, kernel, mu, r, gamma = agent.features, agent.kernel, agent.mu, agent.rewards, agent.gamma
-    a_sum = sum(mu[s] * kernel[s, t] * np.outer(phi[s], phi[s] - gamma * phi[t])
-                for s in range(10) for t in range(10))
+    a_sum = sum(
+        mu[s] * kernel[s, t] * np.outer(phi[s], phi[s] - gamma * phi[t]) for s in range(10) for t in range(10)
+    )
     b_sum = sum(mu[s] * r[s] * phi[s] for s in range(10))
     np.testing.assert_allclose(agent.A_bar, a_sum, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(agent.b_bar, b_sum, rtol=1e-12, atol=1e-15)

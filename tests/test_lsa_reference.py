@@ -32,8 +32,9 @@ def garnet() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _fedlsa_limit(a_bar: np.ndarray, star: np.ndarray, eta: float, n_local: int) -> np.ndarray:
     """Fixed point of noise-free FedLSA: sum_c (I - (I - eta A_c)^H) (theta - theta_c*) = 0."""
-    contraction = np.array([np.eye(a.shape[0]) - np.linalg.matrix_power(np.eye(a.shape[0]) - eta * a, n_local)
-                            for a in a_bar])
+    contraction = np.array(
+        [np.eye(a.shape[0]) - np.linalg.matrix_power(np.eye(a.shape[0]) - eta * a, n_local) for a in a_bar]
+    )
     return np.linalg.solve(contraction.sum(axis=0), np.einsum("nij,nj->i", contraction, star))
 
 
@@ -103,8 +104,10 @@ def _td_second_moments(agent) -> tuple[np.ndarray, np.ndarray]:
     """Exact E[A(Z)_ij^2] and E[b(Z)_i^2] by summing over all transitions (s, s')."""
     phi, weight = agent.features, agent.mu[:, None] * agent.kernel  # weight[s, s'] = P(s, s')
     a = phi[:, None, :, None] * (phi[:, None, None, :] - agent.gamma * phi[None, :, None, :])
-    return (np.einsum("st,stij->ij", weight, a**2),
-            np.einsum("s,si->i", agent.mu, (agent.rewards[:, None] * phi) ** 2))
+    return (
+        np.einsum("st,stij->ij", weight, a**2),
+        np.einsum("s,si->i", agent.mu, (agent.rewards[:, None] * phi) ** 2),
+    )
 
 
 def test_garnet_oracle_draws_have_the_exact_means() -> None:
