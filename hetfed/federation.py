@@ -77,15 +77,14 @@ def federation_up(
     root = Path(root).resolve()
     if (root / "federation.json").exists():
         raise RuntimeError(f"a federation is already up in {root}; run `hetfed federation down` first")
-    if data_path and "{partition}" not in data_path and not Path(data_path).exists():
-        raise FileNotFoundError(f"--data-path '{data_path}' does not exist")
+    configs = [node_config(i, nodes, root, data_path, state_dir) for i in range(nodes)]
+    for i, cfg in enumerate(configs):  # refuse before starting anything
+        if "data-path" in cfg and not Path(cfg["data-path"]).exists():
+            raise FileNotFoundError(f"SuperNode {i}: data-path '{cfg['data-path']}' does not exist")
     flower = LocalFlower(root, link_port=port)
     try:
         flower.start_superlink(cwd=app_dir)
-        for i in range(nodes):
-            cfg = node_config(i, nodes, root, data_path, state_dir)
-            if "data-path" in cfg and not Path(cfg["data-path"]).exists():
-                raise FileNotFoundError(f"SuperNode {i}: data-path '{cfg['data-path']}' does not exist")
+        for i, cfg in enumerate(configs):
             flower.start_supernode(i, cfg)
         flower.wait_for_nodes(nodes)
     except BaseException:

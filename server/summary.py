@@ -17,11 +17,18 @@ def summarize(
 ) -> dict[str, Any]:
     """Macro averages (mean over clients of each metric), pooled ratios and failures.
 
-    ``aggregate[m] = (1/J) sum_j m_j`` over the J clients that reported m;
-    ``aggregate[pooled] = sum_j num_j / sum_j den_j``.
+    ``aggregate[m] = (1/J) sum_j m_j`` over the J clients that reported m (sums such as
+    ``regret-sum`` and counts are not averaged); ``aggregate[pooled] = sum_j num_j / sum_j den_j``.
     """
     aggregate: dict[str, float] = {}
-    names = sorted({k for m in per_client.values() for k in m if isinstance(m[k], int | float)})
+    names = sorted(
+        {
+            k
+            for m in per_client.values()
+            for k, v in m.items()
+            if isinstance(v, int | float) and not _is_extensive(k)
+        }
+    )
     for key in names:
         values = [float(m[key]) for m in per_client.values() if key in m]
         aggregate[key] = sum(values) / len(values)
@@ -44,7 +51,7 @@ def report_markdown(title: str, summary: Mapping[str, Any], columns: list[str] |
         seen: list[str] = []
         for m in clients.values():
             seen += [k for k in m if k not in seen]
-        columns = [c for c in seen if not c.endswith("-sum") and c != "num-examples"][:8]
+        columns = [c for c in seen if not _is_extensive(c)][:8]
     lines = [f"# {title}", "", "| client | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
     for name, m in clients.items():
         lines.append(f"| {name} | " + " | ".join(_fmt(m.get(c)) for c in columns) + " |")
@@ -56,6 +63,11 @@ def report_markdown(title: str, summary: Mapping[str, Any], columns: list[str] |
     if summary.get("failed"):
         lines += ["", "Failures:"] + [f"- {k}: {v}" for k, v in summary["failed"].items()]
     return "\n".join(lines) + "\n"
+
+
+def _is_extensive(key: str) -> bool:
+    """Totals and counts: meaningful summed, not averaged over clients."""
+    return key.endswith("-sum") or key == "num-examples"
 
 
 def _fmt(v: Any) -> str:

@@ -1,0 +1,40 @@
+# hetfed: the two commands of the README, and a few helpers.
+#   make demo  - create .venv, install, start a local deployment of 4 SuperNodes, run the knapsack
+#                federation for a few rounds, print the per-client table, stop the federation
+#   make test  - create .venv if needed, lint, run the test suite
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+DEMO   := .hetfed/demo
+
+.PHONY: install demo test lint bench clean
+
+$(VENV)/.installed: pyproject.toml constraints-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	# constraints-dev.txt pins the CPU torch wheel; any other torch release downloads gigabytes.
+	$(BIN)/python -m pip install --quiet -c constraints-dev.txt -e ".[dev]"
+	# qpth (OptNet-style baseline) declares numpy<2: install it without its dependencies.
+	$(BIN)/python -m pip install --quiet --no-deps "qpth==0.0.18"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	-@$(BIN)/hetfed federation down --dir $(DEMO) >/dev/null 2>&1
+	$(BIN)/hetfed federation up --nodes 4 --dir $(DEMO)
+	$(BIN)/hetfed run --engine deployment --federation-dir $(DEMO) \
+	    --set num-rounds=3 --set fraction=0.5 --set local-epochs=1 --set run-name=demo-$$(date +%Y%m%d-%H%M%S); \
+	  status=$$?; $(BIN)/hetfed federation down --dir $(DEMO); exit $$status
+
+lint: install
+	$(BIN)/ruff check .
+
+test: install lint
+	$(BIN)/python -m pytest
+
+bench: install
+	for b in bench/[a-z]*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .hetfed .pytest_cache .ruff_cache

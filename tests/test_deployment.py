@@ -1,0 +1,125 @@
+"""Real Flower processes on 127.0.0.1: a SuperLink and 3 SuperNodes, each with its own partition."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hetfed.engines.flower import _group_alive
+from hetfed.engines.runner import prepare
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.deployment
+
+FAST = {
+    "num-rounds": 2,
+    "n-train": 40,
+    "n-test": 30,
+    "local-epochs": 1,
+    "num-items": 10,
+    "round-timeout": 300.0,
+}
+
+
+def submit(deployment, tmp_path: Path, **overrides) -> tuple[str, dict, str]:
+    """Submit with `flwr run`, wait for the end; return (status, summary.json, ServerApp log)."""
+    cfg = prepare({**FAST, **overrides}, "deployment", tmp_path)
+    run_id = deployment.submit(REPO, cfg)
+    status = deployment.wait_run(run_id, timeout=900)
+    summary = json.loads((tmp_path / cfg["run-name"] / "summary.json").read_text())
+    return status, summary, deployment.run_log(run_id)
+
+
+def test_two_rounds_complete_and_only_weights_and_scalars_cross_the_wire(deployment, tmp_path: Path) -> None:
+    status, summary, log = submit(deployment, tmp_path, **{"audit-traffic": True, "run-name": "deploy"})
+    # `flwr run` exits 0 even for failed runs: the status comes from `flwr ls`.
+    assert status == "finished:completed", log[-3000:]
+    assert summary["status"] == "completed"
+    assert sorted(summary["clients"]) == ["client-00", "client-01", "client-02"]
+    assert 0 < summary["aggregate"]["relative-regret"] < 1
+    shapes = ([64, 8], [64], [10, 64], [10])
+    lines = (tmp_path / "deploy" / "traffic.jsonl").read_text().splitlines()
+    assert len(lines) == 2 * 2 + 3  # 2 rounds x ceil(0.4 * 3) train replies + 3 evaluations
+    for entry in map(json.loads, lines):
+        assert all(shape in shapes for shape in entry["arrays"].values()), entry
+        assert all(kind in ("int", "float") for kind in entry["metrics"].values()), entry
+
+
+def test_fewer_nodes_than_required_fails_with_a_clear_error(deployment, tmp_path: Path) -> None:
+    status, summary, log = submit(
+        deployment, tmp_path, **{"num-clients": 4, "node-wait-timeout": 3.0, "run-name": "few"}
+    )
+    assert status == "finished:failed"
+    assert summary["status"] == "failed"
+    assert "only 3 of 4 required clients connected" in summary["error"]
+    assert "only 3 of 4 required clients connected" in log
+    assert (tmp_path / "few" / "config.json").exists()
+
+
+def test_federation_up_and_down_leave_no_process_behind(tmp_path: Path) -> None:
+    hetfed = [sys.executable, "-m", "hetfed.cli"]
+    root = tmp_path / "fed"
+    up = subprocess.run(
+        [*hetfed, "federation", "up", "--nodes", "2", "--dir", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert up.returncode == 0, up.stderr
+    assert "2 SuperNodes online" in up.stdout
+    pids = json.loads((root / "federation.json").read_text())["pids"]
+    assert len(pids) == 3 and all(_group_alive(p) for p in pids)
+    status = subprocess.run(
+        [*hetfed, "federation", "status", "--dir", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert "2 of 2 SuperNodes online" in status.stdout
+    down = subprocess.run(
+        [*hetfed, "federation", "down", "--dir", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert down.returncode == 0, down.stderr
+    assert not any(_group_alive(p) for p in pids)
+    again = subprocess.run(
+        [*hetfed, "federation", "down", "--dir", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert again.returncode == 2 and "no local federation is running" in again.stderr
+
+
+def test_a_node_with_a_missing_data_path_is_refused_before_start(tmp_path: Path) -> None:
+    hetfed = [sys.executable, "-m", "hetfed.cli"]
+    out = subprocess.run(
+        [
+            *hetfed,
+            "federation",
+            "up",
+            "--nodes",
+            "2",
+            "--dir",
+            str(tmp_path / "f"),
+            "--data-path",
+            str(tmp_path / "silo-{partition}"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert out.returncode == 2
+    assert "SuperNode 0: data-path" in out.stderr and "does not exist" in out.stderr
+    assert not (tmp_path / "f" / "federation.json").exists()

@@ -1,0 +1,200 @@
+"""End to end on the inline engine: the real ServerApp and ClientApp code, no transport."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+
+from client.app import app as client_app
+from client.models import make_mlp
+from hetfed.config import ConfigError
+from hetfed.engines.inline import InlineGrid, node_configs, run_inline
+from hetfed.records import to_numpy, to_record
+from server.app import run_server
+from server.pool import FederationError
+
+FAST = {"num-rounds": 2, "n-train": 40, "n-test": 30, "local-epochs": 1, "num-items": 10}
+
+
+def run(tmp_path: Path, nodes: int = 4, observers=(), **overrides) -> dict:
+    cfg = {**FAST, "results-dir": str(tmp_path), "run-name": "r", **overrides}
+    return run_inline(cfg, node_configs(nodes), observers=list(observers))
+
+
+def rows(tmp_path: Path, name: str = "r") -> list[dict]:
+    with open(tmp_path / name / "rounds.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_run_writes_complete_results(tmp_path: Path) -> None:
+    summary = run(tmp_path, nodes=5, seed=3)
+    folder = tmp_path / "r"
+    assert summary["status"] == "completed"
+    assert set(summary["clients"]) == {f"client-{i:02d}" for i in range(5)}
+    on_disk = json.loads((folder / "summary.json").read_text())
+    assert on_disk["aggregate"]["relative-regret"] == pytest.approx(
+        np.mean([m["relative-regret"] for m in on_disk["clients"].values()])
+    )
+    pooled = sum(m["regret-sum"] for m in on_disk["clients"].values()) / sum(
+        m["abs-opt-sum"] for m in on_disk["clients"].values()
+    )
+    assert on_disk["aggregate"]["pooled-relative-regret"] == pytest.approx(pooled)
+    config = json.loads((folder / "config.json").read_text())
+    assert (
+        config["seed"] == 3
+        and config["config"]["num-rounds"] == 2
+        and config["versions"]["flwr"].startswith("1.42")
+    )
+    table = rows(tmp_path)
+    train = [r for r in table if r["exchange"] == "train"]
+    assert len(train) == 2 * 2  # ceil(0.4 * 5) = 2 clients per round
+    assert {r["client"] for r in table if r["exchange"] == "evaluate"} == set(summary["clients"])
+    assert all(r["status"] == "ok" for r in table)
+    assert "client-00" in (folder / "report.md").read_text()
+    assert json.loads((folder / "progress.json").read_text())["round"] == 2
+
+
+def test_sampling_is_seeded_by_partition_and_independent_of_training(tmp_path: Path) -> None:
+    def sampled(path: Path) -> list[list[str]]:
+        table = rows(path)
+        return [
+            sorted(r["client"] for r in table if r["exchange"] == "train" and r["round"] == str(k))
+            for k in (1, 2)
+        ]
+
+    run(tmp_path / "a", nodes=10, seed=5)
+    run(tmp_path / "b", nodes=10, seed=5, lr=0.01, **{"batch-size": 7})
+    run(tmp_path / "c", nodes=10, seed=6)
+    a, b, c = sampled(tmp_path / "a"), sampled(tmp_path / "b"), sampled(tmp_path / "c")
+    assert a == b and a != c
+    assert all(len(s) == 4 for s in a)  # ceil(0.4 * 10)
+
+
+def test_fedavg_aggregates_deltas_weighted_by_sample_counts(task_identity) -> None:
+    """One round by hand: w + sum n_j (w_j - w) / sum n_j over the usable replies."""
+    from server.pool import ClientInfo, ClientPool
+    from strategies.fedavg import FedAvg
+
+    class Store:
+        rows: list = []
+
+        def add_row(self, **row):
+            self.rows.append(row)
+
+    rng = np.random.default_rng(0)
+    model = make_mlp(3, 4, 2, seed=0)
+    w = to_numpy(to_record(model.state_dict()))
+    strategy = FedAvg(
+        {"seed": 0, "fraction": 1.0, "num-rounds": 1, "lr": 0.1, "local-epochs": 1}, to_record(w)
+    )
+    grid = InlineGrid(client_app, [], {})
+    pool = ClientPool(grid, Store(), required=0, wait_timeout=1, round_timeout=1, log=lambda _: None)
+    pool.clients = {p: ClientInfo(p, 100 + p, f"c{p}", 0) for p in range(4)}
+    strategy.pool = pool
+    updates = [{k: v + rng.normal(size=v.shape) for k, v in w.items()} for _ in range(4)]
+    updates[2]["2.bias"][0] = np.nan  # rejected: NaN
+    updates[3]["0.weight"] = np.zeros((2, 2))  # rejected: wrong shape
+    counts = [10, 30, 5, 5]
+    replies = []
+    for p in range(4):
+        ins = pool.message(p, "train", RecordDict({"config": ConfigRecord({})}), 1)
+        ins.metadata.__dict__["_message_id"] = f"m{p}"
+        pool._sent[f"m{p}"] = p
+        pool._rows[p] = {}
+        content = RecordDict(
+            {
+                "arrays": to_record(updates[p]),
+                "metrics": MetricRecord({"num-examples": counts[p], "train-loss": 1.0}),
+            }
+        )
+        replies.append(Message(content, reply_to=ins))
+    new, metrics = strategy.aggregate_train(1, replies)
+    expected = {k: w[k] + (10 * (updates[0][k] - w[k]) + 30 * (updates[1][k] - w[k])) / 40 for k in w}
+    for k, v in to_numpy(new).items():
+        np.testing.assert_allclose(v, expected[k], rtol=1e-13, atol=1e-15)
+    assert metrics["clients-used"] == 2
+    assert "NaN" in pool.failed[2] and "shape" in pool.failed[3]
+    assert pool._rows[2]["status"] == "rejected"
+
+
+def test_only_model_weights_and_scalars_leave_the_clients(tmp_path: Path) -> None:
+    """Inspect every reply of a run: arrays must be model parameters, metrics scalars."""
+    seen: list[Message] = []
+    run(tmp_path, nodes=3, observers=[lambda ins, reply: seen.append(reply)])
+    params = {k: tuple(v.shape) for k, v in make_mlp(8, 64, 10, seed=0).state_dict().items()}
+    assert len(seen) == 3 + 2 * 2 + 3  # discovery, 2 rounds of ceil(0.4 * 3) = 2, final evaluation
+    for reply in seen:
+        assert not reply.has_error()
+        for record in reply.content.array_records.values():
+            for key in record:
+                assert params.get(key) == tuple(record[key].shape), f"array {key} is not a model parameter"
+        for record in reply.content.metric_records.values():
+            assert all(isinstance(v, int | float) for v in record.values()), dict(record)
+        for record in reply.content.config_records.values():
+            assert set(record) <= {"name", "partition-id", "num-partitions"}
+
+
+def test_a_raising_client_is_recorded_and_the_run_continues(tmp_path: Path) -> None:
+    def faulty(message, context):
+        if context.node_config["partition-id"] == 1 and message.metadata.message_type == "train":
+            raise RuntimeError("disk full on silo 1")
+        return client_app(message, context)
+
+    cfg = {**FAST, "results-dir": str(tmp_path), "run-name": "r", "fraction": 1.0}
+    grid = InlineGrid(faulty, node_configs(3), cfg)
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
+    summary = run_server(grid, cfg)
+    assert summary["status"] == "completed" and len(summary["clients"]) == 3
+    failed = [r for r in rows(tmp_path) if r["status"] == "failed"]
+    assert [(r["round"], r["client"]) for r in failed] == [("1", "client-01"), ("2", "client-01")]
+    assert all("disk full on silo 1" in r["error"] for r in failed)
+
+
+def test_missing_clients_give_a_clear_error_and_keep_the_results(tmp_path: Path) -> None:
+    with pytest.raises(
+        FederationError, match=r"only 3 of 5 required clients .*missing partition-id \[3, 4\]"
+    ):
+        run(tmp_path, nodes=3, **{"num-clients": 5, "node-wait-timeout": 0.5})
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["status"] == "failed" and "only 3 of 5" in summary["error"]
+    assert (tmp_path / "r" / "config.json").exists()
+
+
+def test_a_missing_data_path_names_the_node(tmp_path: Path) -> None:
+    configs = node_configs(2)
+    configs[1]["data-path"] = str(tmp_path / "nowhere")
+    with pytest.raises(FederationError, match=r"partition 1\): data-path '.*nowhere' does not exist"):
+        run_inline({**FAST, "results-dir": str(tmp_path), "run-name": "r"}, configs)
+
+
+def test_an_existing_run_is_never_overwritten(tmp_path: Path) -> None:
+    run(tmp_path, nodes=2)
+    before = (tmp_path / "r" / "summary.json").read_text()
+    with pytest.raises(ConfigError, match="already exists"):
+        run(tmp_path, nodes=2)
+    assert (tmp_path / "r" / "summary.json").read_text() == before
+
+
+def test_client_data_never_reaches_the_server_store(tmp_path: Path) -> None:
+    """The results folder holds metrics, not client data (no array the size of a data split)."""
+    run(tmp_path, nodes=2, **{"audit-traffic": True})
+    for line in (tmp_path / "r" / "traffic.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        assert all(shape in ([64, 8], [64], [10, 64], [10]) for shape in entry["arrays"].values()), entry
+        assert all(kind in ("int", "float") for kind in entry["metrics"].values()), entry
+
+
+def test_wrong_array_record_is_an_error_not_a_crash() -> None:
+    """A reply whose arrays cannot load into the model is refused by load_record, by name."""
+    from client.models import load_record
+
+    with pytest.raises(RuntimeError, match="size mismatch|Missing key"):
+        load_record(make_mlp(2, 3, 1, seed=0), ArrayRecord({}))
