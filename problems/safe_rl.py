@@ -1,0 +1,273 @@
+"""Federated safe RL on heterogeneous CartPole CMDPs (ALGORITHMS.md 2, experiment c).
+
+Each client runs gymnasium's CartPole-v1 dynamics (its vectorised implementation,
+``CartPoleVectorEnv``) with its own physics and episodes capped at ``horizon``
+steps. Per step t the reward is CartPole's 1 and the safety cost is
+
+    c_t = 1[ |x_{t+1}| > x_safe  or  |theta_{t+1}| > theta_safe ]
+
+on the state reached by the step (cart position x, pole angle theta in radians).
+For a softmax policy pi_w and H = horizon, both normalised by H so that they live
+on the scale of the other tasks' losses (the softmax weights depend on that scale):
+
+    f_i(w) = -E[sum_t r_t] / H            (minus the normalised return)
+    g_i(w) =  E[sum_t c_t] / H - budget   (cost budget as a fraction of the horizon)
+
+Estimates on a batch of N episodes are Monte-Carlo averages whose *gradient* is the
+REINFORCE policy gradient with reward-to-go,
+``(1/(N H)) sum_n sum_t grad log pi(a_t|s_t) sum_{t' >= t} (per-step value)_{t'}``:
+``f`` and ``g`` return ``value + surrogate - surrogate.detach()`` (the value of the
+estimate, the gradient of the score-function surrogate). Batches are on-policy:
+sample them with the model you differentiate at.
+
+With the defaults the constraint does not make the best return unreachable: a
+centring linear feedback (push right iff x + 1.6 x_dot + 18 theta + 3 theta_dot > 0)
+keeps every client's pole up for the whole horizon at zero cost. REINFORCE on f
+alone instead finds policies that drift and spend ~4-12% of the steps outside
+|x| <= 1, so the constraint decides which high-return policy is learnt.
+
+Physics (deterministic per client from ``instance_seed``, default the run seed):
+pole half-length, pole mass, cart mass and force magnitude are the CartPole
+defaults times ``exp(heterogeneity * u)``, where for each of the four parameters
+``u`` takes the evenly spaced levels ``-1 + (2k + 1)/n`` (k = 0..n-1) assigned to the
+n clients by a seeded permutation, so clients always differ, evenly, in every parameter.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
+
+from problems.constrained import check_batch_size, check_partition, parse_params, require, seeded_model
+
+OBS_DIM = 4
+NUM_ACTIONS = 2
+PHYSICS_FIELDS = ("length", "masspole", "masscart", "force_mag")
+_EVAL_STREAM = 1  # rng stream tag for evaluation episodes, apart from the physics stream 0
+
+
+@dataclass(frozen=True)
+class SafeRLConfig:
+    """Parameters of the safe-RL task (see the module docstring)."""
+
+    horizon: int = 200
+    x_safe: float = 1.0
+    theta_safe: float = math.radians(8.0)
+    budget: float = 0.05
+    heterogeneity: float = 0.5
+    hidden: int = 0  # 0: linear softmax policy; > 0: one tanh hidden layer of this width
+    eval_episodes: int = 32
+    instance_seed: int | None = None
+
+    def __post_init__(self) -> None:
+        require(
+            isinstance(self.horizon, int) and self.horizon >= 1,
+            "horizon",
+            f"must be a positive integer, got {self.horizon!r}",
+        )
+        require(self.x_safe > 0, "x_safe", f"must be positive, got {self.x_safe!r}")
+        require(self.theta_safe > 0, "theta_safe", f"must be positive (radians), got {self.theta_safe!r}")
+        require(
+            0 <= self.budget <= 1, "budget", f"is a fraction of the horizon in [0, 1], got {self.budget!r}"
+        )
+        require(
+            0 <= self.heterogeneity <= 1.5,
+            "heterogeneity",
+            f"must be in [0, 1.5] (factors exp(+-h)), got {self.heterogeneity!r}",
+        )
+        require(
+            isinstance(self.hidden, int) and self.hidden >= 0,
+            "hidden",
+            f"must be a non-negative integer, got {self.hidden!r}",
+        )
+        require(
+            isinstance(self.eval_episodes, int) and self.eval_episodes >= 1,
+            "eval_episodes",
+            f"must be a positive integer, got {self.eval_episodes!r}",
+        )
+
+
+@dataclass(frozen=True)
+class CartPolePhysics:
+    """The CartPole parameters a client changes (gymnasium defaults: 0.5, 0.1, 1.0, 10.0)."""
+
+    length: float = 0.5  # half the pole's length, m
+    masspole: float = 0.1  # kg
+    masscart: float = 1.0  # kg
+    force_mag: float = 10.0  # N
+
+    def apply(self, env: CartPoleVectorEnv) -> None:
+        """Set the parameters on ``env``, including the two that gymnasium derives from them."""
+        for name in PHYSICS_FIELDS:
+            setattr(env, name, getattr(self, name))
+        env.total_mass = self.masspole + self.masscart
+        env.polemass_length = self.masspole * self.length
+
+
+def client_physics(
+    partition_id: int, num_partitions: int, heterogeneity: float, instance_seed: int
+) -> CartPolePhysics:
+    """Client ``partition_id``'s physics under the rule of the module docstring."""
+    check_partition(partition_id, num_partitions)
+    rng = np.random.default_rng([instance_seed, 0])
+    levels = -1 + (2 * np.arange(num_partitions) + 1) / num_partitions
+    # One independent permutation per parameter, so the parameters are not all large together.
+    level = {name: levels[rng.permutation(num_partitions)[partition_id]] for name in PHYSICS_FIELDS}
+    base = CartPolePhysics()
+    return CartPolePhysics(
+        **{name: getattr(base, name) * math.exp(heterogeneity * level[name]) for name in PHYSICS_FIELDS}
+    )
+
+
+@dataclass(frozen=True)
+class Episodes:
+    """N episodes padded to T steps; entries with ``mask`` false are after the episode ended.
+
+    ``obs[t]`` is the observation the action ``actions[t]`` was taken in; ``next_obs[t]``
+    the one it led to, on which ``costs[t]`` is computed.
+    """
+
+    obs: torch.Tensor  # [T, N, 4] float32
+    actions: torch.Tensor  # [T, N] int64
+    rewards: torch.Tensor  # [T, N] float32
+    costs: torch.Tensor  # [T, N] float32
+    next_obs: torch.Tensor  # [T, N, 4] float32
+    mask: torch.Tensor  # [T, N] bool
+
+    @property
+    def num_episodes(self) -> int:
+        return int(self.mask.shape[1])
+
+
+def make_model(seed: int, **params: Any) -> torch.nn.Module:
+    """Softmax policy logits: ``Linear(4, 2)`` or ``4 -> hidden (tanh) -> 2`` (PyTorch default init)."""
+    config = parse_params(SafeRLConfig, params)
+    if config.hidden == 0:
+        return seeded_model(lambda: torch.nn.Linear(OBS_DIM, NUM_ACTIONS), seed)
+    return seeded_model(
+        lambda: torch.nn.Sequential(
+            torch.nn.Linear(OBS_DIM, config.hidden),
+            torch.nn.Tanh(),
+            torch.nn.Linear(config.hidden, NUM_ACTIONS),
+        ),
+        seed,
+    )
+
+
+def safety_cost(next_obs: np.ndarray, x_safe: float, theta_safe: float) -> np.ndarray:
+    """1 where the reached state leaves the safe zone (|x| > x_safe or |theta| > theta_safe), else 0."""
+    return ((np.abs(next_obs[..., 0]) > x_safe) | (np.abs(next_obs[..., 2]) > theta_safe)).astype(np.float32)
+
+
+def rollout(
+    policy: torch.nn.Module,
+    physics: CartPolePhysics,
+    config: SafeRLConfig,
+    rng: np.random.Generator,
+    num_episodes: int,
+) -> Episodes:
+    """``num_episodes`` parallel episodes of the stochastic policy; all randomness from ``rng``."""
+    env = CartPoleVectorEnv(num_envs=num_episodes, max_episode_steps=config.horizon)
+    physics.apply(env)
+    obs, _ = env.reset(seed=int(rng.integers(2**31)))
+    alive = np.ones(num_episodes, dtype=bool)
+    steps: list[tuple[np.ndarray, ...]] = []
+    with torch.no_grad():
+        while alive.any():
+            prob_right = torch.softmax(policy(torch.from_numpy(obs)), dim=-1)[:, 1].numpy()
+            action = (rng.random(num_episodes) < prob_right).astype(np.int64)
+            next_obs, reward, terminated, truncated, _ = env.step(action)
+            steps.append(
+                (
+                    obs,
+                    action,
+                    reward,
+                    safety_cost(next_obs, config.x_safe, config.theta_safe),
+                    next_obs,
+                    alive.copy(),
+                )
+            )
+            alive &= ~(terminated | truncated)  # the env auto-resets afterwards; those steps are masked out
+            obs = next_obs
+    env.close()
+    obs_t, act_t, rew_t, cost_t, next_t, mask_t = (
+        torch.from_numpy(np.stack(column)) for column in zip(*steps, strict=True)
+    )
+    return Episodes(obs_t, act_t, rew_t, cost_t, next_t, mask_t)
+
+
+def score_function_estimate(
+    policy: torch.nn.Module, episodes: Episodes, per_step: torch.Tensor, horizon: int
+) -> torch.Tensor:
+    """Value ``sum_t per_step_t / H`` averaged over episodes, with the REINFORCE gradient (reward-to-go).
+
+    ``per_step`` [T, N] is the per-step quantity (e.g. -reward or cost); masked steps are ignored.
+    """
+    per_step = per_step * episodes.mask
+    to_go = per_step.flip(0).cumsum(0).flip(0)
+    log_prob = (
+        torch.log_softmax(policy(episodes.obs), dim=-1).gather(-1, episodes.actions.unsqueeze(-1)).squeeze(-1)
+    )
+    scale = 1.0 / (episodes.num_episodes * horizon)
+    surrogate = (log_prob * to_go * episodes.mask).sum() * scale
+    return per_step.sum() * scale + surrogate - surrogate.detach()
+
+
+@dataclass
+class SafeRLTask:
+    """One client's CMDP: its physics and the shared cost definition."""
+
+    name: str
+    partition_id: int
+    seed: int
+    config: SafeRLConfig
+    physics: CartPolePhysics
+    eval_seed: int
+
+    def make_model(self) -> torch.nn.Module:
+        return make_model(self.seed, hidden=self.config.hidden)
+
+    def sample_batch(self, rng: np.random.Generator, size: int, model: torch.nn.Module) -> Episodes:
+        """``size`` fresh on-policy episodes of ``model``."""
+        return rollout(model, self.physics, self.config, rng, check_batch_size(size))
+
+    def f(self, model: torch.nn.Module, batch: Episodes) -> torch.Tensor:
+        return score_function_estimate(model, batch, -batch.rewards, self.config.horizon)
+
+    def g(self, model: torch.nn.Module, batch: Episodes) -> torch.Tensor:
+        return score_function_estimate(model, batch, batch.costs, self.config.horizon) - self.config.budget
+
+    def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
+        """f, g, mean return, mean episode cost and length over ``eval_episodes`` episodes.
+
+        The episodes use a fixed per-client seed (common random numbers), so two models
+        are compared on the same initial states and action noise.
+        """
+        episodes = rollout(
+            model, self.physics, self.config, np.random.default_rng(self.eval_seed), self.config.eval_episodes
+        )
+        ret = float((episodes.rewards * episodes.mask).sum(0).mean())
+        cost = float((episodes.costs * episodes.mask).sum(0).mean())
+        horizon = self.config.horizon
+        return {
+            "f": -ret / horizon,
+            "g": cost / horizon - self.config.budget,
+            "return": ret,
+            "cost": cost,
+            "episode_length": float(episodes.mask.sum(0).float().mean()),
+        }
+
+
+def load_client(partition_id: int, num_partitions: int, seed: int, **params: Any) -> SafeRLTask:
+    """Client ``partition_id`` of ``num_partitions``; needs no data, only its physics."""
+    check_partition(partition_id, num_partitions)
+    config = parse_params(SafeRLConfig, params)
+    instance_seed = seed if config.instance_seed is None else config.instance_seed
+    physics = client_physics(partition_id, num_partitions, config.heterogeneity, instance_seed)
+    eval_seed = int(np.random.default_rng([instance_seed, _EVAL_STREAM, partition_id]).integers(2**63))
+    return SafeRLTask(f"client-{partition_id}", partition_id, seed, config, physics, eval_seed)
