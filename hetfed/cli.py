@@ -67,6 +67,13 @@ def cmd_federation(args: argparse.Namespace) -> int:
 
 
 def cmd_config(args: argparse.Namespace) -> int:
+    if args.sync_pyproject:
+        from hetfed.config import sync_pyproject
+        from hetfed.engines.runner import APP_DIR
+
+        sync_pyproject(APP_DIR / "pyproject.toml")
+        print(f"wrote {len(SCHEMA)} keys to {APP_DIR / 'pyproject.toml'} [tool.flwr.app.config]")
+        return 0
     if args.toml:
         print(to_toml({k: key.default for k, key in SCHEMA.items()}), end="")
         return 0
@@ -101,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cfg = sub.add_parser("config", help="list every run-config key with its default and meaning")
     cfg.add_argument("--toml", action="store_true", help="print the defaults as [tool.flwr.app.config] TOML")
+    cfg.add_argument("--sync-pyproject", action="store_true", help="rewrite pyproject's config table")
     cfg.set_defaults(func=cmd_config)
     return parser
 

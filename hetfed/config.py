@@ -80,6 +80,9 @@ SCHEMA: dict[str, Key] = {
     ),
     "round-timeout": Key(600.0, "Seconds to wait for the replies of one exchange", low=0.0, low_open=True),
     "resume": Key(False, "Continue the run named run-name from its last checkpoint"),
+    "checkpoint-every": Key(
+        1, "Write rounds.csv and the checkpoint every k rounds (0 = only at the end)", low=0
+    ),
     "audit-traffic": Key(False, "Log the shape of every reply's arrays and metrics to traffic.jsonl"),
     # --- federated training -----------------------------------------------------
     "num-rounds": Key(10, "Federated rounds", low=1),
@@ -161,6 +164,17 @@ def to_toml(values: Mapping[str, Value]) -> str:
         return repr(v)
 
     return "".join(f"{k} = {lit(v)}\n" for k, v in values.items())
+
+
+def sync_pyproject(path: Path) -> None:
+    """Rewrite pyproject.toml's ``[tool.flwr.app.config]`` table from :data:`SCHEMA`."""
+    text = path.read_text()
+    head, sep, rest = text.partition("[tool.flwr.app.config]\n")
+    if not sep:
+        raise ValueError(f"{path} has no [tool.flwr.app.config] table")
+    tail = rest[rest.index("\n[") + 1 :] if "\n[" in rest else ""
+    table = "# Generated from hetfed/config.py (`hetfed config --sync-pyproject`); a test keeps them equal.\n"
+    path.write_text(head + sep + table + to_toml(defaults()) + "\n" + tail)
 
 
 def pyproject_config(path: Path) -> dict[str, Any]:

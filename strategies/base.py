@@ -98,9 +98,14 @@ class FederatedStrategy(Strategy):
                     dict(self.aggregate_evaluate(server_round, pool.send(evaluate, server_round)) or {})
                 )
             self.history[server_round] = metrics
-            store.commit(server_round, self.num_rounds, metrics)
-            store.save_checkpoint({"round": server_round, "strategy": self.state_dict()})
-            self.log(f"round {server_round}/{self.num_rounds} " + _fmt(metrics))
+            store.add_row(
+                round=server_round, exchange="round", client="server", status="ok", error="", **metrics
+            )
+            every = int(self.cfg.get("checkpoint-every", 1))
+            if server_round == self.num_rounds or (every and server_round % every == 0):
+                store.commit(server_round, self.num_rounds, metrics)
+                store.save_checkpoint({"round": server_round, "strategy": self.state_dict()})
+                self.log(f"round {server_round}/{self.num_rounds} " + _fmt(metrics))
         return self.finish()
 
     def start(  # Flower's entry point, for users who drive a strategy themselves

@@ -58,3 +58,10 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         yield flower
     finally:
         flower.stop()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Tiny models run faster on one thread, and the suite shares 2 cores with Flower's processes."""
+    import torch
+
+    torch.set_num_threads(1)
