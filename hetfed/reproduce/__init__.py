@@ -1,0 +1,17 @@
+"""``hetfed reproduce <experiment>``: the papers' experiments, with tables in docs/results/.
+
+Each experiment is a module of this package with ``add_arguments(parser)`` (its own options) and
+``run(args) -> int``; :data:`EXPERIMENTS` maps the command-line name to the module.
+"""
+
+from __future__ import annotations
+
+EXPERIMENTS = {
+    "knapsack": "hetfed.reproduce.knapsack",
+    "energy": "hetfed.reproduce.energy",
+    "shortest-path": "hetfed.reproduce.shortest_path",
+    "np-classification": "hetfed.reproduce.switching",
+    "fair-classification": "hetfed.reproduce.switching",
+    "safe-rl": "hetfed.reproduce.switching",
+    "pflsa": "hetfed.reproduce.pflsa",
+}
