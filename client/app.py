@@ -23,8 +23,17 @@ torch.set_num_threads(1)
 app = ClientApp()
 
 
+class FaultDrill(RuntimeError):
+    """Raised on purpose (node config ``fail-round``) to rehearse a failing silo."""
+
+
 def handle(message: Message, context: Context) -> Message:
     """Run the handler of this message's type on this node's client."""
+    fail_round = context.node_config.get("fail-round")
+    if fail_round is not None and message.metadata.group_id == str(fail_round):
+        raise FaultDrill(
+            f"fault drill: node {context.node_id} fails round {fail_round} (node config fail-round)"
+        )
     session = ClientSession.from_context(context)
     client_cls = CLIENTS[session.cfg["strategy"]]
     kind = message.metadata.message_type
