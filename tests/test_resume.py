@@ -1,4 +1,4 @@
-"""Checkpoints and resume: a run whose server dies continues from its last round and ends as if it never died."""
+"""Checkpoints and resume: a crashed run continues from its last round and ends as if it never died."""
 
 from __future__ import annotations
 
