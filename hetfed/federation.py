@@ -1,20 +1,41 @@
-"""``hetfed federation up|down|status``: a real local deployment that outlives one command.
+"""``hetfed federation``: a local deployment that outlives one command, and one host's part of a real one.
 
-``up`` starts a SuperLink and N SuperNodes on 127.0.0.1, each SuperNode its own
-process with its own node config (partition, data path, state dir), waits until
-all are online, and writes ``federation.json`` (ports, process ids) under the
-federation folder; ``down`` stops them by process group.
+- ``up`` / ``down`` / ``status``: a SuperLink and N SuperNodes on this machine, each
+  SuperNode its own process with its own node config (partition, data path, state
+  dir); optionally over TLS with node authentication (keys made and registered here).
+- ``superlink`` / ``silo``: the command one real machine runs (the SuperLink host, or
+  one organisation's SuperNode), checked first: files exist, plain HTTP only on
+  loopback, node authentication on by default. The SuperLink host's folder gets
+  ``federation.json`` and a flwr connection, so ``hetfed run --engine deployment
+  --federation-dir DIR``, ``register`` and ``status`` work on that host.
+
+``federation.json`` records the SuperLink address, its CA (if TLS), whether node
+authentication is on, the number of SuperNodes expected and the process groups
+that ``down`` stops.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetfed.engines.flower import CONNECTION, LocalFlower, stop_process_groups
+from hetfed.credentials import TlsFiles, certificate_names, write_node_key
+from hetfed.engines.flower import (
+    BIN,
+    CONNECTION,
+    LocalFlower,
+    flower_env,
+    is_loopback,
+    split_address,
+    stop_process_groups,
+    superlink_args,
+    supernode_args,
+)
 
 DEFAULT_DIR = Path(".hetfed") / "federation"
 
@@ -25,12 +46,16 @@ class FederationNotRunning(RuntimeError):
 
 @dataclass
 class FederationInfo:
-    """What ``federation.json`` records about a running local federation."""
+    """What ``federation.json`` records about a federation's SuperLink."""
 
     root: Path
     link_port: int
     nodes: int
     pids: list[int]
+    host: str = "127.0.0.1"
+    tls_dir: Path | None = None
+    node_auth: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def load(cls, root: Path) -> FederationInfo:
@@ -40,11 +65,37 @@ class FederationInfo:
                 f"no local federation is running in {root}; start one with `hetfed federation up --nodes 4`"
             )
         data = json.loads(path.read_text())
-        return cls(Path(root).resolve(), int(data["link-port"]), int(data["nodes"]), list(data["pids"]))
+        return cls(
+            Path(root).resolve(),
+            int(data["link-port"]),
+            int(data["nodes"]),
+            list(data["pids"]),
+            host=data.get("host", "127.0.0.1"),
+            tls_dir=Path(data["tls-dir"]) if data.get("tls-dir") else None,
+            node_auth=bool(data.get("node-auth", False)),
+        )
+
+    def save(self) -> None:
+        """Write ``federation.json``."""
+        data = {
+            "link-port": self.link_port,
+            "host": self.host,
+            "nodes": self.nodes,
+            "pids": self.pids,
+            "tls-dir": str(self.tls_dir) if self.tls_dir else "",
+            "node-auth": self.node_auth,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "connection": CONNECTION,
+            **self.extra,
+        }
+        (self.root / "federation.json").write_text(json.dumps(data, indent=2))
 
     def flower(self) -> LocalFlower:
-        """A handle to submit runs to this federation."""
-        return LocalFlower(self.root, link_port=self.link_port)
+        """A handle to submit runs to this federation and query it (TLS verified with its CA)."""
+        tls = TlsFiles.from_dir(self.tls_dir) if self.tls_dir else None
+        return LocalFlower(
+            self.root, link_port=self.link_port, host=self.host, tls=tls, node_auth=self.node_auth
+        )
 
 
 def node_config(
@@ -70,39 +121,47 @@ def federation_up(
     data_path: str | None = None,
     state_dir: str | None = None,
     port: int = 0,
+    tls_dir: Path | None = None,
+    node_auth: bool = False,
 ) -> FederationInfo:
-    """Start a SuperLink (cwd ``app_dir``) and ``nodes`` SuperNodes; wait until all are online."""
+    """Start a SuperLink (cwd ``app_dir``) and ``nodes`` SuperNodes; wait until all are online.
+
+    With ``tls_dir`` the SuperLink serves HTTPS with its certificates; with ``node_auth``
+    each SuperNode gets a key pair under ``root/keys`` that is registered before it starts.
+    """
     if nodes < 1:
         raise ValueError(f"--nodes must be >= 1, got {nodes}")
     root = Path(root).resolve()
     if (root / "federation.json").exists():
         raise RuntimeError(f"a federation is already up in {root}; run `hetfed federation down` first")
+    tls = TlsFiles.from_dir(tls_dir) if tls_dir else None
+    if node_auth and tls is None:
+        raise ValueError("--node-auth needs --tls-dir: Flower authenticates SuperNodes only over TLS")
     configs = [node_config(i, nodes, root, data_path, state_dir) for i in range(nodes)]
     for i, cfg in enumerate(configs):  # refuse before starting anything
         if "data-path" in cfg and not Path(cfg["data-path"]).exists():
             raise FileNotFoundError(f"SuperNode {i}: data-path '{cfg['data-path']}' does not exist")
-    flower = LocalFlower(root, link_port=port)
+    flower = LocalFlower(root, link_port=port, tls=tls, node_auth=node_auth)
     try:
         flower.start_superlink(cwd=app_dir)
         for i, cfg in enumerate(configs):
-            flower.start_supernode(i, cfg)
+            key = _node_key(root / "keys" / f"node-{i}") if node_auth else None
+            if key:
+                flower.register(key.with_name(key.name + ".pub"), name=f"node-{i}")
+            flower.start_supernode(i, cfg, key=key)
         flower.wait_for_nodes(nodes)
     except BaseException:
         flower.stop()
         raise
-    info = FederationInfo(root, flower.link_port, nodes, [p.pid for p in flower.processes.values()])
-    (root / "federation.json").write_text(
-        json.dumps(
-            {
-                "link-port": info.link_port,
-                "nodes": nodes,
-                "pids": info.pids,
-                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "connection": CONNECTION,
-            },
-            indent=2,
-        )
+    info = FederationInfo(
+        root,
+        flower.link_port,
+        nodes,
+        [p.pid for p in flower.processes.values()],
+        tls_dir=tls.ca.parent if tls else None,
+        node_auth=node_auth,
     )
+    info.save()
     return info
 
 
@@ -112,3 +171,133 @@ def federation_down(root: Path) -> int:
     stop_process_groups(list(reversed(info.pids)))
     (info.root / "federation.json").unlink()
     return len(info.pids)
+
+
+def _node_key(path: Path) -> Path:
+    """The private key at ``path``, made on first use (a node keeps its key, and so its node id)."""
+    if not path.exists():
+        write_node_key(path)
+    return path
+
+
+# --- one host of a federation across machines ---------------------------------------------------
+@dataclass(frozen=True)
+class HostCommand:
+    """A Flower daemon to run in the foreground: argv, environment and working folder."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+
+    def exec(self) -> None:
+        """Replace this process with the daemon (systemd then supervises Flower itself)."""
+        os.chdir(self.cwd)
+        os.execvpe(self.argv[0], self.argv, self.env)
+
+
+def superlink_host(
+    root: Path,
+    *,
+    host: str,
+    port: int,
+    tls_dir: Path | None,
+    node_auth: bool,
+    silos: int = 0,
+) -> HostCommand:
+    """Prepare ``root`` (state database, flwr connection, ``federation.json``) and the SuperLink command.
+
+    Plain HTTP (``tls_dir=None``) is allowed only when binding to loopback. The
+    flwr connection goes to 127.0.0.1 when binding to all interfaces; the server
+    certificate must name that address (``hetfed federation certs`` always adds it).
+    """
+    if silos < 0:
+        raise ValueError(f"--silos must be >= 0, got {silos}")
+    if tls_dir is None and not is_loopback(host):
+        raise ValueError(
+            f"refusing plain HTTP on --host {host}: traffic would leave this machine unencrypted; "
+            "give --tls-dir (see `hetfed federation certs`) or bind to 127.0.0.1"
+        )
+    if node_auth and tls_dir is None:
+        raise ValueError("node authentication needs TLS: give --tls-dir, or --no-node-auth on loopback")
+    tls = TlsFiles.from_dir(tls_dir) if tls_dir else None
+    local = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    if tls and local not in certificate_names(tls.cert):
+        raise ValueError(
+            f"the server certificate {tls.cert} does not name {local} (it names "
+            f"{', '.join(certificate_names(tls.cert))}); the SuperLink's own executor connects there: "
+            f"re-issue it with `hetfed federation certs --out {tls.cert.parent} --host {local} ...`"
+        )
+    root = Path(root).resolve()
+    (root / "results").mkdir(parents=True, exist_ok=True)
+    args = superlink_args(host=host, port=port, database=str(root / "state.db"), tls=tls, node_auth=node_auth)
+    info = FederationInfo(
+        root,
+        port,
+        silos,
+        [],  # not started by us: stopped by systemd or Ctrl-C, not by `down`
+        host=local,
+        tls_dir=tls.ca.parent if tls else None,
+        node_auth=node_auth,
+        extra={"role": "superlink-host", "superlink-pid": os.getpid()},  # exec keeps the pid
+    )
+    flower = info.flower()  # writes the flwr connection
+    info.save()
+    # The ServerApp writes results relative to the SuperLink's working folder: root/results.
+    return HostCommand([str(BIN / "flower-superlink"), *args], flower.env, root)
+
+
+def silo_host(
+    *,
+    superlink: str,
+    ca: Path | None,
+    key: Path | None,
+    partition_id: int,
+    num_partitions: int,
+    state_dir: Path,
+    data_path: Path | None = None,
+    port: int = 9094,
+) -> HostCommand:
+    """The SuperNode command of one silo: its partition, data, state and key; HTTPS unless on loopback."""
+    host, _ = split_address(superlink)
+    if ca is None and not is_loopback(host):
+        raise ValueError(
+            f"refusing plain HTTP to --superlink {superlink}: give --ca with the federation's ca.crt"
+        )
+    if not 0 <= partition_id < num_partitions:
+        raise ValueError(f"--partition-id {partition_id} is outside [0, --num-partitions={num_partitions})")
+    for flag, path in (("--ca", ca), ("--key", key), ("--data-path", data_path)):
+        if path is not None and not Path(path).exists():
+            raise FileNotFoundError(f"{flag} '{path}' does not exist")
+    state = Path(state_dir).resolve()
+    state.mkdir(parents=True, exist_ok=True)
+    cfg: dict[str, Any] = {"partition-id": partition_id, "num-partitions": num_partitions}
+    if data_path is not None:
+        cfg["data-path"] = str(Path(data_path).resolve())
+    cfg["state-dir"] = str(state)
+    args = supernode_args(
+        superlink=superlink,
+        node_config=cfg,
+        ca=Path(ca).resolve() if ca else None,
+        key=Path(key).resolve() if key else None,
+        port=port,
+    )
+    # Flower's own files (FABs) stay in the silo's state folder; ".flwr" is never a run's state key.
+    return HostCommand([str(BIN / "flower-supernode"), *args], flower_env(state / ".flwr"), state)
+
+
+def register_keys(flower: LocalFlower, public_keys: Sequence[Path], wait: float = 0) -> list[str]:
+    """Register each SuperNode public key; one line per key (node id, or already registered)."""
+    if wait:
+        flower.wait_healthy(wait)
+    lines = []
+    for pub in public_keys:
+        if not Path(pub).is_file():
+            raise FileNotFoundError(f"public key '{pub}' does not exist")
+        name = Path(pub).name.removesuffix(".pub")
+        try:
+            lines.append(f"{pub}: node id {flower.register(Path(pub), name=name)}")
+        except RuntimeError as exc:
+            if "already in use" not in str(exc):
+                raise
+            lines.append(f"{pub}: already registered")  # idempotent, e.g. a restarted compose job
+    return lines

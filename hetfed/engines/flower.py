@@ -5,14 +5,23 @@ the integration tests. Every process gets its own session (process group), so
 stopping it also stops the SuperExec and ClientApp processes it spawned. Every
 federation has a private ``FLWR_HOME`` holding its SuperLink connection, and runs
 with runtime dependency installation and the online update check disabled.
+
+The ``*_args`` functions are the single place where Flower command lines are
+written: local processes, ``hetfed federation superlink|silo`` on real machines
+and the docker-compose generator all use them (tests parse them with Flower's
+own argument parsers). With TLS, the SuperLink serves Fleet, Control and Runtime
+APIs on one HTTPS port; with node authentication only SuperNodes whose public key
+was registered (``flwr supernode register``) may connect.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -23,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from hetfed.config import to_toml
+from hetfed.credentials import TlsFiles
 
 CONNECTION = "hetfed"
 BIN = Path(sys.executable).parent  # flwr, flower-superlink, ... of this environment
@@ -55,13 +65,109 @@ def node_config_string(values: Mapping[str, Any]) -> str:
     return " ".join(f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}" for k, v in values.items())
 
 
+def is_loopback(host: str) -> bool:
+    """True for localhost and loopback addresses (127.0.0.0/8, ::1): plain HTTP there stays on the host."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` too) -> (host, port); a clear error naming the address otherwise."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"SuperLink address {address!r} is not host:port (e.g. superlink.example.org:8000)")
+    return host.strip("[]"), int(port)
+
+
+def superlink_args(
+    *,
+    host: str,
+    port: int,
+    database: str,
+    tls: TlsFiles | None,
+    node_auth: bool = False,
+    isolation: str = "subprocess",
+    simulation: bool = False,
+) -> list[str]:
+    """``flower-superlink`` arguments: Fleet, Control and Runtime APIs on ``host:port``, HTTPS with ``tls``.
+
+    ``node_auth`` admits only SuperNodes whose public key was registered; Flower requires TLS for it.
+    """
+    if node_auth and tls is None:
+        raise ValueError("node authentication needs TLS: give --tls-dir (Flower refuses it over plain HTTP)")
+    security = (
+        ["--ssl-ca-certfile", str(tls.ca), "--ssl-certfile", str(tls.cert), "--ssl-keyfile", str(tls.key)]
+        if tls
+        else ["--insecure"]
+    )
+    args = [*security, "--isolation", isolation, "--host", host, "--port", str(port), "--database", database]
+    args.append("--disable-runtime-dependency-installation")  # dependencies are installed beforehand
+    if node_auth:
+        args.append("--enable-supernode-auth")
+    if simulation:
+        args.append("--simulation")
+    return args
+
+
+def supernode_args(
+    *,
+    superlink: str,
+    node_config: Mapping[str, Any],
+    ca: str | os.PathLike | None,
+    key: str | os.PathLike | None = None,
+    host: str = "127.0.0.1",
+    port: int = 9094,
+    isolation: str = "subprocess",
+    max_retries: int | None = None,
+) -> list[str]:
+    """``flower-supernode`` arguments: connect to ``superlink`` (HTTPS verified with ``ca``, else plain).
+
+    ``host:port`` is the SuperNode's own Runtime API, where its ClientApp executor connects.
+    """
+    args = ["--root-certificates", str(ca)] if ca else ["--insecure"]
+    args += ["--superlink", superlink, "--isolation", isolation, "--host", host, "--port", str(port)]
+    if key:
+        args += ["--auth-supernode-private-key", str(key)]
+    if max_retries is not None:
+        args += ["--max-retries", str(max_retries)]
+    return [*args, "--node-config", node_config_string(node_config)]
+
+
+def superexec_args(*, runtime_api: str, ca: str | os.PathLike | None) -> list[str]:
+    """``flower-superexec`` arguments for an executor of ServerApps or ClientApps (process isolation)."""
+    security = ["--root-certificates", str(ca)] if ca else ["--insecure"]
+    return [*security, "--runtime-api-address", runtime_api]
+
+
+def connection_toml(address: str, ca: str | os.PathLike | None) -> str:
+    """``$FLWR_HOME/config.toml`` with the SuperLink connection ``hetfed`` (the flwr CLI reads it)."""
+    security = f'root-certificates = "{Path(ca).resolve()}"' if ca else "insecure = true"
+    return (
+        f'[superlink]\ndefault = "{CONNECTION}"\n\n'
+        f'[superlink.{CONNECTION}]\naddress = "{address}"\n{security}\n'
+    )
+
+
 @dataclass
 class LocalFlower:
-    """A SuperLink (deployment or simulation runtime) and SuperNodes on 127.0.0.1, under ``root``."""
+    """A SuperLink (deployment or simulation runtime) and SuperNodes started from here, under ``root``.
+
+    ``host:link_port`` is where the flwr CLI and SuperNodes reach the SuperLink; ``ca``
+    verifies its certificate (``None``: plain HTTP). ``tls`` (the SuperLink's own
+    files) and ``node_auth`` matter only to :meth:`start_superlink`.
+    """
 
     root: Path
     simulation: bool = False
     link_port: int = 0
+    host: str = "127.0.0.1"
+    ca: Path | None = None
+    tls: TlsFiles | None = None
+    node_auth: bool = False
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -69,15 +175,22 @@ class LocalFlower:
         self.home = self.root / "flwr-home"
         self.home.mkdir(parents=True, exist_ok=True)
         self.link_port = self.link_port or free_port()
+        if self.tls and not self.ca:
+            self.ca = self.tls.ca
         self.env = flower_env(self.home)
-        (self.home / "config.toml").write_text(
-            f'[superlink]\ndefault = "{CONNECTION}"\n\n'
-            f'[superlink.{CONNECTION}]\naddress = "127.0.0.1:{self.link_port}"\ninsecure = true\n'
-        )
+        (self.home / "config.toml").write_text(connection_toml(self.address, self.ca))
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.link_port}"
+        return f"[{self.host}]:{self.link_port}" if ":" in self.host else f"{self.host}:{self.link_port}"
+
+    @property
+    def health_url(self) -> str:
+        return f"{'https' if self.ca else 'http'}://{self.address}/health"
+
+    def healthy(self) -> bool:
+        """Whether the SuperLink answers ``/health`` (over HTTPS verified with ``ca`` when set)."""
+        return _http_ok(self.health_url, self.ca)
 
     # --- processes ------------------------------------------------------------------
     def spawn(self, name: str, cmd: list[str], cwd: Path | None = None) -> subprocess.Popen:
@@ -96,38 +209,44 @@ class LocalFlower:
 
     def start_superlink(self, cwd: Path | None = None, timeout: float = 60) -> None:
         """Start the SuperLink and wait until its /health answers."""
-        cmd = [
-            str(BIN / "flower-superlink"),
-            "--insecure",
-            "--port",
-            str(self.link_port),
-            "--database",
-            str(self.root / "state.db"),
-            "--disable-runtime-dependency-installation",
-        ]
-        if self.simulation:
-            cmd.append("--simulation")
-        proc = self.spawn("superlink", cmd, cwd)
-        url = f"http://{self.address}/health"
-        self._wait(lambda: proc.poll() is None and _http_ok(url), timeout, "the SuperLink", "superlink")
-
-    def start_supernode(self, index: int, node_config: Mapping[str, Any]) -> None:
-        """Start SuperNode ``index`` with its own node config (its private partition)."""
-        self.spawn(
-            f"supernode-{index}",
-            [
-                str(BIN / "flower-supernode"),
-                "--insecure",
-                "--superlink",
-                self.address,
-                "--port",
-                str(free_port()),
-                "--max-retries",
-                "10",
-                "--node-config",
-                node_config_string(node_config),
-            ],
+        args = superlink_args(
+            host=self.host,
+            port=self.link_port,
+            database=str(self.root / "state.db"),
+            tls=self.tls,
+            node_auth=self.node_auth,
+            simulation=self.simulation,
         )
+        proc = self.spawn("superlink", [str(BIN / "flower-superlink"), *args], cwd)
+        self._wait(lambda: proc.poll() is None and self.healthy(), timeout, "the SuperLink", "superlink")
+
+    def start_supernode(self, index: int, node_config: Mapping[str, Any], key: Path | None = None) -> None:
+        """Start SuperNode ``index`` with its own node config (its private partition) and auth ``key``."""
+        args = supernode_args(
+            superlink=self.address,
+            node_config=node_config,
+            ca=self.ca,
+            key=key,
+            port=free_port(),
+            max_retries=10,
+        )
+        self.spawn(f"supernode-{index}", [str(BIN / "flower-supernode"), *args])
+
+    def register(self, public_key: Path, name: str = "") -> int:
+        """``flwr supernode register``: admit the SuperNode holding this key; returns its node id."""
+        named = ["--name", name] if name else []
+        res = self.flwr_json("supernode", "register", str(public_key), CONNECTION, *named)
+        if not res.get("success") or "node-id" not in res:
+            raise FlowerProcessError(f"registering {public_key} failed: {res.get('error-message', res)}")
+        return int(res["node-id"])
+
+    def wait_healthy(self, timeout: float) -> None:
+        """Wait until the SuperLink (started elsewhere) answers ``/health``."""
+        end = time.time() + timeout
+        while not self.healthy():
+            if time.time() > end:
+                raise FlowerProcessError(f"no SuperLink answered {self.health_url} within {timeout:g} s")
+            time.sleep(0.5)
 
     def wait_for_nodes(self, count: int, timeout: float = 90) -> None:
         """Wait until ``count`` SuperNodes are online."""
@@ -245,9 +364,10 @@ def _group_alive(pid: int) -> bool:
     return any(not s.startswith("Z") for s in out.stdout.split())
 
 
-def _http_ok(url: str) -> bool:
+def _http_ok(url: str, ca: Path | None = None) -> bool:
+    context = ssl.create_default_context(cafile=str(ca)) if ca else None
     try:
-        with urllib.request.urlopen(url, timeout=1) as r:
+        with urllib.request.urlopen(url, timeout=2, context=context) as r:
             return r.status == 200
     except OSError:
         return False

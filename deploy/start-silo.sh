@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Start one silo's SuperNode of a federation across machines, in the foreground (systemd runs this).
+# usage: deploy/start-silo.sh ENV_FILE [--print]
+#   ENV_FILE: see deploy/silo.env.example. --print shows the Flower command without running it.
+set -euo pipefail
+ENV_FILE=${1:?usage: start-silo.sh ENV_FILE [--print]}
+shift
+set -a
+# shellcheck source=silo.env.example
+source "$ENV_FILE"
+set +a
+args=(federation silo --superlink "${HETFED_SUPERLINK:?HETFED_SUPERLINK is not set in $ENV_FILE}"
+      --partition-id "${HETFED_PARTITION_ID:?}" --num-partitions "${HETFED_NUM_PARTITIONS:?}"
+      --state-dir "${HETFED_STATE_DIR:?}" --port "${HETFED_PORT:-9094}")
+if [[ -n "${HETFED_CA:-}" ]]; then
+  args+=(--ca "$HETFED_CA")
+else
+  args+=(--insecure)  # hetfed accepts this only for a loopback SuperLink
+fi
+[[ -z "${HETFED_KEY:-}" ]] || args+=(--key "$HETFED_KEY")
+[[ -z "${HETFED_DATA_PATH:-}" ]] || args+=(--data-path "$HETFED_DATA_PATH")
+exec "${HETFED_BIN:-hetfed}" "${args[@]}" "$@"

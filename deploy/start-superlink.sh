@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Start the SuperLink of a federation across machines, in the foreground (systemd runs this).
+# usage: deploy/start-superlink.sh ENV_FILE [--print]
+#   ENV_FILE: see deploy/superlink.env.example. --print shows the Flower command without running it.
+set -euo pipefail
+ENV_FILE=${1:?usage: start-superlink.sh ENV_FILE [--print]}
+shift
+set -a
+# shellcheck source=superlink.env.example
+source "$ENV_FILE"
+set +a
+args=(federation superlink --dir "${HETFED_DIR:?HETFED_DIR is not set in $ENV_FILE}"
+      --host "${HETFED_HOST:-0.0.0.0}" --port "${HETFED_PORT:-8000}" --silos "${HETFED_SILOS:-0}")
+if [[ -n "${HETFED_TLS_DIR:-}" ]]; then
+  args+=(--tls-dir "$HETFED_TLS_DIR")
+else
+  args+=(--insecure)  # hetfed accepts this only with a loopback HETFED_HOST
+fi
+[[ "${HETFED_NODE_AUTH:-1}" == 1 ]] || args+=(--no-node-auth)
+exec "${HETFED_BIN:-hetfed}" "${args[@]}" "$@"

@@ -1,0 +1,182 @@
+"""``hetfed federation compose``: a docker-compose file for a cross-silo federation on one Docker host.
+
+Flower 1.42 topology with process isolation, one image (``Dockerfile``: Flower +
+hetfed + CPU torch, runtime dependency installation off) for every container:
+
+- ``superlink``: Fleet, Control and Runtime APIs on port 8000 (published on the
+  host's loopback only, for the operator's ``flwr``), state in volume ``superlink-state``;
+- ``superexec-serverapp``: runs the ServerApp; results in volume ``results``;
+- per silo ``i``: ``supernode-i`` (on the shared network ``link`` and the silo's own
+  network ``silo-i``) and ``superexec-clientapp-i``, which runs the ClientApps and is
+  the only container that mounts the silo's volume ``silo-i`` (``/silo/data``,
+  ``/silo/state``). ``silo-i`` is an internal network: the container holding the
+  silo's data reaches its own SuperNode and nothing else.
+
+With ``tls`` the certificates (``hetfed federation certs --out certs --host superlink``)
+and node keys (``hetfed federation keygen keys/silo-i``) are compose secrets, the
+SuperLink authenticates SuperNodes, and a one-shot ``register`` service registers the
+silos' public keys before their SuperNodes start.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hetfed.config import to_toml, validate
+from hetfed.credentials import TlsFiles
+from hetfed.engines.flower import superexec_args, superlink_args, supernode_args
+
+LINK_PORT = 8000  # Flower's default SuperLink port (Fleet, Control and Runtime APIs)
+NODE_PORT = 9094  # each SuperNode's Runtime API (its ClientApp executor connects here)
+IMAGE = "hetfed-app:local"
+SECRETS = "/run/secrets"
+SILO_DATA, SILO_STATE = "/silo/data", "/silo/state"
+
+
+def compose_spec(silos: int, problem: str, tls: bool) -> dict[str, Any]:
+    """The compose file as a mapping (see the module docstring for the topology)."""
+    if silos < 1:
+        raise ValueError(f"--silos must be >= 1, got {silos}")
+    validate({"problem": problem})  # a clear error for an unknown problem
+    version = metadata.version("flwr")
+    link = f"superlink:{LINK_PORT}"
+    ca = f"{SECRETS}/ca.crt" if tls else None
+    env = {"FLWR_DISABLE_UPDATE_CHECK": "1", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+
+    def service(entrypoint: str, command: list[str], **extra: Any) -> dict[str, Any]:
+        return {
+            "image": IMAGE,
+            "build": {"context": ".", "dockerfile": "Dockerfile", "args": {"FLWR_VERSION": version}},
+            "entrypoint": [entrypoint],
+            "command": command,
+            "environment": dict(env),
+            **extra,
+        }
+
+    server_tls = TlsFiles(Path(SECRETS, "ca.crt"), Path(SECRETS, "server.pem"), Path(SECRETS, "server.key"))
+    services: dict[str, Any] = {
+        "superlink": service(
+            "flower-superlink",
+            superlink_args(
+                host="0.0.0.0",
+                port=LINK_PORT,
+                database="/state/state.db",
+                tls=server_tls if tls else None,
+                node_auth=tls,
+                isolation="process",
+            ),
+            ports=[f"127.0.0.1:{LINK_PORT}:{LINK_PORT}"],  # the operator's flwr, on this host only
+            volumes=["superlink-state:/state"],
+            networks=["link"],
+            restart="on-failure",
+            **_secrets(["ca.crt", "server.pem", "server.key"] if tls else []),
+        ),
+        "superexec-serverapp": service(
+            "flower-superexec",
+            superexec_args(runtime_api=link, ca=ca),
+            volumes=["results:/app/results"],  # the ServerApp's results-dir "results", cwd /app
+            networks=["link"],
+            depends_on=["superlink"],
+            restart="on-failure",
+            **_secrets(["ca.crt"] if tls else []),
+        ),
+    }
+    if tls:
+        services["register"] = service(
+            "hetfed",
+            ["federation", "register", "--superlink", link, "--ca", ca, "--wait", "120"]
+            + [f"{SECRETS}/silo-{i}.pub" for i in range(silos)],
+            networks=["link"],
+            depends_on=["superlink"],
+            restart="no",
+            **_secrets(["ca.crt", *(f"silo-{i}.pub" for i in range(silos))]),
+        )
+    for i in range(silos):
+        node_config = {
+            "partition-id": i,
+            "num-partitions": silos,
+            "data-path": SILO_DATA,
+            "state-dir": SILO_STATE,
+        }
+        services[f"supernode-{i}"] = service(
+            "flower-supernode",
+            supernode_args(
+                superlink=link,
+                node_config=node_config,
+                ca=ca,
+                key=f"{SECRETS}/silo-{i}" if tls else None,
+                host="0.0.0.0",
+                port=NODE_PORT,
+                isolation="process",
+            ),
+            networks=["link", f"silo-{i}"],
+            depends_on=(
+                {"register": {"condition": "service_completed_successfully"}} if tls else ["superlink"]
+            ),
+            restart="on-failure",
+            **_secrets(["ca.crt", f"silo-{i}"] if tls else []),
+        )
+        # The silo's Runtime API traffic stays on its internal network, so it is not encrypted.
+        services[f"superexec-clientapp-{i}"] = service(
+            "flower-superexec",
+            superexec_args(runtime_api=f"supernode-{i}:{NODE_PORT}", ca=None),
+            volumes=[f"silo-{i}:/silo"],
+            networks=[f"silo-{i}"],
+            depends_on=[f"supernode-{i}"],
+            restart="on-failure",
+            stop_signal="SIGINT",
+        )
+    spec: dict[str, Any] = {
+        "name": "hetfed",
+        "x-hetfed": {"silos": silos, "problem": problem, "tls": tls, "flwr": version},
+        "services": services,
+        "networks": {"link": {}, **{f"silo-{i}": {"internal": True} for i in range(silos)}},
+        "volumes": {"superlink-state": {}, "results": {}, **{f"silo-{i}": {} for i in range(silos)}},
+    }
+    if tls:
+        files = {"ca.crt": "certs/ca.crt", "server.pem": "certs/server.pem", "server.key": "certs/server.key"}
+        for i in range(silos):
+            files |= {f"silo-{i}": f"keys/silo-{i}", f"silo-{i}.pub": f"keys/silo-{i}.pub"}
+        spec["secrets"] = {_secret_name(target): {"file": f"./{path}"} for target, path in files.items()}
+    return spec
+
+
+def run_config(silos: int, problem: str) -> dict[str, Any]:
+    """The run config the operator submits to the compose federation (``flwr run --run-config``)."""
+    return {"problem": problem, "num-clients": silos}
+
+
+def render(spec: dict[str, Any], command: str) -> str:
+    """YAML text with a header naming the command that generated it."""
+
+    class NoAliases(yaml.SafeDumper):  # repeated lists stay literal: readable, and no anchors to chase
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    body = yaml.dump(spec, Dumper=NoAliases, sort_keys=False, default_flow_style=False, width=1000)
+    return f"# Generated by `{command}`; regenerate instead of editing.\n{body}"
+
+
+def write_compose(
+    out: Path, run_config_path: Path, silos: int, problem: str, tls: bool, command: str
+) -> None:
+    """Write the compose file and the matching run config."""
+    Path(out).write_text(render(compose_spec(silos, problem, tls), command))
+    Path(run_config_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(run_config_path).write_text(
+        f"# Submit with: flwr run . hetfed-compose --run-config {run_config_path}\n"
+        + to_toml(run_config(silos, problem))
+    )
+
+
+def _secret_name(target: str) -> str:
+    return target.replace(".", "-")
+
+
+def _secrets(targets: list[str]) -> dict[str, Any]:
+    """A service's ``secrets`` entry: each mounted at /run/secrets/<target>."""
+    return {"secrets": [{"source": _secret_name(t), "target": t} for t in targets]} if targets else {}

@@ -1,0 +1,241 @@
+"""``hetfed federation ...``: the subcommands that start, secure and inspect federations.
+
+On one machine: ``up``, ``down``, ``status``. Across machines: ``certs`` and
+``keygen`` (credentials, made offline), ``superlink`` (the SuperLink host),
+``silo`` (one organisation's SuperNode), ``register`` (admit a silo's key);
+``compose`` writes a docker-compose file. Every subcommand is in the README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+DEFAULT_DIR = ".hetfed/federation"
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from hetfed.engines.runner import APP_DIR
+    from hetfed.federation import federation_up
+
+    info = federation_up(
+        Path(args.dir),
+        args.nodes,
+        app_dir=APP_DIR,
+        data_path=args.data_path,
+        state_dir=args.state_dir,
+        port=args.port,
+        tls_dir=Path(args.tls_dir) if args.tls_dir else None,
+        node_auth=args.node_auth,
+    )
+    scheme = "https" if info.tls_dir else "http"
+    auth = ", node authentication on" if info.node_auth else ""
+    print(
+        f"federation up: SuperLink {scheme}://{info.host}:{info.link_port}, {info.nodes} SuperNodes online"
+        f"{auth} (logs in {info.root})"
+    )
+    print("run an experiment on it with either of:")
+    print(f"  hetfed run --engine deployment --federation-dir {args.dir} --set num-rounds=3")
+    print(f'  FLWR_HOME={info.root / "flwr-home"} flwr run {APP_DIR} hetfed --run-config "num-rounds=3"')
+    print(f"stop it with: hetfed federation down --dir {args.dir}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from hetfed.federation import federation_down
+
+    print(f"federation down: stopped {federation_down(Path(args.dir))} process groups")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import time
+
+    from hetfed.federation import FederationInfo
+
+    info = FederationInfo.load(Path(args.dir))
+    flower = info.flower()
+    end = time.time() + args.timeout
+    online = flower.online_nodes()
+    while args.wait and online < args.wait and time.time() < end:
+        time.sleep(2)
+        online = flower.online_nodes()
+    expected = f" of {info.nodes}" if info.nodes else ""
+    print(f"SuperLink {flower.address}; {online}{expected} SuperNodes online")
+    return 1 if args.wait and online < args.wait else 0
+
+
+def cmd_certs(args: argparse.Namespace) -> int:
+    from hetfed.credentials import CA_KEY, certificate_names, write_certificates
+
+    files = write_certificates(Path(args.out), args.host or [], days=args.days)
+    print(f"wrote {files.ca} (give it to every silo), {files.cert} and {files.key} (SuperLink only)")
+    print(f"server certificate names: {', '.join(certificate_names(files.cert))}")
+    print(f"keep {files.ca.parent / CA_KEY} off the SuperLink; it is needed only to re-issue certificates")
+    return 0
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    from hetfed.credentials import write_node_key
+
+    for path in args.paths:
+        private, public = write_node_key(Path(path))
+        print(f"wrote {private} (stays on the silo) and {public} (register it on the SuperLink host)")
+    return 0
+
+
+def cmd_register(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from hetfed.engines.flower import LocalFlower, split_address
+    from hetfed.federation import FederationInfo, register_keys
+
+    keys = [Path(k) for k in args.public_keys]
+    if args.superlink:
+        host, port = split_address(args.superlink)
+        with tempfile.TemporaryDirectory(prefix="hetfed-register-") as tmp:
+            flower = LocalFlower(Path(tmp), link_port=port, host=host, ca=Path(args.ca) if args.ca else None)
+            lines = register_keys(flower, keys, wait=args.wait)
+    else:
+        lines = register_keys(FederationInfo.load(Path(args.dir)).flower(), keys, wait=args.wait)
+    print("\n".join(lines))
+    return 0
+
+
+def cmd_superlink(args: argparse.Namespace) -> int:
+    from hetfed.federation import superlink_host
+
+    tls_dir = None if args.insecure else Path(args.tls_dir)
+    command = superlink_host(
+        Path(args.dir),
+        host=args.host,
+        port=args.port,
+        tls_dir=tls_dir,
+        node_auth=tls_dir is not None and not args.no_node_auth,
+        silos=args.silos,
+    )
+    print(shlex.join(command.argv), flush=True)
+    if args.print:
+        return 0
+    print(
+        f"state, logs and results in {Path(args.dir).resolve()}; admit silos with: "
+        f"hetfed federation register --dir {args.dir} <silo>.pub",
+        flush=True,
+    )
+    command.exec()
+    return 0  # not reached
+
+
+def cmd_silo(args: argparse.Namespace) -> int:
+    from hetfed.federation import silo_host
+
+    command = silo_host(
+        superlink=args.superlink,
+        ca=None if args.insecure else Path(args.ca),
+        key=Path(args.key) if args.key else None,
+        partition_id=args.partition_id,
+        num_partitions=args.num_partitions,
+        state_dir=Path(args.state_dir),
+        data_path=Path(args.data_path) if args.data_path else None,
+        port=args.port,
+    )
+    print(shlex.join(command.argv), flush=True)
+    if not args.print:
+        command.exec()
+    return 0
+
+
+def cmd_compose(args: argparse.Namespace) -> int:
+    from hetfed.compose import write_compose
+
+    argv = ["hetfed", "federation", "compose", "--silos", str(args.silos), "--problem", args.problem]
+    argv += ["--tls"] * args.tls + ["--out", args.out, "--run-config", args.run_config]
+    write_compose(Path(args.out), Path(args.run_config), args.silos, args.problem, args.tls, shlex.join(argv))
+    print(f"wrote {args.out} ({args.silos} silos, problem {args.problem}) and {args.run_config}")
+    print(f"start it with: docker compose -f {args.out} up --build -d")
+    return 0
+
+
+def add_federation_parser(sub: argparse._SubParsersAction) -> None:
+    """The ``federation`` subcommand and its actions."""
+    fed = sub.add_parser("federation", help="start, secure and inspect federations (local, across machines)")
+    actions = fed.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    up = actions.add_parser("up", help="start a SuperLink and N SuperNodes on this machine")
+    up.add_argument("--nodes", type=int, default=4)
+    up.add_argument("--dir", default=DEFAULT_DIR, help="folder for logs, state and federation.json")
+    up.add_argument("--data-path", help="node data path; {partition} is replaced by the partition id")
+    up.add_argument("--state-dir", help="node state dir; default <dir>/state/node-<i>")
+    up.add_argument("--port", type=int, default=0, help="SuperLink port (default: a free port)")
+    up.add_argument("--tls-dir", help="serve HTTPS with ca.crt, server.pem, server.key from `certs`")
+    up.add_argument("--node-auth", action="store_true", help="make, register and use a key per SuperNode")
+    up.set_defaults(func=cmd_up)
+
+    down = actions.add_parser("down", help="stop the federation started by `up`")
+    down.add_argument("--dir", default=DEFAULT_DIR)
+    down.set_defaults(func=cmd_down)
+
+    status = actions.add_parser("status", help="how many SuperNodes are online")
+    status.add_argument("--dir", default=DEFAULT_DIR, help="folder of `up` or `superlink`")
+    status.add_argument("--wait", type=int, default=0, metavar="N", help="wait until N SuperNodes are online")
+    status.add_argument("--timeout", type=float, default=120, help="seconds --wait waits (exit 1 after)")
+    status.set_defaults(func=cmd_status)
+
+    certs = actions.add_parser("certs", help="make a CA and the SuperLink's server certificate")
+    certs.add_argument("--out", required=True, help="folder for ca.crt, ca.key, server.pem, server.key")
+    certs.add_argument(
+        "--host",
+        action="append",
+        metavar="NAME_OR_IP",
+        help="a name or address silos use to reach the SuperLink (repeat; loopback is always added)",
+    )
+    certs.add_argument("--days", type=int, default=365, help="server certificate validity")
+    certs.set_defaults(func=cmd_certs)
+
+    keygen = actions.add_parser("keygen", help="make a SuperNode's authentication key pair (PATH, PATH.pub)")
+    keygen.add_argument("paths", nargs="+", metavar="PATH")
+    keygen.set_defaults(func=cmd_keygen)
+
+    register = actions.add_parser("register", help="admit SuperNodes by their public keys")
+    register.add_argument("public_keys", nargs="+", metavar="KEY.pub")
+    where = register.add_mutually_exclusive_group()
+    where.add_argument("--dir", default=DEFAULT_DIR, help="folder of `superlink` (or `up`) on this host")
+    where.add_argument("--superlink", metavar="HOST:PORT", help="a SuperLink elsewhere (with --ca)")
+    register.add_argument("--ca", help="the federation's ca.crt (with --superlink)")
+    register.add_argument("--wait", type=float, default=0, help="seconds to wait for the SuperLink first")
+    register.set_defaults(func=cmd_register)
+
+    link = actions.add_parser("superlink", help="run the SuperLink of a federation across machines")
+    link.add_argument("--dir", default="/var/lib/hetfed/superlink", help="state, logs, results")
+    link.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    link.add_argument("--port", type=int, default=8000)
+    security = link.add_mutually_exclusive_group(required=True)
+    security.add_argument("--tls-dir", help="ca.crt, server.pem, server.key (from `certs`)")
+    security.add_argument("--insecure", action="store_true", help="plain HTTP (only with a loopback --host)")
+    link.add_argument("--no-node-auth", action="store_true", help="admit SuperNodes without registered keys")
+    link.add_argument("--silos", type=int, default=0, help="number of silos expected (for `status`)")
+    link.add_argument("--print", action="store_true", help="print the Flower command instead of running it")
+    link.set_defaults(func=cmd_superlink)
+
+    silo = actions.add_parser("silo", help="run one silo's SuperNode of a federation across machines")
+    silo.add_argument("--superlink", required=True, metavar="HOST:PORT")
+    trust = silo.add_mutually_exclusive_group(required=True)
+    trust.add_argument("--ca", help="the federation's ca.crt")
+    trust.add_argument("--insecure", action="store_true", help="plain HTTP (only to a loopback SuperLink)")
+    silo.add_argument("--key", help="this silo's private key (from `keygen`), registered on the SuperLink")
+    silo.add_argument("--partition-id", type=int, required=True)
+    silo.add_argument("--num-partitions", type=int, required=True)
+    silo.add_argument("--data-path", help="this silo's private data (problems that read files)")
+    silo.add_argument("--state-dir", default="/var/lib/hetfed/silo", help="client state kept across restarts")
+    silo.add_argument("--port", type=int, default=9094, help="local Runtime API port of the SuperNode")
+    silo.add_argument("--print", action="store_true", help="print the Flower command instead of running it")
+    silo.set_defaults(func=cmd_silo)
+
+    compose = actions.add_parser("compose", help="write a docker-compose file for N silos")
+    compose.add_argument("--silos", type=int, default=3)
+    compose.add_argument("--problem", default="knapsack")
+    compose.add_argument("--tls", action="store_true", help="TLS + node auth, credentials as secrets")
+    compose.add_argument("--out", default="docker-compose.yml")
+    compose.add_argument("--run-config", default="deploy/compose-run.toml", help="run config to submit")
+    compose.set_defaults(func=cmd_compose)
