@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from hetfed.config import SCHEMA, ConfigError, parse_assignments, to_toml
+from hetfed.federation_cli import add_federation_parser
 
 ENGINES = ("inline", "simulation", "deployment")
 
@@ -32,38 +33,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     print((run_dir / "report.md").read_text())
     print(f"status: {summary['status']}; results in {run_dir}")
     return 0 if summary["status"] == "completed" else 1
-
-
-def cmd_federation(args: argparse.Namespace) -> int:
-    from hetfed.engines.runner import APP_DIR
-    from hetfed.federation import FederationInfo, federation_down, federation_up
-
-    root = Path(args.dir)
-    if args.action == "up":
-        info = federation_up(
-            root,
-            args.nodes,
-            app_dir=APP_DIR,
-            data_path=args.data_path,
-            state_dir=args.state_dir,
-            port=args.port,
-        )
-        print(
-            f"federation up: SuperLink 127.0.0.1:{info.link_port}, {info.nodes} SuperNodes online "
-            f"(logs in {info.root})"
-        )
-        print("run an experiment on it with either of:")
-        print("  hetfed run --engine deployment --set num-rounds=3")
-        print(f'  FLWR_HOME={info.root / "flwr-home"} flwr run {APP_DIR} hetfed --run-config "num-rounds=3"')
-        print("stop it with: hetfed federation down")
-    elif args.action == "down":
-        n = federation_down(root)
-        print(f"federation down: stopped {n} process groups")
-    else:
-        info = FederationInfo.load(root)
-        online = info.flower().online_nodes()
-        print(f"SuperLink 127.0.0.1:{info.link_port}; {online} of {info.nodes} SuperNodes online")
-    return 0
 
 
 def cmd_config(args: argparse.Namespace) -> int:
@@ -132,14 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, default=3600, help="seconds before giving up on the run")
     run.set_defaults(func=cmd_run)
 
-    fed = sub.add_parser("federation", help="start/stop a local deployment (SuperLink + SuperNodes)")
-    fed.add_argument("action", choices=("up", "down", "status"))
-    fed.add_argument("--nodes", type=int, default=4)
-    fed.add_argument("--dir", default=".hetfed/federation", help="folder for logs, state and federation.json")
-    fed.add_argument("--data-path", help="node data path; {partition} is replaced by the partition id")
-    fed.add_argument("--state-dir", help="node state dir; default <dir>/state/node-<i>")
-    fed.add_argument("--port", type=int, default=0, help="SuperLink port (default: a free port)")
-    fed.set_defaults(func=cmd_federation)
+    add_federation_parser(sub)
 
     add_reproduce_parsers(sub)
 
