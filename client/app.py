@@ -11,11 +11,17 @@ import torch
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
+from client.constrained import ConstrainedClient
 from client.fedavg import DecisionClient
 from client.session import ClientSession
 
 # Strategy name -> client class. Every class handles "query.info".
-CLIENTS = {"fedavg": DecisionClient}
+CLIENTS = {
+    "fedavg": DecisionClient,
+    **dict.fromkeys(
+        ("softmax-switching", "penalty", "primal-dual", "fedavg-unconstrained", "crpo"), ConstrainedClient
+    ),
+}
 
 # Small models: one thread is faster and leaves the other core to the other clients.
 torch.set_num_threads(1)

@@ -62,8 +62,15 @@ class Key:
         return value
 
 
-STRATEGIES = ("fedavg",)
-PROBLEMS = ("knapsack",)
+STRATEGIES = (
+    "fedavg",
+    "softmax-switching",
+    "penalty",
+    "primal-dual",
+    "fedavg-unconstrained",
+    "crpo",
+)
+PROBLEMS = ("knapsack", "np-classification", "fair-classification", "safe-rl", "quadratic")
 ENGINES = ("", "inline", "simulation", "deployment")
 
 SCHEMA: dict[str, Key] = {
@@ -106,6 +113,43 @@ SCHEMA: dict[str, Key] = {
     "eta-o": Key(0.0, "Objective heterogeneity (rotation of B_j)", low=0.0),
     "eta-c": Key(0.0, "Constraint heterogeneity (capacities and weights)", low=0.0),
     "eta-d": Key(0.0, "Data heterogeneity (feature location and scale)", low=0.0),
+    # --- softmax switching and its baselines (ALGORITHMS.md 2) ---------------------
+    "switching-alpha": Key(10.0, "Softmax temperature alpha of p, q", low=0.0, low_open=True),
+    "switching-eps": Key(0.05, "Constraint tolerance eps (max_i g_i <= eps)", low=0.0, low_open=True),
+    "switching-threshold": Key(0.025, "Switch to the objectives when <q, g> <= threshold"),
+    "switching-eta": Key(0.1, "Server step eta", low=0.0, low_open=True),
+    "switching-gamma": Key(0.1, "Local step gamma", low=0.0, low_open=True),
+    "switching-local-steps": Key(1, "Local steps E per round", low=1),
+    "switching-m": Key(0, "Clients sampled per round m; 0 = all", low=0),
+    "switching-theory-d": Key(
+        0.0, "Diameter D; with switching-theory-l > 0 sets eta, gamma, threshold by theory", low=0.0
+    ),
+    "switching-theory-l": Key(0.0, "Lipschitz constant L of the f_i, g_i (see switching-theory-d)", low=0.0),
+    "switching-eval-every": Key(
+        10, "Evaluate F = max f_i, G = max g_i on all clients every k rounds (0 = at the end)", low=0
+    ),
+    "batch-zeta": Key(32, "Batch size of the f_i, g_i query", low=1),
+    "penalty-rho": Key(10.0, "Penalty weight rho of f + rho max(g, 0)", low=0.0),
+    "pd-dual-lr": Key(0.1, "Dual step of the primal-dual baseline", low=0.0),
+    "pd-dual-step": Key(
+        "mean", "Dual ascent on the mean or the max of the sampled g_i", choices=("mean", "max")
+    ),
+    # --- constrained tasks ------------------------------------------------------
+    "np-r": Key(0.2, "NP classification: bound r on the class-1 loss", low=0.0),
+    "np-dirichlet-alpha": Key(0.5, "NP classification: Dirichlet label skew", low=0.0, low_open=True),
+    "np-min-per-class": Key(5, "NP classification: rows of each class per client", low=0),
+    "fair-delta": Key(0.05, "Fair classification: demographic-parity tolerance delta", low=0.0),
+    "fair-hidden": Key(32, "Fair classification: MLP hidden units", low=1),
+    "fair-split-by": Key(
+        "race", "Fair classification: client attribute", choices=("race", "workclass", "sex")
+    ),
+    "fair-protected": Key("sex", "Fair classification: protected attribute", choices=("sex", "race")),
+    "rl-horizon": Key(200, "Safe RL: episode length H", low=1),
+    "rl-budget": Key(0.05, "Safe RL: cost budget (fraction of H)", low=0.0, high=1.0),
+    "rl-heterogeneity": Key(0.5, "Safe RL: spread of the clients' physics", low=0.0, high=1.5),
+    "rl-hidden": Key(0, "Safe RL: policy hidden units (0 = linear)", low=0),
+    "rl-eval-episodes": Key(32, "Safe RL: evaluation episodes per client", low=1),
+    "quadratic-dim": Key(3, "Quadratic test problem: dimension of w", low=1),
 }
 
 

@@ -1,0 +1,414 @@
+"""Softmax-weighted switching gradient for worst-client constrained FL (ALGORITHMS.md 2).
+
+Problem: ``min_w max_i f_i(w)`` subject to ``max_i g_i(w) <= 0``. Round k:
+
+1. sample ``I_k``, ``|I_k| = m`` of the n clients (seeded, by partition);
+   exchange ``query.fg`` sends ``w_k``, each ``i in I_k`` returns ``f_i``, ``g_i`` on a
+   fresh batch and keeps ``w_k``;
+2. ``p = softmax_{I_k}(alpha f)``, ``q = softmax_{I_k}(alpha g)``, ``G_k = <q, g>``,
+   ``1_k = [G_k <= threshold]``;
+3. exchange ``train`` (no arrays): E local steps of size gamma on ``grad f_i`` if
+   ``1_k`` else ``grad g_i``; reply ``u_i = (w_k - w_{k,E}) / (gamma E)``;
+4. ``w_{k+1} = w_k - eta sum_{i in I_k} (1_k p_i + (1 - 1_k) q_i) u_i``;
+5. output the average of ``w_k`` over the rounds with ``1_k = 1`` (and the last iterate).
+
+:class:`ConstrainedRounds` is that harness with step 2 left to :meth:`ConstrainedRounds.plan`;
+:class:`SoftmaxSwitching` fills it in, and the baselines of
+:mod:`strategies.constrained_baselines` (penalty, primal-dual, unconstrained FedAvg,
+parallel CRPO) fill it in differently, so every method shares the sampling, the
+traffic, the update rule, the counting of gradient evaluations and the evaluation.
+
+Every ``switching-eval-every`` rounds (and after the last) an ``evaluate`` exchange
+sends the iterate and the running average to all clients, which return ``f``, ``g``
+on their whole training data; the server row records ``F = max_i f_i``,
+``G = max_i g_i`` (``avg-F``, ``avg-G`` for the average) against ``grad-evals``, the
+cumulative number of local gradient steps taken by all clients.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+
+from hetfed.config import ConfigError
+from hetfed.records import to_numpy, to_record
+from problems.constrained import theory_defaults
+from server.summary import summarize
+from strategies.base import FederatedStrategy
+
+SAMPLING_STREAM = 61  # the client-sampling RNG is default_rng(SeedSequence([seed, SAMPLING_STREAM]))
+
+
+def masked_softmax(values: np.ndarray, mask: np.ndarray, alpha: float) -> np.ndarray:
+    """``softmax_I(alpha v)``: ``exp(alpha v_i - M) / sum_{j in I} exp(alpha v_j - M)`` for i in I, else 0.
+
+    ``I = {i : mask_i}``, ``M = max_{j in I} alpha v_j`` (log-sum-exp shift: no overflow for
+    any finite ``alpha v``); entries outside I may hold anything, even NaN.
+    """
+    mask = np.asarray(mask, dtype=bool)
+    if not mask.any():
+        raise ValueError("masked_softmax: the mask selects no entry")
+    scaled = alpha * np.asarray(values, dtype=np.float64)[mask]
+    weights = np.exp(scaled - scaled.max())
+    out = np.zeros(mask.shape, dtype=np.float64)
+    out[mask] = weights / weights.sum()
+    return out
+
+
+@dataclass(frozen=True)
+class SwitchingDecision:
+    """Step 2 of the method: the mode of round k and the weights of its update."""
+
+    indicator: bool  # 1_k = [G_k <= threshold]: step on the objectives
+    G: float  # G_k = <q, g>
+    p: np.ndarray  # softmax_I(alpha f)
+    q: np.ndarray  # softmax_I(alpha g)
+
+    @property
+    def weights(self) -> np.ndarray:
+        """``1_k p + (1 - 1_k) q``."""
+        return self.p if self.indicator else self.q
+
+
+def switching_decision(
+    f: np.ndarray, g: np.ndarray, mask: np.ndarray, alpha: float, threshold: float
+) -> SwitchingDecision:
+    """``p``, ``q``, ``G_k = <q, g>`` and ``1_k = [G_k <= threshold]`` over the sampled entries ``mask``."""
+    p = masked_softmax(f, mask, alpha)
+    q = masked_softmax(g, mask, alpha)
+    G = float(np.dot(q[mask], np.asarray(g, dtype=np.float64)[mask]))
+    return SwitchingDecision(G <= threshold, G, p, q)
+
+
+def weighted_step(
+    w: Mapping[str, np.ndarray],
+    updates: Mapping[int, Mapping[str, np.ndarray]],
+    weights: Mapping[int, float],
+    eta: float,
+) -> dict[str, np.ndarray]:
+    """``w - eta sum_i (weights_i / sum_j weights_j) u_i`` per array (float64 arithmetic, w's dtype).
+
+    The weights are renormalised over the clients whose update arrived (all of them in a
+    round without failures, where they already sum to 1).
+    """
+    total = sum(weights[i] for i in updates)
+    out = {}
+    for key, value in w.items():
+        step = sum((weights[i] / total) * u[key].astype(np.float64) for i, u in updates.items())
+        out[key] = (value.astype(np.float64) - eta * step).astype(value.dtype)
+    return out
+
+
+def update_problem(update: Mapping[str, np.ndarray], w: Mapping[str, np.ndarray]) -> str | None:
+    """Why an update ``u_i`` cannot be used with the model ``w`` (None if it can): keys, shapes, NaN/Inf.
+
+    The NumPy counterpart of :func:`strategies.base.check_arrays`, which takes ArrayRecords and
+    would decode the model again for every reply.
+    """
+    if set(update) != set(w):
+        return f"arrays do not match the model (got {sorted(update)[:3]}, expected {sorted(w)[:3]})"
+    for key, value in w.items():
+        if update[key].shape != value.shape:
+            return f"array {key!r} has shape {update[key].shape}, expected {value.shape}"
+        if not np.all(np.isfinite(update[key])):
+            return f"array {key!r} contains NaN or Inf"
+    return None
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """What a method decides from the queried ``f_i``, ``g_i`` of round k."""
+
+    objective: str  # the clients' local objective: "f", "g", "penalty" or "lagrangian"
+    weights: dict[int, float]  # partition -> weight of its u_i (summing to 1 over the sampled clients)
+    multiplier: float = 0.0  # rho (penalty) or lambda (lagrangian)
+    averaged: bool = True  # does w_k enter the output average?
+    metrics: dict[str, float] = field(default_factory=dict)  # server-row columns of the round
+    columns: dict[int, dict[str, float]] = field(default_factory=dict)  # per-client columns of the round
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The resolved step sizes and sample count of a run."""
+
+    m: int  # clients sampled per round
+    eta: float  # server step
+    gamma: float  # local step
+    local_steps: int  # E
+    threshold: float
+    alpha_min: float  # 2 ln(m) / eps, the theory's lower bound on alpha (reported, not enforced)
+
+
+def resolve_steps(cfg: Mapping[str, Any], num_clients: int) -> Steps:
+    """Steps from the run config; with ``switching-theory-d``, ``-l`` > 0: the theory's eta, gamma, threshold.
+
+    Raises ConfigError for ``switching-m`` > n or a theory setting given only half.
+    """
+    m = int(cfg["switching-m"]) or num_clients
+    if m > num_clients:
+        raise ConfigError(
+            f"run config 'switching-m': {m} clients per round, but only {num_clients} clients are connected"
+        )
+    E, eps = int(cfg["switching-local-steps"]), float(cfg["switching-eps"])
+    D, L = float(cfg["switching-theory-d"]), float(cfg["switching-theory-l"])
+    if (D > 0) != (L > 0):
+        key = "switching-theory-l" if D > 0 else "switching-theory-d"
+        raise ConfigError(f"run config '{key}': the theory settings need both D and L > 0 (or both 0)")
+    alpha_min = 2 * math.log(m) / eps
+    if D > 0:
+        theory = theory_defaults(D, L, int(cfg["num-rounds"]), E, eps, m)
+        return Steps(m, theory["eta"], theory["gamma"], E, theory["threshold"], alpha_min)
+    return Steps(
+        m,
+        float(cfg["switching-eta"]),
+        float(cfg["switching-gamma"]),
+        E,
+        float(cfg["switching-threshold"]),
+        alpha_min,
+    )
+
+
+class ConstrainedRounds(FederatedStrategy):
+    """The two-exchange round of ALGORITHMS.md 2 with the method's decision left to :meth:`plan`."""
+
+    def __init__(self, cfg: Mapping[str, Any], initial_arrays: ArrayRecord) -> None:
+        super().__init__(cfg, initial_arrays)
+        self.rng = np.random.default_rng(np.random.SeedSequence([int(cfg["seed"]), SAMPLING_STREAM]))
+        self.steps: Steps | None = None  # resolved in setup(), once the clients are known
+        self.total: dict[str, np.ndarray] | None = None  # sum of the averaged w_k (float64)
+        self.count = 0  # rounds in the average
+        self.grad_evals = 0
+        self.final: dict[str, Any] = {}
+        self._plan: RoundPlan | None = None
+
+    # --- the method ------------------------------------------------------------------
+    def plan(self, server_round: int, f: Mapping[int, float], g: Mapping[int, float]) -> RoundPlan:
+        """Step 2: the local objective, the weights and whether w_k is averaged, from f_i, g_i."""
+        raise NotImplementedError
+
+    def settings(self) -> dict[str, float]:
+        """The method's hyperparameters, for the log and the summary."""
+        s = self.steps
+        return {"m": s.m, "eta": s.eta, "gamma": s.gamma, "local-steps": s.local_steps}
+
+    # --- the harness -----------------------------------------------------------------
+    def setup(self) -> None:
+        self.steps = resolve_steps(self.cfg, len(self.pool.partitions))
+        self.log(f"{type(self).__name__}: " + ", ".join(f"{k}={v:.4g}" for k, v in self.settings().items()))
+        if int(self.cfg["switching-eval-every"]):
+            # F(w_0), G(w_0): the curves start at zero gradient evaluations.
+            metrics = self._evaluate(self.pool.send(self._evaluate_messages(0), 0))
+            metrics["grad-evals"] = 0
+            self.history[0] = metrics
+            self.pool.store.add_row(
+                round=0, exchange="round", client="server", status="ok", error="", **metrics
+            )
+
+    def sample(self) -> list[int]:
+        """``I_k``: m partitions uniformly without replacement."""
+        chosen = self.rng.choice(self.pool.partitions, size=self.steps.m, replace=False)
+        return sorted(int(p) for p in chosen)
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        sampled = self.sample()
+        query = [
+            self.pool.message(pid, "query.fg", RecordDict({"arrays": arrays, "config": config}), server_round)
+            for pid in sampled
+        ]
+        f, g = {}, {}
+        for reply in self.pool.send(query, server_round):
+            metrics = reply.content["metrics"]
+            fi, gi = float(metrics["f"]), float(metrics["g"])
+            if math.isfinite(fi) and math.isfinite(gi):
+                f[self.pool.partition_of(reply)], g[self.pool.partition_of(reply)] = fi, gi
+            else:
+                self.pool.reject(reply, f"non-finite f={fi} or g={gi}")
+        if not f:
+            self.log(f"round {server_round}: no usable query reply; the model is unchanged")
+            self._plan = None
+            return []
+        self._plan = plan = self.plan(server_round, f, g)
+        if plan.averaged:
+            w = to_numpy(arrays)
+            self.total = {
+                k: v.astype(np.float64) + (self.total[k] if self.total else 0.0) for k, v in w.items()
+            }
+            self.count += 1
+        train_config = ConfigRecord(
+            {
+                **config,
+                "objective": plan.objective,
+                "multiplier": float(plan.multiplier),
+                "gamma": float(self.steps.gamma),
+                "local-steps": int(self.steps.local_steps),
+            }
+        )
+        return [
+            self.pool.message(pid, "train", RecordDict({"config": train_config}), server_round)
+            for pid in sorted(f)
+        ]
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        plan = self._plan
+        w = to_numpy(self.arrays)
+        updates: dict[int, dict[str, np.ndarray]] = {}
+        for reply in replies:
+            self.grad_evals += int(reply.content["metrics"]["local-steps"])
+            update = to_numpy(reply.content["arrays"])
+            problem = update_problem(update, w)
+            if problem is None:
+                updates[self.pool.partition_of(reply)] = update
+            else:
+                self.pool.reject(reply, problem)
+        for pid, columns in plan.columns.items():
+            if pid in self.pool.clients and pid not in self.pool.failed:
+                self.pool.note(pid, **columns)
+        metrics = {
+            **plan.metrics,
+            "grad-evals": self.grad_evals,
+            "clients-used": len(updates),
+            "averaged-rounds": self.count,
+        }
+        if not updates or sum(plan.weights[i] for i in updates) <= 0:
+            self.log(f"round {server_round}: no usable update; the model is unchanged")
+            return None, MetricRecord(metrics)
+        new = weighted_step(w, updates, plan.weights, self.steps.eta)
+        return to_record(new), MetricRecord(metrics)
+
+    def average(self) -> ArrayRecord | None:
+        """The average of the w_k with ``averaged`` rounds so far (None before the first)."""
+        if not self.count:
+            return None
+        dtypes = {k: self.arrays[k].numpy().dtype for k in self.arrays}
+        return to_record({k: (v / self.count).astype(dtypes[k]) for k, v in self.total.items()})
+
+    def _evaluate_messages(self, server_round: int) -> list[Message]:
+        content = {"arrays": self.arrays, "config": ConfigRecord({"server-round": server_round})}
+        average = self.average()
+        if average is not None:
+            content["average"] = average
+        return [
+            self.pool.message(pid, "evaluate", RecordDict(dict(content)), server_round)
+            for pid in self.pool.partitions
+        ]
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        every = int(self.cfg["switching-eval-every"])
+        if server_round == self.num_rounds or (every and server_round % every == 0):
+            return self._evaluate_messages(server_round)
+        return []
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        return MetricRecord(self._evaluate(replies))
+
+    def _evaluate(self, replies: Iterable[Message]) -> dict[str, float]:
+        """Worst-client ``F = max_i f_i``, ``G = max_i g_i`` (and of the average) over the replies."""
+        per_client = {self.pool.name(self.pool.partition_of(r)): dict(r.content["metrics"]) for r in replies}
+        out: dict[str, float] = {}
+        for prefix in ("", "avg-"):
+            for key, name in (("f", "F"), ("g", "G")):
+                values = [m[prefix + key] for m in per_client.values() if prefix + key in m]
+                if values:
+                    out[prefix + name] = float(max(values))
+                    out[f"{prefix}mean-{key}"] = float(np.mean(values))
+        failed = {self.pool.name(p): e for p, e in self.pool.failed.items()}
+        self.final = summarize(per_client, failed=failed, pooled={})
+        return out
+
+    def finish(self) -> dict[str, Any]:
+        """Per-client final metrics; the aggregate adds F, G (and avg-F, avg-G), counts and settings."""
+        last = self.history.get(self.num_rounds, {})
+        eps = float(self.cfg["switching-eps"])
+        extra = {k: v for k, v in last.items() if k in ("F", "G", "avg-F", "avg-G")}
+        extra.update(
+            {
+                "grad-evals": self.grad_evals,
+                "averaged-rounds": self.count,
+                "feasible": float(extra.get("G", math.inf) <= eps),
+                "avg-feasible": float(extra.get("avg-G", math.inf) <= eps),
+                **{f"setting-{k}": float(v) for k, v in self.settings().items()},
+            }
+        )
+        self.final["aggregate"] = {**self.final.get("aggregate", {}), **extra}
+        models = {f"last/{k}": v for k, v in to_numpy(self.arrays).items()}
+        if self.count:
+            models.update({f"average/{k}": v for k, v in to_numpy(self.average()).items()})
+        np.savez(self.pool.store.path / "models.npz", **models)
+        return self.final
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            **super().state_dict(),
+            "rng": self.rng.bit_generator.state,
+            "steps": self.steps,
+            "total": self.total,
+            "count": self.count,
+            "grad-evals": self.grad_evals,
+            "final": self.final,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.rng.bit_generator.state = state["rng"]
+        self.steps = state["steps"]
+        self.total = state["total"]
+        self.count = int(state["count"])
+        self.grad_evals = int(state["grad-evals"])
+        self.final = state["final"]
+
+
+class SoftmaxSwitching(ConstrainedRounds):
+    """ALGORITHMS.md 2: softmax-weighted switching between the worst objectives and constraints."""
+
+    def settings(self) -> dict[str, float]:
+        return {
+            **super().settings(),
+            "alpha": float(self.cfg["switching-alpha"]),
+            "threshold": self.steps.threshold,
+            "alpha-min": self.steps.alpha_min,
+        }
+
+    def setup(self) -> None:
+        super().setup()
+        alpha = float(self.cfg["switching-alpha"])
+        if alpha < self.steps.alpha_min:
+            self.log(
+                f"note: switching-alpha = {alpha:g} is below the theory's "
+                f"2 ln(m)/eps = {self.steps.alpha_min:.4g}"
+            )
+
+    def plan(self, server_round: int, f: Mapping[int, float], g: Mapping[int, float]) -> RoundPlan:
+        parts = self.pool.partitions
+        mask = np.array([pid in f for pid in parts])  # the sampled clients that answered
+        fv = np.array([f.get(pid, np.nan) for pid in parts])
+        gv = np.array([g.get(pid, np.nan) for pid in parts])
+        d = switching_decision(fv, gv, mask, float(self.cfg["switching-alpha"]), self.steps.threshold)
+        weights = d.weights
+        sampled = [(j, pid) for j, pid in enumerate(parts) if mask[j]]
+        return RoundPlan(
+            objective="f" if d.indicator else "g",
+            weights={pid: float(weights[j]) for j, pid in sampled},
+            averaged=d.indicator,
+            metrics={
+                "indicator": float(d.indicator),
+                "G-sampled": d.G,
+                "max-f-sampled": float(fv[mask].max()),
+                "max-g-sampled": float(gv[mask].max()),
+            },
+            columns={
+                pid: {"p": float(d.p[j]), "q": float(d.q[j]), "weight": float(weights[j])}
+                for j, pid in sampled
+            },
+        )
