@@ -13,11 +13,16 @@ from flwr.clientapp import ClientApp
 
 from client.constrained import ConstrainedClient
 from client.fedavg import DecisionClient
+from client.lsa import FedLSAClient, PFLSAClient, SCAFFLSAClient, SingleLSAClient
 from client.session import ClientSession
 
 # Strategy name -> client class. Every class handles "query.info".
 CLIENTS = {
     "fedavg": DecisionClient,
+    "pflsa": PFLSAClient,
+    "fedlsa": FedLSAClient,
+    "scafflsa": SCAFFLSAClient,
+    "single-lsa": SingleLSAClient,
     **dict.fromkeys(
         ("softmax-switching", "penalty", "primal-dual", "fedavg-unconstrained", "crpo"), ConstrainedClient
     ),

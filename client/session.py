@@ -34,10 +34,11 @@ class ClientSession:
     data_path: Path | None
     state_dir: Path | None
     node_id: int
+    cfg_json: str = ""  # the validated config as sorted JSON: the per-process data cache's key
 
     @classmethod
     def from_context(cls, context: Context) -> ClientSession:
-        cfg = validate(context.run_config)
+        cfg, cfg_json = _validated(tuple(sorted(context.run_config.items())))
         nc = context.node_config
         where = f"node {context.node_id}"
         try:
@@ -52,12 +53,12 @@ class ClientSession:
         if data_path is not None and not data_path.exists():
             raise NodeConfigError(f"{where} (partition {pid}): data-path '{data_path}' does not exist")
         state_dir = Path(str(nc["state-dir"])) if nc.get("state-dir") else None
-        return cls(cfg, pid, n, data_path, state_dir, context.node_id)
+        return cls(dict(cfg), pid, n, data_path, state_dir, context.node_id, cfg_json)
 
     def data(self) -> Any:
         """This partition's private data (cached per process)."""
         return _load(
-            json.dumps(self.cfg, sort_keys=True),
+            self.cfg_json or json.dumps(self.cfg, sort_keys=True),
             self.partition_id,
             self.num_partitions,
             str(self.data_path) if self.data_path else "",
@@ -68,7 +69,17 @@ class ClientSession:
         return ClientState(context, f"{run_key}-p{self.partition_id}", self.state_dir)
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=16)
+def _validated(run_config: tuple[tuple[str, Any], ...]) -> tuple[dict[str, Any], str]:
+    """The validated run config and its JSON, once per process and config (every message of a run
+    carries the same run config; validating it costs as much as a small client's whole step)."""
+    cfg = validate(dict(run_config))
+    return cfg, json.dumps(cfg, sort_keys=True)
+
+
+# One entry per (config, partition): the inline engine hosts every partition in one process, and a
+# cache smaller than the node count would reload every client's data on every message.
+@functools.lru_cache(maxsize=256)
 def _load(cfg_json: str, partition_id: int, num_partitions: int, data_path: str) -> Any:
     cfg = json.loads(cfg_json)
     spec = get_problem(cfg["problem"])

@@ -64,13 +64,17 @@ class Key:
 
 STRATEGIES = (
     "fedavg",
+    "pflsa",
+    "fedlsa",
+    "scafflsa",
+    "single-lsa",
     "softmax-switching",
     "penalty",
     "primal-dual",
     "fedavg-unconstrained",
     "crpo",
 )
-PROBLEMS = ("knapsack", "np-classification", "fair-classification", "safe-rl", "quadratic")
+PROBLEMS = ("knapsack", "garnet", "np-classification", "fair-classification", "safe-rl", "quadratic")
 ENGINES = ("", "inline", "simulation", "deployment")
 
 SCHEMA: dict[str, Key] = {
@@ -113,6 +117,26 @@ SCHEMA: dict[str, Key] = {
     "eta-o": Key(0.0, "Objective heterogeneity (rotation of B_j)", low=0.0),
     "eta-c": Key(0.0, "Constraint heterogeneity (capacities and weights)", low=0.0),
     "eta-d": Key(0.0, "Data heterogeneity (feature location and scale)", low=0.0),
+    # --- LSA strategies (ALGORITHMS.md 3): pflsa, fedlsa, scafflsa, single-lsa -----------
+    "lsa-eta": Key(0.2, "Step size eta of the LSA strategies", low=0.0, low_open=True),
+    "lsa-batch": Key(1, "LSA: samples per agent and iteration (their mean is one step's sample)", low=1),
+    "lsa-local-steps": Key(1, "LSA: local steps H per round (fedlsa, scafflsa, single-lsa; pflsa: 1)", low=1),
+    "lsa-exact": Key(False, "LSA: noise-free steps with the exact means A_bar_c, b_bar_c"),
+    "lsa-report-every": Key(
+        1, "LSA: clients report ||theta_c - theta_c*||^2 every k rounds (and after the last)", low=1
+    ),
+    "pflsa-beta": Key(
+        0.0, "PF-LSA weight beta of the agent's own update; 0 = 1/N (recommended)", low=0.0, high=1.0
+    ),
+    # --- Garnet MDPs for federated TD(0) (ALGORITHMS.md 3) ------------------------
+    "garnet-seed": Key(-1, "Seed of the Garnet MDPs; -1 = seed (fix it to vary only the samples)", low=-1),
+    "garnet-states": Key(10, "Garnet: states", low=2),
+    "garnet-actions": Key(10, "Garnet: actions (uniform random policy)", low=1),
+    "garnet-branching": Key(3, "Garnet: next states per (state, action)", low=1),
+    "garnet-dim": Key(5, "Garnet: feature dimension d (the size of theta)", low=1),
+    "garnet-gamma": Key(0.95, "Garnet: discount factor (< 1)", low=0.0, high=1.0),
+    "garnet-zeta-ker": Key(0.0, "Garnet: transition-kernel heterogeneity zeta_ker", low=0.0),
+    "garnet-zeta-rew": Key(0.0, "Garnet: reward heterogeneity zeta_rew", low=0.0),
     # --- softmax switching and its baselines (ALGORITHMS.md 2) ---------------------
     "switching-alpha": Key(10.0, "Softmax temperature alpha of p, q", low=0.0, low_open=True),
     "switching-eps": Key(0.05, "Constraint tolerance eps (max_i g_i <= eps)", low=0.0, low_open=True),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from problems import knapsack
+from problems import garnet, knapsack
 
 RunConfig = Mapping[str, Any]
 
@@ -24,7 +24,7 @@ class ProblemSpec:
     """How to build one problem: a client's private data and the server's model size."""
 
     name: str
-    family: str  # "decision" (features -> LP costs), "constrained" (f_i, g_i tasks), later "lsa"
+    family: str  # "decision" (features -> LP costs), "constrained" (f_i, g_i tasks), "lsa" (A theta = b)
     load_client: Callable[[RunConfig, int, int, Path | None], Any]
     model_dims: Callable[[RunConfig], tuple[int, int]] | None = None  # decision problems
     make_model: Callable[[RunConfig], Any] | None = None  # constrained tasks: the seeded torch model
@@ -43,6 +43,21 @@ def knapsack_params(cfg: RunConfig) -> knapsack.KnapsackParams:
         eta_o=cfg["eta-o"],
         eta_c=cfg["eta-c"],
         eta_d=cfg["eta-d"],
+    )
+
+
+def garnet_agent(cfg: RunConfig, partition_id: int) -> garnet.GarnetAgent:
+    """Agent ``partition_id`` of the Garnet federation the run config describes (ALGORITHMS.md 3)."""
+    return garnet.make_agent(
+        partition_id,
+        cfg["garnet-seed"] if cfg["garnet-seed"] >= 0 else cfg["seed"],
+        cfg["garnet-zeta-ker"],
+        cfg["garnet-zeta-rew"],
+        n_states=cfg["garnet-states"],
+        n_actions=cfg["garnet-actions"],
+        branching=cfg["garnet-branching"],
+        dim=cfg["garnet-dim"],
+        gamma=cfg["garnet-gamma"],
     )
 
 
@@ -108,6 +123,13 @@ PROBLEMS: dict[str, ProblemSpec] = {
         family="decision",
         load_client=lambda cfg, pid, n, path: knapsack.load_client(knapsack_params(cfg), cfg["seed"], pid),
         model_dims=lambda cfg: (cfg["num-features"], cfg["num-items"]),
+    ),
+    "garnet": ProblemSpec(
+        name="garnet",
+        family="lsa",
+        load_client=lambda cfg, pid, n, path: garnet_agent(cfg, pid),
+        # theta is the linear value function V(s) = phi(s)'theta: d features in, one value out
+        model_dims=lambda cfg: (cfg["garnet-dim"], 1),
     ),
     **{name: _constrained_spec(name) for name in CONSTRAINED},
 }

@@ -16,6 +16,9 @@ from strategies.constrained_baselines import (
     UnconstrainedFedAvg,
 )
 from strategies.fedavg import FedAvg
+from strategies.fedlsa import SCAFFLSA, FedLSA
+from strategies.lsa import SingleLSA
+from strategies.pflsa import PFLSA
 from strategies.softmax_switching import SoftmaxSwitching
 
 # Strategies of constrained tasks (ALGORITHMS.md 2): the model comes from the task's make_model.
@@ -27,12 +30,15 @@ CONSTRAINED = {
     "crpo": ParallelCRPO,
 }
 
+# Strategies of linear systems from samples (ALGORITHMS.md 3): clients keep their own parameters.
+LSA = {"pflsa": PFLSA, "fedlsa": FedLSA, "scafflsa": SCAFFLSA, "single-lsa": SingleLSA}
+
 
 def build_strategy(cfg: Mapping[str, Any]) -> FederatedStrategy:
     """The strategy named by ``cfg['strategy']``, with its seeded initial model."""
     name = cfg["strategy"]
     spec = get_problem(cfg["problem"])
-    family = "constrained" if name in CONSTRAINED else "decision"
+    family = "constrained" if name in CONSTRAINED else "lsa" if name in LSA else "decision"
     if spec.family != family:
         raise ConfigError(
             f"run config 'problem': strategy {name!r} needs a {family} problem, "
@@ -43,4 +49,6 @@ def build_strategy(cfg: Mapping[str, Any]) -> FederatedStrategy:
         return FedAvg(cfg, model_record(make_mlp(in_dim, cfg["hidden"], out_dim, seed=cfg["seed"])))
     if name in CONSTRAINED:
         return CONSTRAINED[name](cfg, model_record(spec.make_model(cfg)))
+    if name in LSA:
+        return LSA[name](cfg)
     raise ValueError(f"unknown strategy {name!r}")

@@ -1,0 +1,197 @@
+"""The round loop every LSA strategy shares (ALGORITHMS.md 3), and single-agent LSA.
+
+Every client takes part in every round (full participation: the iteration of one agent
+needs the others'). Round ``r`` covers iterations ``(r - 1) H + 1 .. r H`` (H = 1 for
+PF-LSA). The server broadcasts one array (``broadcast_key``: PF-LSA's averaged update,
+FedLSA's shared parameter, nothing for single-agent LSA) and, from the replies' arrays
+``reply_key``, sets
+
+    broadcast = (1/N) sum_c reply_c,
+
+an unweighted mean over the N agents, in partition order. Every ``lsa-report-every`` rounds
+the clients report ``sq-error = ||theta_c - theta_c*||^2`` of the parameter the round starts
+from (iteration ``(r - 1) H``); the server row gets ``iteration`` and ``mean-sq-error`` (the
+mean over clients). After the last round an ``evaluate`` exchange reports the error at
+iteration ``T H``, which ``finish`` returns per client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+
+from hetfed.config import ConfigError
+from hetfed.records import to_record
+from problems.registry import get_problem
+from server.pool import FederationError
+from server.summary import summarize
+from strategies.base import FederatedStrategy
+
+LSA_STRATEGIES = ("pflsa", "fedlsa", "scafflsa", "single-lsa")
+
+
+def check_lsa_config(cfg: Mapping[str, Any]) -> None:
+    """Cross-key checks of an LSA run: the problem must be an LSA task, and a valid Garnet."""
+    family = get_problem(cfg["problem"]).family
+    if family != "lsa":
+        raise ConfigError(
+            f"run config 'problem': strategy {cfg['strategy']!r} solves linear systems from samples; "
+            f"problem {cfg['problem']!r} is a {family!r} task (use problem = 'garnet')"
+        )
+    if cfg["problem"] == "garnet":
+        if cfg["garnet-gamma"] >= 1.0:
+            raise ConfigError(f"run config 'garnet-gamma': must be < 1, got {cfg['garnet-gamma']!r}")
+        for key in ("garnet-branching", "garnet-dim"):
+            if cfg[key] > cfg["garnet-states"]:
+                raise ConfigError(
+                    f"run config '{key}': must be at most garnet-states = {cfg['garnet-states']}, "
+                    f"got {cfg[key]}"
+                )
+
+
+class LSAStrategy(FederatedStrategy):
+    """Full-participation rounds with an unweighted mean of one reply array (see the module docs)."""
+
+    broadcast_key: ClassVar[str | None] = None
+    reply_key: ClassVar[str | None] = None
+
+    def __init__(self, cfg: Mapping[str, Any], initial_arrays: ArrayRecord | None = None) -> None:
+        check_lsa_config(cfg)
+        super().__init__(cfg, initial_arrays)
+        self.dim = get_problem(cfg["problem"]).model_dims(cfg)[0]
+        self.final: dict[str, Any] = {}
+
+    @property
+    def local_steps(self) -> int:
+        return int(self.cfg["lsa-local-steps"])
+
+    def iteration(self, server_round: int) -> int:
+        """The iteration round ``server_round`` starts from."""
+        return (server_round - 1) * self.local_steps
+
+    def client_config(self, config: ConfigRecord, server_round: int, report: bool) -> ConfigRecord:
+        """What every client needs for this round's step."""
+        return ConfigRecord(
+            {
+                **config,
+                "eta": float(self.cfg["lsa-eta"]),
+                "local-steps": self.local_steps,
+                "report": report,
+            }
+        )
+
+    def broadcast(
+        self, server_round: int, kind: str, arrays: ArrayRecord | None, config: ConfigRecord
+    ) -> list[Message]:
+        """The same content for every partition (the arrays object is shared, not copied)."""
+        content = {"config": config} if arrays is None else {"config": config, "arrays": arrays}
+        return [
+            self.pool.message(pid, kind, RecordDict(content), server_round) for pid in self.pool.partitions
+        ]
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord | None, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        report = (server_round - 1) % int(self.cfg["lsa-report-every"]) == 0
+        return self.broadcast(server_round, "train", arrays, self.client_config(config, server_round, report))
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        usable: dict[int, RecordDict] = {}
+        values: dict[int, np.ndarray] = {}
+        for reply in replies:
+            value, problem = self.reply_array(reply.content)
+            if problem is None:
+                pid = self.pool.partition_of(reply)
+                usable[pid], values[pid] = reply.content, value
+            else:
+                self.pool.reject(reply, problem)
+        self.require_all(server_round, "train", usable)
+        arrays = None
+        if self.reply_key is not None:
+            arrays = to_record({self.broadcast_key: np.mean([values[pid] for pid in sorted(values)], axis=0)})
+        errors = [float(c["metrics"]["sq-error"]) for c in usable.values() if "sq-error" in c["metrics"]]
+        if not errors:
+            return arrays, None
+        return arrays, MetricRecord(
+            {"iteration": self.iteration(server_round), "mean-sq-error": float(np.mean(errors))}
+        )
+
+    def reply_array(self, content: RecordDict) -> tuple[np.ndarray | None, str | None]:
+        """The reply's array ``reply_key`` (deserialised once), or why it cannot be used."""
+        if self.reply_key is None:
+            return None, None
+        key = self.reply_key
+        if "arrays" not in content or list(content["arrays"].keys()) != [key]:
+            return None, f"the reply must carry exactly one array, {key!r}"
+        value = content["arrays"][key].numpy()
+        if value.shape != (self.dim,):
+            return None, f"array {key!r} has shape {value.shape}, expected ({self.dim},)"
+        if not np.all(np.isfinite(value)):
+            return None, f"array {key!r} contains NaN or Inf"
+        return value, None
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord | None, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        if server_round != self.num_rounds:
+            return []
+        return self.broadcast(
+            server_round, "evaluate", arrays, self.client_config(config, server_round, True)
+        )
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        usable = {self.pool.partition_of(reply): reply.content for reply in replies}
+        self.require_all(server_round, "evaluate", usable)
+        per_client = {
+            self.pool.name(pid): {"sq-error": float(c["metrics"]["sq-error"])} for pid, c in usable.items()
+        }
+        self.final = summarize(per_client, pooled={})
+        self.final["aggregate"]["iteration"] = self.iteration(server_round + 1)
+        return MetricRecord(
+            {
+                "final-iteration": self.iteration(server_round + 1),
+                "final-mean-sq-error": self.final["aggregate"]["sq-error"],
+            }
+        )
+
+    def require_all(self, server_round: int, kind: str, usable: Mapping[int, RecordDict]) -> None:
+        """Stop the run (FederationError) unless every client's reply is in ``usable``."""
+        missing = [pid for pid in self.pool.partitions if pid not in usable]
+        if missing:
+            reasons = "; ".join(
+                f"{self.pool.name(p)}: {self.pool.failed.get(p, 'no reply')}" for p in missing
+            )
+            raise FederationError(
+                f"{type(self).__name__} needs every client in every round; round {server_round} {kind} "
+                f"lost {reasons}. Fix the client(s) and rerun with resume = true: the run continues "
+                "from its last checkpoint"
+            )
+
+    def finish(self) -> dict[str, Any]:
+        return self.final
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "final": self.final}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.final = state["final"]
+
+    def summary(self) -> None:
+        self.log(
+            f"{type(self).__name__}: {self.num_rounds} rounds x {self.local_steps} steps, "
+            f"eta = {self.cfg['lsa-eta']:g}, batch = {self.cfg['lsa-batch']}"
+        )
+
+
+class SingleLSA(LSAStrategy):
+    """Single-agent LSA: every agent runs ``theta_c <- theta_c - eta g_c`` alone.
+
+    No arrays cross the wire; rounds exist only to drive the clients and collect the error.
+    """
