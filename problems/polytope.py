@@ -20,7 +20,7 @@ are not pickled.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,13 +29,19 @@ import scipy.sparse as sp
 import torch
 
 LP_BACKENDS = ("auto", "highs")
-PROJECTION_BACKENDS = ("auto", "exact", "daqp", "osqp", "qpth")
+PROJECTION_BACKENDS = ("auto", "exact", "daqp", "highs", "osqp", "qpth")
 
 #: Max abs error per coordinate each projection backend is held to (checked by the tests on
 #: knapsack, quota, grid-flow and random general sets with entries of order 1-10). ``exact``
 #: and ``daqp`` are exact up to rounding; ``osqp`` and ``qpth`` are iterative and stop at
 #: the tolerances set below, so their error is larger.
-PROJECTION_ACCURACY: dict[str, float] = {"exact": 1e-10, "daqp": 1e-9, "osqp": 1e-4, "qpth": 1e-5}
+PROJECTION_ACCURACY: dict[str, float] = {
+    "exact": 1e-10,
+    "daqp": 1e-9,
+    "highs": 1e-9,
+    "osqp": 1e-4,
+    "qpth": 1e-5,
+}
 
 _OSQP_EPS = 1e-6  # OSQP eps_abs = eps_rel; with polishing this gives ~1e-6 or better
 _DAQP_PRIMAL_TOL = 1e-12  # DAQP's default 1e-6 would leave constraints violated by up to 1e-6
@@ -226,19 +232,20 @@ class Polytope:
         """Exact batched LP oracle of a structured set; None means "use HiGHS"."""
         return None
 
-    def _highs(self) -> _HighsLP:
-        if "highs" not in self._cache:
-            self._cache["highs"] = _HighsLP(self)
-        return self._cache["highs"]
+    def _highs(self) -> _Highs:
+        if "lp" not in self._cache:
+            self._cache["lp"] = _Highs(self)
+        return self._cache["lp"]
 
     # ------------------------------------------------------------------ projection
     def project(self, v: Any, backend: str = "auto") -> torch.Tensor:
         """Euclidean projections ``Proj_S(v) = argmin_{w in S} ||w - v||^2``, row by row.
 
         Backends: ``exact`` (closed-form sort/breakpoint projection of the structured sets;
-        differentiable), ``daqp`` (exact active set), ``osqp`` (ADMM, set up once, warm
-        started), ``qpth`` (batched interior point; differentiable). ``auto`` is ``exact``
-        where available, else ``daqp``. Accuracy per backend: :data:`PROJECTION_ACCURACY`.
+        differentiable), ``daqp`` (exact dual active set), ``highs`` (HiGHS's primal active-set
+        QP solver), ``osqp`` (ADMM, set up once, warm started), ``qpth`` (batched interior point;
+        differentiable). ``auto`` is ``exact`` where available, else ``daqp``. The solver
+        workspaces are set up once per polytope. Accuracy per backend: :data:`PROJECTION_ACCURACY`.
         """
         if backend not in PROJECTION_BACKENDS:
             raise ValueError(f"backend must be one of {PROJECTION_BACKENDS}; got {backend!r}")
@@ -253,9 +260,9 @@ class Polytope:
                 )
             w = self._project_exact(vb)
         elif backend == "qpth":
-            w = self._solver(backend).solve(vb)
+            w = self._solver(backend).project(vb)
         else:
-            w = torch.from_numpy(self._solver(backend).solve(vb.detach().numpy()))
+            w = torch.from_numpy(self._solver(backend).project(vb.detach().numpy()))
         return w[0] if single else w
 
     has_exact_projection = False
@@ -264,9 +271,15 @@ class Polytope:
         raise NotImplementedError  # only reached through has_exact_projection = True subclasses
 
     def _solver(self, backend: str) -> Any:
+        """The projection workspace of ``backend``, built on first use."""
         if backend not in self._cache:
-            factory = {"daqp": _DaqpProjector, "osqp": _OsqpProjector, "qpth": _QpthProjector}[backend]
-            self._cache[backend] = factory(self)
+            if backend == "daqp":
+                solver = _DaqpProjector(self, fallback=lambda v: self._solver("highs").project(v))
+            elif backend == "highs":
+                solver = _Highs(self, quadratic=True)
+            else:
+                solver = {"osqp": _OsqpProjector, "qpth": _QpthProjector}[backend](self)
+            self._cache[backend] = solver
         return self._cache[backend]
 
     def regularized_argmin(self, theta: Any, lam: float, backend: str = "auto") -> torch.Tensor:
@@ -300,10 +313,14 @@ class Polytope:
 
 
 # ---------------------------------------------------------------------- solver workspaces
-class _HighsLP:
-    """One persistent HiGHS model of S; each solve only changes the costs (warm-started simplex)."""
+class _Highs:
+    """One persistent HiGHS model of S; each solve only changes the costs (warm started).
 
-    def __init__(self, poly: Polytope) -> None:
+    Minimises ``q'w`` (LP, dual simplex) or, with ``quadratic=True``, ``q'w + 0.5||w||^2``
+    (HiGHS's active-set QP solver), so the projection of v is ``solve(-v)``.
+    """
+
+    def __init__(self, poly: Polytope, quadratic: bool = False) -> None:
         import highspy
 
         self._status = highspy.HighsModelStatus
@@ -321,6 +338,14 @@ class _HighsLP:
         lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
         lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = A.indptr, A.indices, A.data
         h.passModel(lp)
+        if quadratic:
+            hessian = highspy.HighsHessian()
+            hessian.dim_, hessian.format_ = poly.dim, highspy.HessianFormat.kTriangular
+            hessian.start_ = np.arange(poly.dim + 1, dtype=np.int32)
+            hessian.index_ = np.arange(poly.dim, dtype=np.int32)
+            hessian.value_ = np.ones(poly.dim)
+            h.passHessian(hessian)
+            h.setOptionValue("qp_regularization_value", 0.0)  # default 1e-7 perturbs w by ~1e-7; H = I is PD
         self._h, self._idx, self._repr = h, np.arange(poly.dim, dtype=np.int32), repr(poly)
 
     def _run(self, cost: np.ndarray) -> Any:
@@ -332,14 +357,19 @@ class _HighsLP:
         status = self._run(np.zeros(self._idx.size))
         return "optimal" if status == self._status.kOptimal else self._h.modelStatusToString(status)
 
-    def solve(self, c: np.ndarray) -> np.ndarray:
-        out = np.empty_like(c)
-        for i, ci in enumerate(c):
-            status = self._run(ci)
+    def solve(self, q: np.ndarray) -> np.ndarray:
+        """Minimisers for each row of the costs ``q [B, d]``."""
+        out = np.empty_like(q)
+        for i, qi in enumerate(q):
+            status = self._run(qi)
             if status != self._status.kOptimal:
                 raise RuntimeError(f"HiGHS failed on {self._repr}: {self._h.modelStatusToString(status)}")
             out[i] = self._h.getSolution().col_value
         return out
+
+    def project(self, v: np.ndarray) -> np.ndarray:
+        """Projections of the rows of ``v`` (quadratic model): ``argmin 0.5||w||^2 - v'w``."""
+        return self.solve(-v)
 
     def bounding_box(self, poly: Polytope) -> tuple[np.ndarray, np.ndarray]:
         lo, hi = poly.lb.copy(), poly.ub.copy()
@@ -358,9 +388,14 @@ class _HighsLP:
 
 
 class _DaqpProjector:
-    """DAQP (dual active set) workspace for ``min 0.5||w||^2 - v'w`` over S, set up once."""
+    """DAQP (dual active set) workspace for ``min 0.5||w||^2 - v'w`` over S, set up once.
 
-    def __init__(self, poly: Polytope) -> None:
+    DAQP's tolerances are absolute, so for points far outside S (``||v||`` of 1e5 and more,
+    e.g. ``w_lam`` with a tiny lam) landing on a degenerate vertex it can report a false
+    infeasibility; those rows go to ``fallback`` (HiGHS's active-set QP solver).
+    """
+
+    def __init__(self, poly: Polytope, fallback: Callable[[np.ndarray], np.ndarray]) -> None:
         import daqp
 
         A_eq, b_eq = poly.independent_equalities()
@@ -374,16 +409,18 @@ class _DaqpProjector:
         exitflag, _ = self._model.setup(np.eye(poly.dim), np.zeros(poly.dim), A, upper, lower, sense)
         if exitflag < 0:
             raise RuntimeError(f"DAQP setup failed on {poly!r} (exitflag {exitflag})")
-        self._repr = repr(poly)
+        self._fallback = fallback
 
-    def solve(self, v: np.ndarray) -> np.ndarray:
+    def project(self, v: np.ndarray) -> np.ndarray:
         out = np.empty_like(v)
+        failed = np.zeros(v.shape[0], dtype=bool)
         for i, vi in enumerate(v):
             self._model.update(f=-vi)
             x, _, exitflag, _ = self._model.solve()
-            if exitflag < 1:
-                raise RuntimeError(f"DAQP failed on {self._repr} (exitflag {exitflag})")
+            failed[i] = exitflag < 1
             out[i] = x
+        if failed.any():
+            out[failed] = self._fallback(v[failed])
         return out
 
 
@@ -414,7 +451,7 @@ class _OsqpProjector:
         )
         self._repr = repr(poly)
 
-    def solve(self, v: np.ndarray) -> np.ndarray:
+    def project(self, v: np.ndarray) -> np.ndarray:
         out = np.empty_like(v)
         for i, vi in enumerate(v):
             self._solver.update(q=-vi)
@@ -445,7 +482,7 @@ class _QpthProjector:
         self._A, self._b = torch.from_numpy(A_eq), torch.from_numpy(b_eq)
         self._Q = torch.eye(poly.dim, dtype=torch.float64)
 
-    def solve(self, v: torch.Tensor) -> torch.Tensor:
+    def project(self, v: torch.Tensor) -> torch.Tensor:
         from qpth.qp import QPFunction
 
         empty = torch.empty(0, dtype=torch.float64)

@@ -204,18 +204,31 @@ def test_exact_projections_match_reference_and_kkt(family, backend):
             assert kkt_residual(poly, vi, wi) <= 1e-8, poly
 
 
-@pytest.mark.parametrize("backend", ["exact", "daqp", "osqp", "qpth"])
+@pytest.mark.parametrize("backend", ["exact", "daqp", "highs", "osqp", "qpth"])
 def test_backends_meet_stated_accuracy(family, backend):
     if backend == "exact" and not family[0][0].has_exact_projection:
         with pytest.raises(ValueError, match="no closed-form projection"):
             family[0][0].project(torch.from_numpy(family[0][1]), backend="exact")
         return
-    sets = family[:10] if backend == "osqp" else family
+    sets = family[:10] if backend in ("osqp", "highs") else family
     if backend == "qpth":  # a dense interior point, up to seconds per call here: a few points only
         sets = [(poly, v[:1], ref[:1]) for poly, v, ref in family[:2]]
     for poly, v, ref in sets:
         w = poly.project(torch.from_numpy(v), backend=backend)
         assert np.abs(w.detach().numpy() - ref).max() <= PROJECTION_ACCURACY[backend], poly
+
+
+def test_points_far_outside_stay_exact():
+    """w_lam(c) for a tiny lam projects points of norm ~1e7, where DAQP's absolute tolerances fail
+    on degenerate flow vertices and the HiGHS QP fallback takes over. For generic c and small
+    enough lam, w_lam(c) is exactly the (unique) LP vertex, which scipy.linprog gives."""
+    rng = np.random.default_rng(9)
+    poly = GridFlowPolytope(5, (0, 4), (3, 1))
+    c = rng.normal(size=(8, poly.dim))
+    w = poly.regularized_argmin(torch.from_numpy(c), 1e-7, backend="daqp").numpy()
+    for ci, wi in zip(c, w, strict=True):
+        res = linprog(ci, A_eq=poly.A_eq, b_eq=poly.b_eq, bounds=(0, 1), method="highs")
+        assert np.abs(wi - res.x).max() <= 1e-8
 
 
 def test_single_vector_is_accepted_and_matches_batch():
