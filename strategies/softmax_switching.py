@@ -324,7 +324,7 @@ class ConstrainedRounds(FederatedStrategy):
                     out[prefix + name] = float(max(values))
                     out[f"{prefix}mean-{key}"] = float(np.mean(values))
         failed = {self.pool.name(p): e for p, e in self.pool.failed.items()}
-        self.final = summarize(per_client, failed=failed, pooled={})
+        self.final = summarize(per_client, failed=failed)
         return out
 
     def finish(self) -> dict[str, Any]:
