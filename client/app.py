@@ -12,13 +12,13 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from client.constrained import ConstrainedClient
-from client.fedavg import DecisionClient
+from client.decision_client import DecisionClient
 from client.lsa import FedLSAClient, PFLSAClient, SCAFFLSAClient, SingleLSAClient
 from client.session import ClientSession
 
 # Strategy name -> client class. Every class handles "query.info".
 CLIENTS = {
-    "fedavg": DecisionClient,
+    **dict.fromkeys(("fedavg", "fedrspo", "local-only"), DecisionClient),
     "pflsa": PFLSAClient,
     "fedlsa": FedLSAClient,
     "scafflsa": SCAFFLSAClient,

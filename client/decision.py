@@ -13,6 +13,8 @@ import torch
 from torch import nn
 
 from problems.base import DecisionSplit
+from problems.metrics import summarize_regret
+from problems.polytope import Polytope
 
 # loss(c_hat, c, index) -> scalar; ``index`` selects the batch rows of the split, so
 # losses can reuse per-sample caches (e.g. w*(c)).
@@ -70,23 +72,18 @@ def train_epochs(
 
 
 @torch.no_grad()
-def decision_metrics(model: nn.Module, split: DecisionSplit, polytope) -> dict[str, float]:
+def decision_metrics(model: nn.Module, split: DecisionSplit, polytope: Polytope) -> dict[str, float]:
     """Regret of the model's decisions on ``split``, judged with the exact LP oracle.
 
     ``regret_i = c_i' w*(c_hat_i) - z*(c_i)``; relative regret = mean regret / mean |z*|.
     The sums are reported too so that a pooled ratio over clients can be formed.
     """
-    from problems.metrics import regret
-
-    c_hat = model(split.x)
-    r = regret(c_hat, split.c, polytope)
-    z = (split.c * polytope.solve_lp(split.c)).sum(dim=1)
-    abs_z = z.abs().sum()
+    s = summarize_regret(model(split.x), split.c, polytope)
     return {
-        "regret-sum": float(r.sum()),
-        "abs-opt-sum": float(abs_z),
-        "absolute-regret": float(r.mean()),
-        "relative-regret": float(r.sum() / abs_z) if abs_z > 0 else float("nan"),
-        "mse": float(((c_hat - split.c) ** 2).mean()),
-        "num-examples": len(split),
+        "regret-sum": s.total_regret,
+        "abs-opt-sum": s.total_abs_optimal,
+        "absolute-regret": s.absolute,
+        "relative-regret": s.relative,
+        "mse": s.mse,
+        "num-examples": s.n,
     }

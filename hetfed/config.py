@@ -64,6 +64,8 @@ class Key:
 
 STRATEGIES = (
     "fedavg",
+    "fedrspo",
+    "local-only",
     "pflsa",
     "fedlsa",
     "scafflsa",
@@ -76,6 +78,7 @@ STRATEGIES = (
 )
 PROBLEMS = ("knapsack", "garnet", "np-classification", "fair-classification", "safe-rl", "quadratic")
 ENGINES = ("", "inline", "simulation", "deployment")
+DECISION_LOSSES = ("mse", "spo+", "rspo+", "pfyl", "dpo", "mse->spo+", "optnet")
 
 SCHEMA: dict[str, Key] = {
     # --- run --------------------------------------------------------------------
@@ -101,11 +104,42 @@ SCHEMA: dict[str, Key] = {
         0.4, "Fraction of clients sampled per round (ceil(fraction * n))", low=0.0, high=1.0, low_open=True
     ),
     "local-epochs": Key(3, "Local epochs per round", low=1),
-    "batch-size": Key(64, "Mini-batch size", low=1),
+    "batch-size": Key(64, "Mini-batch size (a client with fewer samples trains on one full batch)", low=1),
     "lr": Key(1e-3, "Client learning rate (Adam)", low=0.0, low_open=True),
     "clip-norm": Key(1.0, "Gradient-norm clip per parameter array; 0 = off", low=0.0),
-    "loss": Key("mse", "Training loss of the decision-focused model", choices=("mse",)),
+    "loss": Key("mse", "Training loss of the decision-focused model", choices=DECISION_LOSSES),
     "hidden": Key(64, "Hidden units of the MLP", low=1),
+    # --- FedRSPO+ protocol (ALGORITHMS.md 1.3-1.5): fedrspo, local-only -----------------
+    "personal-rounds": Key(10, "Personalization rounds after the warm start (0 = none)", low=0),
+    "personal-epochs": Key(1, "Local epochs per personalization round", low=1),
+    "rspo-alpha": Key(
+        0.01, "RSPO+ lr scale in the warm start: lr0_j = alpha lam0_j / 4", low=0.0, low_open=True
+    ),
+    "rspo-alpha-personal": Key(
+        0.01, "RSPO+ lr scale in personalization (energy: 0.001)", low=0.0, low_open=True
+    ),
+    "per-client-calibration": Key(True, "Per-client lam0_j, lr0_j (false: their mean for every client)"),
+    "anneal": Key(True, "RSPO+ personalization: inverse-time schedules and freezing"),
+    "kappa-lam": Key(1.0, "lam_t = lam0 / (1 + kappa_lam (t - 1))", low=0.0),
+    "kappa-lr": Key(0.1, "lr_t = lr0 / (1 + kappa_lr (t - 1))", low=0.0),
+    "coupled-lr": Key(False, "The paper's coupled schedule lr_t = alpha lam_t / 4 instead of kappa-lr"),
+    "freeze-tau": Key(0.01, "Freeze lam and lr once U_t <= tau (energy: 0.03)", low=0.0),
+    "freeze-extra-rounds": Key(3, "Rounds a frozen client still trains before it stops", low=0),
+    "monitor-size": Key(8, "Validation samples of the freeze statistic U_t", low=1),
+    "proximal-mu": Key(0.0, "FedProx: (mu/2)||theta - theta_global||^2 added to every batch loss", low=0.0),
+    "ditto-mu": Key(
+        0.0, "Ditto: personal model trained with (mu/2)||v - theta_global||^2 (0 = off)", low=0.0
+    ),
+    "perturb-eps": Key(1.0, "PFYL/DPO: Gaussian perturbation scale", low=0.0, low_open=True),
+    "perturb-samples": Key(10, "PFYL/DPO: perturbation samples", low=2),
+    "optnet-mult": Key(0.1, "OptNet-style: QP regularisation eps = mult * lam0_j", low=0.0, low_open=True),
+    "optnet-backend": Key(
+        "exact", "OptNet-style QP layer: exact (structured sets) or qpth", choices=("exact", "qpth")
+    ),
+    "interp-dffl": Key(False, "Also evaluate Interp-DFFL: blend a local model with the federated one"),
+    "interp-split": Key(
+        0.2, "Interp-DFFL: calibration share of the training data", low=0.0, high=1.0, low_open=True
+    ),
     # --- knapsack problem (ALGORITHMS.md 1.6) -----------------------------------
     "num-items": Key(50, "Knapsack items d", low=1),
     "num-features": Key(8, "Features p", low=1),

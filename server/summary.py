@@ -6,14 +6,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-# Pooled ratios: name -> (numerator sum, denominator sum) reported by every client.
-DECISION_POOLED = {"pooled-relative-regret": ("regret-sum", "abs-opt-sum")}
-
 
 def summarize(
-    per_client: Mapping[str, Mapping[str, float]],
-    failed: Mapping[str, str] | None = None,
-    pooled: Mapping[str, tuple[str, str]] = DECISION_POOLED,
+    per_client: Mapping[str, Mapping[str, float]], failed: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
     """Macro averages (mean over clients of each metric), pooled ratios and failures.
 
@@ -32,8 +27,8 @@ def summarize(
     for key in names:
         values = [float(m[key]) for m in per_client.values() if key in m]
         aggregate[key] = sum(values) / len(values)
-    for name, (num, den) in pooled.items():
-        if per_client and all(num in m and den in m for m in per_client.values()):
+    for name, (num, den) in pooled_ratios(per_client).items():
+        if all(num in m and den in m for m in per_client.values()):
             total = sum(float(m[den]) for m in per_client.values())
             aggregate[name] = sum(float(m[num]) for m in per_client.values()) / total if total else math.nan
     aggregate["clients-reporting"] = len(per_client)
@@ -41,6 +36,16 @@ def summarize(
         "clients": {k: dict(v) for k, v in sorted(per_client.items())},
         "aggregate": aggregate,
         "failed": dict(failed or {}),
+    }
+
+
+def pooled_ratios(per_client: Mapping[str, Mapping[str, float]]) -> dict[str, tuple[str, str]]:
+    """``<p>pooled-relative-regret = sum_j <p>regret-sum / sum_j <p>abs-opt-sum`` for every prefix p."""
+    keys = {k for m in per_client.values() for k in m}
+    return {
+        f"{k[: -len('regret-sum')]}pooled-relative-regret": (k, k[: -len("regret-sum")] + "abs-opt-sum")
+        for k in keys
+        if k.endswith("regret-sum")
     }
 
 

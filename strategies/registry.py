@@ -17,9 +17,13 @@ from strategies.constrained_baselines import (
 )
 from strategies.fedavg import FedAvg
 from strategies.fedlsa import SCAFFLSA, FedLSA
+from strategies.fedrspo import FedRSPO, LocalOnly, check_config
 from strategies.lsa import SingleLSA
 from strategies.pflsa import PFLSA
 from strategies.softmax_switching import SoftmaxSwitching
+
+# Strategies of decision-focused tasks (ALGORITHMS.md 1): features -> LP costs, MLP models.
+DECISION = {"fedavg": FedAvg, "fedrspo": FedRSPO, "local-only": LocalOnly}
 
 # Strategies of constrained tasks (ALGORITHMS.md 2): the model comes from the task's make_model.
 CONSTRAINED = {
@@ -44,9 +48,10 @@ def build_strategy(cfg: Mapping[str, Any]) -> FederatedStrategy:
             f"run config 'problem': strategy {name!r} needs a {family} problem, "
             f"but {spec.name!r} is a {spec.family} problem"
         )
-    if name == "fedavg":
+    if name in DECISION:
+        check_config(cfg)
         in_dim, out_dim = spec.model_dims(cfg)
-        return FedAvg(cfg, model_record(make_mlp(in_dim, cfg["hidden"], out_dim, seed=cfg["seed"])))
+        return DECISION[name](cfg, model_record(make_mlp(in_dim, cfg["hidden"], out_dim, seed=cfg["seed"])))
     if name in CONSTRAINED:
         return CONSTRAINED[name](cfg, model_record(spec.make_model(cfg)))
     if name in LSA:

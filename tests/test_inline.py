@@ -37,13 +37,13 @@ def test_run_writes_complete_results(tmp_path: Path) -> None:
     assert summary["status"] == "completed"
     assert set(summary["clients"]) == {f"client-{i:02d}" for i in range(5)}
     on_disk = json.loads((folder / "summary.json").read_text())
-    assert on_disk["aggregate"]["relative-regret"] == pytest.approx(
-        np.mean([m["relative-regret"] for m in on_disk["clients"].values()])
+    assert on_disk["aggregate"]["fed-relative-regret"] == pytest.approx(
+        np.mean([m["fed-relative-regret"] for m in on_disk["clients"].values()])
     )
-    pooled = sum(m["regret-sum"] for m in on_disk["clients"].values()) / sum(
-        m["abs-opt-sum"] for m in on_disk["clients"].values()
+    pooled = sum(m["fed-regret-sum"] for m in on_disk["clients"].values()) / sum(
+        m["fed-abs-opt-sum"] for m in on_disk["clients"].values()
     )
-    assert on_disk["aggregate"]["pooled-relative-regret"] == pytest.approx(pooled)
+    assert on_disk["aggregate"]["fed-pooled-relative-regret"] == pytest.approx(pooled)
     config = json.loads((folder / "config.json").read_text())
     assert (
         config["seed"] == 3

@@ -1,0 +1,433 @@
+"""The client of every decision-focused strategy (FedAvg, FedRSPO+ and its baselines).
+
+One client holds features -> costs data and its own polytope. Handlers:
+
+- ``query.info``: partition, name, n_j.
+- ``query.calibrate``: ``R_j = max_{w in S_j} ||w||``, ``lam0_j = mean_i ||c_i|| / R_j``,
+  ``lr0_j = alpha lam0_j / 4`` (ALGORITHMS.md 1.3); only these scalars leave.
+- ``train``: one warm-start round: validation metrics of the received model, then E epochs
+  with a fresh Adam (clip per array), optional FedProx term ``(mu/2)||theta - theta_g||^2``
+  and Ditto update of the persistent personal model; replies with the new weights.
+  ``local-only``: the client trains its own stored model instead and replies with scalars only.
+- ``train.personalize``: all R_per personalization rounds locally (ALGORITHMS.md 1.4); the
+  personal model, Adam state and schedule are saved after every round, so a re-sent
+  instruction continues where a restarted node stopped.
+- ``evaluate``: test-set decision quality of the federated model and, when present, of the
+  personal model (and of the Interp-DFFL blend when enabled).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, RecordDict
+
+from client.decision import BatchLoss, batch_generator, decision_metrics, train_epochs
+from client.losses import dpo_loss, mse_loss, optnet_loss, pfyl_loss, rspo_plus_loss, spo_plus_loss
+from client.models import load_record, make_mlp, model_record
+from client.session import ClientSession
+from client.state import ClientState, optimizer_from_state, optimizer_to_state
+from problems.base import DecisionClientData, DecisionSplit
+from problems.metrics import qp_lp_gap
+
+# Random streams of a client (ALGORITHMS.md 1.5: separate streams for batches, noise, monitor).
+BATCHES, NOISE, MONITOR, LOCAL_INIT = 2, 3, 4, 5
+
+
+class CalibrationError(ValueError):
+    """The client's data cannot calibrate lam0 (zero costs or a zero-radius feasible set)."""
+
+
+def calibrate(data: DecisionClientData, alpha: float) -> dict[str, float]:
+    """``lam0 = mean_i ||c_i||_2 / R``, ``lr0 = alpha lam0 / 4`` from the client's training costs."""
+    radius = data.polytope.radius()
+    mean_norm = float(data.train.c.norm(dim=1).mean())
+    if not radius > 0:
+        raise CalibrationError(
+            f"{data.name}: its feasible set has radius {radius:g} (a single point), so lam0 = mean||c|| / R "
+            "is undefined; this client cannot take part in FedRSPO+"
+        )
+    lam0 = mean_norm / radius
+    if not (math.isfinite(lam0) and lam0 > 0):
+        raise CalibrationError(f"{data.name}: lam0 = {lam0:g} (its training costs are all zero)")
+    return {"lam0": lam0, "lr0": alpha * lam0 / 4, "radius": radius}
+
+
+def proximal_term(model: torch.nn.Module, anchor: torch.nn.Module, mu: float) -> Callable[[], torch.Tensor]:
+    """``() -> (mu/2) ||theta - theta_anchor||^2`` with the anchor's current weights frozen
+    (FedProx: the round's global model; Ditto: the global model for the personal one)."""
+    fixed = [p.detach().clone() for p in anchor.parameters()]
+
+    def term() -> torch.Tensor:
+        return 0.5 * mu * sum(((p - a) ** 2).sum() for p, a in zip(model.parameters(), fixed, strict=True))
+
+    return term
+
+
+class SolutionCache:
+    """``w*(c)`` and ``w_lam(c)`` of a split, computed once and reused across epochs and rounds."""
+
+    def __init__(self, split: DecisionSplit, polytope) -> None:
+        self.split, self.polytope = split, polytope
+        self._w_star: torch.Tensor | None = None
+        self._w_lam: dict[float, torch.Tensor] = {}
+
+    def w_star(self) -> torch.Tensor:
+        if self._w_star is None:
+            self._w_star = self.polytope.solve_lp(self.split.c)
+        return self._w_star
+
+    def w_lam(self, lam: float) -> torch.Tensor:
+        if lam not in self._w_lam:
+            self._w_lam = {lam: self.polytope.regularized_argmin(self.split.c, lam)}  # keep only the latest
+        return self._w_lam[lam]
+
+
+_CACHES: OrderedDict[int, tuple[DecisionSplit, SolutionCache]] = OrderedDict()
+
+
+def solution_cache(split: DecisionSplit, polytope) -> SolutionCache:
+    """The per-process cache of a split's LP/QP solutions (the last few splits seen)."""
+    key = id(split)
+    if key not in _CACHES:
+        _CACHES[key] = (split, SolutionCache(split, polytope))  # holding the split keeps its id unique
+        if len(_CACHES) > 16:
+            _CACHES.popitem(last=False)
+    return _CACHES[key][1]
+
+
+def make_loss(
+    name: str, split: DecisionSplit, poly, cfg: dict[str, Any], lam: float, generator: torch.Generator
+) -> BatchLoss:
+    """The batch loss ``loss(c_hat, c, index)`` of ``name`` on a training split over ``poly``."""
+    cache = solution_cache(split, poly)
+    eps, samples = cfg["perturb-eps"], cfg["perturb-samples"]
+    losses: dict[str, Callable[[], BatchLoss]] = {
+        "mse": lambda: lambda c_hat, c, idx: mse_loss(c_hat, c),
+        "spo+": lambda: lambda c_hat, c, idx: spo_plus_loss(c_hat, c, poly, w_star=cache.w_star()[idx]),
+        "rspo+": lambda: (
+            lambda c_hat, c, idx: rspo_plus_loss(c_hat, c, poly, lam, w_lam_c=cache.w_lam(lam)[idx])
+        ),
+        "pfyl": lambda: (
+            lambda c_hat, c, idx: pfyl_loss(
+                c_hat, c, poly, eps, samples, generator, w_star=cache.w_star()[idx]
+            )
+        ),
+        "dpo": lambda: (
+            lambda c_hat, c, idx: dpo_loss(
+                c_hat, c, poly, eps, samples, generator, w_star=cache.w_star()[idx]
+            )
+        ),
+        "optnet": lambda: (
+            lambda c_hat, c, idx: optnet_loss(
+                c_hat, c, poly, cfg["optnet-mult"] * lam, backend=cfg["optnet-backend"]
+            )
+        ),
+    }
+    if name not in losses:
+        raise ValueError(f"run config 'loss': unknown decision loss {name!r}")
+    return losses[name]()
+
+
+def phase_loss(cfg: dict[str, Any], phase: str) -> str:
+    """The loss of a phase: ``mse->spo+`` warms up with MSE and personalizes with SPO+."""
+    if cfg["loss"] == "mse->spo+":
+        return "mse" if phase == "warm" else "spo+"
+    return cfg["loss"]
+
+
+class DecisionClient:
+    """Handlers of one client holding a decision problem (features -> LP costs)."""
+
+    handles: ClassVar[tuple[str, ...]] = (
+        "query.info",
+        "query.calibrate",
+        "train",
+        "train.personalize",
+        "evaluate",
+    )
+
+    def __init__(self, session: ClientSession, context: Context) -> None:
+        self.session = session
+        self.cfg = session.cfg
+        self.data: DecisionClientData = session.data()
+        self.context = context
+        self.pid = session.partition_id
+
+    # --- helpers ---------------------------------------------------------------------------
+    def new_model(self) -> torch.nn.Module:
+        return make_mlp(
+            self.data.num_features, self.cfg["hidden"], self.data.num_costs, seed=self.cfg["seed"]
+        )
+
+    def model(self, arrays: ArrayRecord) -> torch.nn.Module:
+        """A model with the received weights."""
+        return load_record(self.new_model(), arrays)
+
+    def stored_model(self, state: ClientState, name: str) -> torch.nn.Module | None:
+        """The model saved under ``name`` in the client's state, or None."""
+        arrays = state.arrays(name)
+        if arrays is None:
+            return None
+        model = self.new_model()
+        model.load_state_dict({k: torch.from_numpy(v) for k, v in arrays.items()})
+        return model
+
+    def state(self, content: RecordDict) -> ClientState:
+        return self.session.state(self.context, str(content["config"]["run-name"]))
+
+    def gen(self, stream: int, server_round: int) -> torch.Generator:
+        return batch_generator(self.cfg["seed"], stream, self.pid, server_round)
+
+    def fit(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        loss: BatchLoss,
+        epochs: int,
+        server_round: int,
+        penalty: Callable[[], torch.Tensor] | None = None,
+    ) -> float:
+        return train_epochs(
+            model,
+            self.data.train,
+            loss,
+            optimizer,
+            epochs=epochs,
+            batch_size=self.cfg["batch-size"],
+            generator=self.gen(BATCHES, server_round),
+            clip_norm=self.cfg["clip-norm"],
+            penalty=penalty,
+        )
+
+    # --- handlers --------------------------------------------------------------------------
+    def query_info(self, content: RecordDict) -> RecordDict:
+        """Who this client is: its partition and sample count (scalars only)."""
+        return RecordDict(
+            {
+                "info": ConfigRecord(
+                    {
+                        "name": self.data.name,
+                        "partition-id": self.pid,
+                        "num-partitions": self.session.num_partitions,
+                    }
+                ),
+                "metrics": MetricRecord({"num-examples": len(self.data.train)}),
+            }
+        )
+
+    def query_calibrate(self, content: RecordDict) -> RecordDict:
+        cal = calibrate(self.data, self.cfg["rspo-alpha"])
+        return RecordDict({"metrics": MetricRecord({**cal, "num-examples": len(self.data.train)})})
+
+    def train(self, content: RecordDict) -> RecordDict:
+        """One warm-start round (or one local-only round)."""
+        config = content["config"]
+        rnd = int(config["server-round"])
+        lam, lr = float(config.get("lam", 1.0)), float(config["lr"])
+        loss = make_loss(
+            phase_loss(self.cfg, "warm"),
+            self.data.train,
+            self.data.polytope,
+            self.cfg,
+            lam,
+            self.gen(NOISE, rnd),
+        )
+        epochs = int(config["local-epochs"])
+        if self.cfg["strategy"] == "local-only":
+            return self._train_local_only(content, loss, lr, epochs, rnd)
+        model = self.model(content["arrays"])
+        val = decision_metrics(model, self.data.val, self.data.polytope)
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        penalty = (
+            proximal_term(model, model, self.cfg["proximal-mu"]) if self.cfg["proximal-mu"] > 0 else None
+        )
+        if self.cfg["ditto-mu"] > 0:
+            self._ditto_step(self.state(content), content["arrays"], loss, lr, epochs, rnd)
+        train_loss = self.fit(model, optimizer, loss, epochs, rnd, penalty)
+        return RecordDict(
+            {
+                "arrays": model_record(model),
+                "metrics": MetricRecord(
+                    {
+                        "num-examples": len(self.data.train),
+                        "train-loss": train_loss,
+                        "val-relative-regret": val["relative-regret"],
+                    }
+                ),
+            }
+        )
+
+    def _ditto_step(
+        self,
+        state: ClientState,
+        global_arrays: ArrayRecord,
+        loss: BatchLoss,
+        lr: float,
+        epochs: int,
+        rnd: int,
+    ) -> None:
+        """Ditto: E epochs on ``loss(v) + (mu/2)||v - w_global||^2`` for the persistent personal model v."""
+        personal = self.stored_model(state, "personal") or self.model(global_arrays)
+        penalty = proximal_term(personal, self.model(global_arrays), self.cfg["ditto-mu"])
+        self.fit(personal, torch.optim.Adam(personal.parameters(), lr=lr), loss, epochs, rnd, penalty)
+        state.set_arrays("personal", personal.state_dict())
+
+    def _train_local_only(
+        self, content: RecordDict, loss: BatchLoss, lr: float, epochs: int, rnd: int
+    ) -> RecordDict:
+        """Local-only baseline: the client's own model, never shared; replies with scalars only."""
+        state = self.state(content)
+        model = self.stored_model(state, "local") or self.new_model()
+        val = decision_metrics(model, self.data.val, self.data.polytope)
+        train_loss = self.fit(model, torch.optim.Adam(model.parameters(), lr=lr), loss, epochs, rnd)
+        state.set_arrays("local", model.state_dict())
+        return RecordDict(
+            {
+                "metrics": MetricRecord(
+                    {
+                        "num-examples": len(self.data.train),
+                        "train-loss": train_loss,
+                        "val-relative-regret": val["relative-regret"],
+                    }
+                )
+            }
+        )
+
+    def train_personalize(self, content: RecordDict) -> RecordDict:
+        """All personalization rounds t = 1..R_per, locally (ALGORITHMS.md 1.4)."""
+        cfg, config = self.cfg, content["config"]
+        state = self.state(content)
+        lam0, lr0 = float(config["lam"]), float(config["lr"])
+        name = phase_loss(cfg, "personal")
+        annealed = name == "rspo+" and cfg["anneal"]
+        if name == "rspo+":  # the personalization phase has its own alpha (energy: 0.001)
+            lr0 = lr0 * cfg["rspo-alpha-personal"] / cfg["rspo-alpha"]
+        sched = state.values("schedule")
+        if sched is None:  # a fresh start from the global (or, local-only, the client's own) model
+            start = self.stored_model(state, "local") if cfg["strategy"] == "local-only" else None
+            model = start or self.model(content["arrays"])
+            optimizer = torch.optim.Adam(model.parameters(), lr=lr0)
+            sched = {"round": 0, "frozen-at": 0, "lam": lam0, "lr": lr0}
+        else:  # a restarted node continues where it stopped
+            model = self.stored_model(state, "personal")
+            optimizer = torch.optim.Adam(model.parameters(), lr=lr0)
+            optimizer_from_state(optimizer, state.arrays("optimizer"), state.values("optimizer"))
+        metrics: dict[str, float] = {}
+        rounds = cfg["personal-rounds"]
+        monitor = np.random.default_rng(np.random.SeedSequence([cfg["seed"], MONITOR, self.pid]))
+        for t in range(1, rounds + 1):
+            # Draw the monitor subset every round, also for rounds already done, to keep the stream aligned.
+            index = torch.from_numpy(
+                np.sort(
+                    monitor.choice(
+                        len(self.data.val), size=min(cfg["monitor-size"], len(self.data.val)), replace=False
+                    )
+                )
+            )
+            if t <= sched["round"]:
+                continue
+            frozen_at = int(sched["frozen-at"])
+            if frozen_at and t > frozen_at + cfg["freeze-extra-rounds"]:
+                break  # a frozen client trains 3 more rounds and then stops
+            if annealed and not frozen_at:
+                sched["lam"] = lam0 / (1 + cfg["kappa-lam"] * (t - 1))
+                sched["lr"] = (
+                    cfg["rspo-alpha-personal"] * sched["lam"] / 4
+                    if cfg["coupled-lr"]
+                    else lr0 / (1 + cfg["kappa-lr"] * (t - 1))
+                )
+            for group in optimizer.param_groups:
+                group["lr"] = sched["lr"]
+            loss = make_loss(
+                name, self.data.train, self.data.polytope, cfg, sched["lam"], self.gen(NOISE, 1000 + t)
+            )
+            train_loss = self.fit(model, optimizer, loss, cfg["personal-epochs"], 1000 + t)
+            u = qp_lp_gap(self.data.val.c[index], self.data.polytope, sched["lam"])
+            if annealed and not frozen_at and u <= cfg["freeze-tau"]:
+                sched["frozen-at"] = t
+            val = decision_metrics(model, self.data.val, self.data.polytope)
+            metrics.update(
+                {
+                    f"r{t}-lam": sched["lam"],
+                    f"r{t}-lr": sched["lr"],
+                    f"r{t}-freeze-stat": u,
+                    f"r{t}-train-loss": train_loss,
+                    f"r{t}-val-relative-regret": val["relative-regret"],
+                }
+            )
+            sched["round"] = t
+            state.set_arrays("personal", model.state_dict())
+            arrays, values = optimizer_to_state(optimizer)
+            state.set_arrays("optimizer", arrays)
+            state.set_values("optimizer", values)
+            state.set_values("schedule", sched)
+        return RecordDict(
+            {
+                "metrics": MetricRecord(
+                    {
+                        **metrics,
+                        "rounds-trained": int(sched["round"]),
+                        "frozen-at": int(sched["frozen-at"]),
+                        "num-examples": len(self.data.train),
+                    }
+                )
+            }
+        )
+
+    def interp_dffl(self, fed: torch.nn.Module) -> dict[str, float]:
+        """Interp-DFFL: ``c_hat = (1 - a) c_hat_local + a c_hat_fed`` with ``a`` in {0, 0.05, ..., 1}
+        chosen on a calibration split (the last ``interp-split`` of the training data) by the
+        lowest SPO+ loss; the local model trains on the rest for ``num-rounds x local-epochs`` epochs."""
+        cfg, poly, train = self.cfg, self.data.polytope, self.data.train
+        n_cal = max(1, round(cfg["interp-split"] * len(train)))
+        fit_part = DecisionSplit(train.x[:-n_cal], train.c[:-n_cal])
+        cal = DecisionSplit(train.x[-n_cal:], train.c[-n_cal:])
+        local = self.new_model()
+        lr = cfg["lr"]
+        loss = make_loss("spo+", fit_part, poly, cfg, 1.0, self.gen(NOISE, 2000))
+        train_epochs(
+            local,
+            fit_part,
+            loss,
+            torch.optim.Adam(local.parameters(), lr=lr),
+            epochs=cfg["num-rounds"] * cfg["local-epochs"],
+            batch_size=cfg["batch-size"],
+            generator=self.gen(BATCHES, 2000),
+            clip_norm=cfg["clip-norm"],
+        )
+        with torch.no_grad():
+            blends = torch.linspace(0, 1, 21, dtype=torch.float64)
+            scores = [
+                float(spo_plus_loss((1 - a) * local(cal.x) + a * fed(cal.x), cal.c, poly)) for a in blends
+            ]
+            a = float(blends[int(np.argmin(scores))])
+
+        class Blend(torch.nn.Module):
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return (1 - a) * local(x) + a * fed(x)
+
+        return {**decision_metrics(Blend(), self.data.test, poly), "blend": a}
+
+    def evaluate(self, content: RecordDict) -> RecordDict:
+        """Test-set decision quality (LP oracle) of the federated and the personal model."""
+        test, poly = self.data.test, self.data.polytope
+        metrics: dict[str, float] = {}
+        state = self.state(content)
+        if self.cfg["strategy"] != "local-only":
+            fed = self.model(content["arrays"])
+            metrics.update({f"fed-{k}": v for k, v in decision_metrics(fed, test, poly).items()})
+        personal = self.stored_model(state, "personal")
+        if personal is None and self.cfg["strategy"] == "local-only":
+            personal = self.stored_model(state, "local")
+        if personal is not None:
+            metrics.update({f"per-{k}": v for k, v in decision_metrics(personal, test, poly).items()})
+        if self.cfg["interp-dffl"] and self.cfg["strategy"] != "local-only":
+            metrics.update({f"interp-{k}": v for k, v in self.interp_dffl(fed).items()})
+        metrics["num-examples"] = len(test)
+        return RecordDict({"metrics": MetricRecord(metrics)})

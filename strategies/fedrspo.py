@@ -1,0 +1,197 @@
+"""FedRSPO+ and its baselines: one protocol for every loss (ALGORITHMS.md 1.3-1.5).
+
+1. **Calibration** (``setup``): a ``query.calibrate`` exchange; client j computes from its
+   private data ``lam0_j = mean_i ||c_i|| / R_j`` and ``lr0_j = alpha lam0_j / 4`` and returns
+   only these scalars (and n_j).
+2. **Federated warm start** (rounds 1..R_fed): FedAvg of deltas weighted by n_j over
+   ``ceil(fraction n)`` seeded samples; each sampled client gets its own ``lam``/``lr`` in its
+   own message and trains with a fresh Adam (gradient clip 1.0 per array).
+3. **Personalization** (round R_fed + 1): ONE ``train.personalize`` instruction per client; the
+   client runs all R_per local rounds itself (Adam state kept, inverse-time schedules
+   ``lam_t = lam0 / (1 + kappa_lam (t-1))``, ``lr_t = lr0 / (1 + kappa_lr (t-1))``, the freeze
+   statistic U_t, stop 3 rounds after freezing) and returns per-round scalars.
+4. **Evaluation** (same round): every client evaluates the federated model and its personal
+   model on its own test set with the LP oracle.
+
+Options composing with it: FedProx (``proximal-mu``, a client-side term) and Ditto
+(``ditto-mu``, a persistent personal model pulled towards each round's global model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+
+from hetfed.config import ConfigError
+from server.pool import FederationError
+from strategies.fedavg import FedAvg
+
+# Losses whose lr and lam come from the per-client calibration (the others use `lr`).
+CALIBRATED_LOSSES = ("rspo+",)
+
+
+class FedRSPO(FedAvg):
+    """Calibration, federated warm start, personalization and evaluation, for any decision loss."""
+
+    def __init__(self, cfg: Mapping[str, Any], initial_arrays: ArrayRecord) -> None:
+        super().__init__(cfg, initial_arrays)
+        self.calibration: dict[int, dict[str, float]] = {}
+        self.personal: dict[int, dict[str, float]] = {}
+
+    @property
+    def warm_rounds(self) -> int:
+        return int(self.cfg["num-rounds"])
+
+    @property
+    def num_rounds(self) -> int:
+        return self.warm_rounds + (1 if self.cfg["personal-rounds"] > 0 else 0)
+
+    def summary(self) -> None:
+        self.log(
+            f"FedRSPO+ protocol, loss {self.cfg['loss']}: {self.warm_rounds} warm-start rounds, "
+            f"{self.cfg['personal-rounds']} personalization rounds"
+        )
+
+    # --- 1. calibration ------------------------------------------------------------------------
+    def setup(self) -> None:
+        """Ask every client for ``lam0_j``, ``lr0_j`` (scalars computed from its private data)."""
+        content = RecordDict({"config": ConfigRecord({"run-name": self.cfg["run-name"]})})
+        msgs = [self.pool.message(pid, "query.calibrate", content, 0) for pid in self.pool.partitions]
+        for reply in self.pool.send(msgs, 0):
+            m = reply.content["metrics"]
+            self.calibration[self.pool.partition_of(reply)] = {
+                k: float(m[k]) for k in ("lam0", "lr0", "radius")
+            }
+        for pid, reason in self.pool.failed.items():
+            self.log(f"{self.pool.name(pid)} is left out: calibration failed: {reason}")
+        if not self.calibration:
+            raise FederationError("every client failed calibration; see rounds.csv for the reasons")
+
+    def shared_calibration(self) -> tuple[float, float]:
+        """The mean ``lam0`` and ``lr0`` over clients (for runs without per-client calibration)."""
+        lam = sum(c["lam0"] for c in self.calibration.values()) / len(self.calibration)
+        lr = sum(c["lr0"] for c in self.calibration.values()) / len(self.calibration)
+        return lam, lr
+
+    def lam_lr(self, partition_id: int) -> tuple[float, float]:
+        """Client j's (lam, lr) for the warm start: calibrated for RSPO+, else (lam0_j, lr)."""
+        lam, lr = (
+            (self.calibration[partition_id]["lam0"], self.calibration[partition_id]["lr0"])
+            if self.cfg["per-client-calibration"]
+            else self.shared_calibration()
+        )
+        return lam, (lr if self.cfg["loss"] in CALIBRATED_LOSSES else self.cfg["lr"])
+
+    # --- 2. warm start ---------------------------------------------------------------------------
+    def sample(self) -> list[int]:
+        """Seeded sample over the calibrated clients (failed calibrations are left out)."""
+        return [p for p in super().sample() if p in self.calibration]
+
+    def client_config(self, config: ConfigRecord, partition_id: int) -> ConfigRecord:
+        lam, lr = self.lam_lr(partition_id)
+        return ConfigRecord(
+            {**config, "lam": lam, "lr": lr, "local-epochs": self.cfg["local-epochs"], "phase": "warm"}
+        )
+
+    # --- 3. personalization ----------------------------------------------------------------------
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        if server_round <= self.warm_rounds:
+            return super().configure_train(server_round, arrays, config, grid)
+        msgs = []
+        for pid in sorted(self.calibration):
+            lam, lr = self.lam_lr(pid)
+            cfg = ConfigRecord({**config, "lam": lam, "lr": lr, "phase": "personal"})
+            msgs.append(
+                self.pool.message(
+                    pid, "train.personalize", RecordDict({"arrays": arrays, "config": cfg}), server_round
+                )
+            )
+        self.log(f"round {server_round}: personalization on {len(msgs)} clients")
+        return msgs
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        if server_round <= self.warm_rounds:
+            return super().aggregate_train(server_round, replies)
+        for reply in replies:  # personal models stay on the clients; only scalars come back
+            self.personal[self.pool.partition_of(reply)] = dict(reply.content["metrics"])
+        frozen = [m.get("frozen-at", 0) for m in self.personal.values()]
+        return None, MetricRecord(
+            {"clients-personalized": len(self.personal), "clients-frozen": sum(1 for f in frozen if f > 0)}
+        )
+
+    # --- 4. evaluation ---------------------------------------------------------------------------
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        if server_round != self.num_rounds:
+            return []
+        return [
+            self.pool.message(pid, "evaluate", RecordDict({"arrays": arrays, "config": config}), server_round)
+            for pid in sorted(self.calibration)
+        ]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "calibration": self.calibration, "personal": self.personal}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.calibration = {int(k): v for k, v in state["calibration"].items()}
+        self.personal = {int(k): v for k, v in state["personal"].items()}
+
+
+class LocalOnly(FedRSPO):
+    """Local-only baseline: the same calibration, rounds and schedules, but every client trains
+    its own model on its own data every round and nothing is averaged (no model crosses the wire)."""
+
+    def sample(self) -> list[int]:
+        return sorted(self.calibration)
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        if server_round > self.warm_rounds:
+            return super().configure_train(server_round, arrays, config, grid)
+        return [
+            self.pool.message(
+                pid, "train", RecordDict({"config": self.client_config(config, pid)}), server_round
+            )
+            for pid in self.sample()
+        ]
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        if server_round > self.warm_rounds:
+            return super().aggregate_train(server_round, replies)
+        losses = [float(r.content["metrics"]["train-loss"]) for r in replies]
+        return None, MetricRecord(
+            {"clients-used": len(losses), "train-loss": sum(losses) / max(len(losses), 1)}
+        )
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        if server_round != self.num_rounds:
+            return []
+        return [
+            self.pool.message(pid, "evaluate", RecordDict({"config": config}), server_round)
+            for pid in sorted(self.calibration)
+        ]
+
+
+def check_config(cfg: Mapping[str, Any]) -> None:
+    """Cross-key checks of the decision strategies that the schema cannot express."""
+    if cfg["strategy"] == "fedavg" and cfg["loss"] in ("rspo+", "optnet"):
+        raise ConfigError(
+            f"run config 'loss': {cfg['loss']!r} needs the per-client calibration of "
+            "strategy 'fedrspo' (or 'local-only')"
+        )
+    if cfg["ditto-mu"] > 0 and cfg["personal-rounds"] > 0 and cfg["strategy"] != "fedavg":
+        raise ConfigError("run config 'ditto-mu': Ditto keeps its own personal model; set personal-rounds=0")
