@@ -27,12 +27,16 @@ def batch_generator(seed: int, *stream: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(entropy[0]) << 32 | int(entropy[1]))
 
 
+@torch.no_grad()
 def clip_per_array(model: nn.Module, max_norm: float) -> None:
-    """Clip the gradient of every parameter array to norm ``max_norm`` (the reference code's rule)."""
+    """Clip the gradient of every parameter array to norm ``max_norm`` (the reference code's rule):
+    ``g <- g min(1, max_norm / ||g||)`` (written out: torch's clip_grad_norm_ costs ~10x more per call)."""
     if max_norm > 0:
         for p in model.parameters():
             if p.grad is not None:
-                torch.nn.utils.clip_grad_norm_([p], max_norm)
+                coef = max_norm / (float(p.grad.norm()) + 1e-6)
+                if coef < 1.0:
+                    p.grad.mul_(coef)
 
 
 def train_epochs(

@@ -362,11 +362,9 @@ class DecisionClient:
                 }
             )
             sched["round"] = t
-            state.set_arrays("personal", model.state_dict())
-            arrays, values = optimizer_to_state(optimizer)
-            state.set_arrays("optimizer", arrays)
-            state.set_values("optimizer", values)
-            state.set_values("schedule", sched)
+            if state.directory is not None:  # on disk every round: a restarted node resumes here
+                self.save_personal(state, model, optimizer, sched)
+        self.save_personal(state, model, optimizer, sched)
         return RecordDict(
             {
                 "metrics": MetricRecord(
@@ -413,6 +411,17 @@ class DecisionClient:
                 return (1 - a) * local(x) + a * fed(x)
 
         return {**decision_metrics(Blend(), self.data.test, poly), "blend": a}
+
+    @staticmethod
+    def save_personal(
+        state: ClientState, model: torch.nn.Module, optimizer: torch.optim.Optimizer, sched: dict[str, Any]
+    ) -> None:
+        """The personal model, its Adam state and the schedule, in the client's state."""
+        state.set_arrays("personal", model.state_dict())
+        arrays, values = optimizer_to_state(optimizer)
+        state.set_arrays("optimizer", arrays)
+        state.set_values("optimizer", values)
+        state.set_values("schedule", sched)
 
     def evaluate(self, content: RecordDict) -> RecordDict:
         """Test-set decision quality (LP oracle) of the federated and the personal model."""

@@ -60,6 +60,8 @@ class ClientPool:
         self.audit = audit
         self.log = log
         self.clients: dict[int, ClientInfo] = {}
+        self.run_name = ""
+        self._node_to_partition: dict[int, int] = {}  # every node id a partition ever had
         self.failed: dict[int, str] = {}  # partition -> reason, for the last exchange
         self._sent: dict[str, int] = {}  # message id -> partition
         self._rows: dict[int, dict[str, Any]] = {}  # partition -> results row of the last exchange
@@ -90,7 +92,32 @@ class ClientPool:
         self.clients = {
             pid: ClientInfo(pid, i["node"], i["name"], i["num-examples"]) for pid, i in sorted(infos.items())
         }
+        self.run_name = run_name
+        self._node_to_partition = {c.node_id: pid for pid, c in self.clients.items()}
         self.log(f"{len(self.clients)} clients: " + ", ".join(c.name for c in self.clients.values()))
+
+    def refresh(self) -> None:
+        """Map SuperNodes that joined since discovery to their partitions.
+
+        A restarted SuperNode (without node authentication) comes back under a new node id;
+        its partition, from its node config, tells which client it is.
+        """
+        known = {c.node_id for c in self.clients.values()}
+        new = [n for n in self.grid.get_node_ids() if n not in known]
+        if not new:
+            return
+        try:
+            infos = self._discover(new, self.run_name)
+        except FederationError as exc:
+            self.log(f"a new node could not be identified: {exc}")
+            return
+        for pid, i in infos.items():
+            if pid in self.clients:
+                self.clients[pid] = ClientInfo(pid, i["node"], i["name"], i["num-examples"])
+                self._node_to_partition[i["node"]] = pid
+                self.log(f"{i['name']} (partition {pid}) reconnected as node {i['node']}")
+            else:
+                self.log(f"node {i['node']} holds partition {pid}, which is not part of this run; ignored")
 
     def _discover(self, node_ids: list[int], run_name: str) -> dict[int, dict[str, Any]]:
         if not node_ids:
@@ -158,12 +185,11 @@ class ClientPool:
         never stop the round.
         """
         msgs = list(messages)
-        node_to_pid = {c.node_id: pid for pid, c in self.clients.items()}
         replies, refused = self._push_pull(msgs)
         self.failed, self._sent, self._rows = {}, {}, {}
         ok: list[Message] = []
         for msg, reply in zip(msgs, replies, strict=True):
-            pid = node_to_pid[msg.metadata.dst_node_id]
+            pid = self._node_to_partition[msg.metadata.dst_node_id]
             kind = msg.metadata.message_type
             row: dict[str, Any] = {
                 "round": server_round,

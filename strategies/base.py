@@ -85,6 +85,7 @@ class FederatedStrategy(Strategy):
             store.save_checkpoint({"round": 0, "strategy": self.state_dict()})
             first = 1
         for server_round in range(first, self.num_rounds + 1):
+            pool.refresh()  # a restarted SuperNode is back under a new node id
             metrics: dict[str, float] = {}
             config = ConfigRecord({"server-round": server_round, "run-name": store.run_name})
             train = list(self.configure_train(server_round, self.arrays, config, pool.grid))

@@ -81,3 +81,62 @@ def test_a_fault_drill_node_fails_its_round_and_the_run_goes_on(tmp_path: Path) 
         failed = [r for r in csv.DictReader(f) if r["status"] == "failed"]
     assert [(r["round"], r["client"]) for r in failed] == [("2", "client-02")]
     assert "fault drill" in failed[0]["error"]
+
+
+class RestartingGrid(InlineGrid):
+    """After round ``after``, SuperNode 1 restarts: a new node id and an empty context.state."""
+
+    def __init__(self, *args, after: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.after, self.restarted = after, False
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        ids = super().push_messages(messages)
+        if messages and messages[0].metadata.group_id == str(self.after) and not self.restarted:
+            self.restarted = True
+            old = next(n for n, c in self.contexts.items() if c.node_config["partition-id"] == 1)
+            ctx = self.contexts.pop(old)
+            from flwr.app import Context, RecordDict
+
+            self.contexts[old + 1] = Context(
+                run_id=1,
+                node_id=old + 1,
+                node_config=ctx.node_config,
+                state=RecordDict(),
+                run_config=ctx.run_config,
+            )
+        return ids
+
+
+def test_a_restarted_supernode_rejoins_and_restores_its_state(tmp_path: Path) -> None:
+    """Ditto's personal model lives on the client; after a restart it comes back from state-dir."""
+    cfg = {
+        **CFG,
+        "strategy": "fedrspo",
+        "loss": "spo+",
+        "personal-rounds": 0,
+        "ditto-mu": 0.3,
+        "fraction": 1.0,
+        "results-dir": str(tmp_path),
+    }
+
+    def configs(name: str) -> list[dict]:
+        return [{**c, "state-dir": str(tmp_path / name / f"node-{i}")} for i, c in enumerate(node_configs(3))]
+
+    whole = run_inline({**cfg, "run-name": "whole"}, configs("whole-state"))
+    run_cfg = {**cfg, "run-name": "restart"}
+    grid = RestartingGrid(client_app, configs("restart-state"), run_cfg, after=2)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
+    restarted = run_server(grid, run_cfg)
+    assert grid.restarted
+    assert restarted["clients"] == whole["clients"]
+    with open(tmp_path / "restart" / "rounds.csv", newline="") as f:
+        assert all(r["status"] == "ok" for r in csv.DictReader(f))  # the new node id was picked up
+
+    # Without a state dir the restarted client starts its personal model over: results differ.
+    lost = RestartingGrid(client_app, node_configs(3), {**cfg, "run-name": "lost"}, after=2)
+    forgotten = run_server(lost, {**cfg, "run-name": "lost"})
+    nodir = run_inline({**cfg, "run-name": "nodir"}, node_configs(3))
+    assert forgotten["clients"]["client-01"] != nodir["clients"]["client-01"]
+    assert forgotten["clients"]["client-00"] == nodir["clients"]["client-00"]

@@ -1,0 +1,270 @@
+"""FedRSPO+ protocol logic against hand-computed values (ALGORITHMS.md 1.3-1.5)."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+
+from client.app import app as client_app
+from client.decision_client import CalibrationError, calibrate, proximal_term
+from client.models import make_mlp, model_record
+from hetfed.config import ConfigError, validate
+from hetfed.engines.inline import InlineGrid, node_configs, run_inline
+from problems.base import DecisionClientData, DecisionSplit
+from problems.knapsack import KnapsackParams, client_law, load_client
+from problems.polytope import KnapsackPolytope
+
+SMALL = {
+    "strategy": "fedrspo",
+    "loss": "rspo+",
+    "num-items": 10,
+    "n-train": 40,
+    "n-test": 30,
+    "local-epochs": 1,
+    "num-rounds": 2,
+    "personal-rounds": 3,
+}
+
+
+def run(tmp_path: Path, nodes: int = 4, name: str = "r", **overrides) -> dict:
+    return run_inline(
+        {**SMALL, "results-dir": str(tmp_path), "run-name": name, **overrides}, node_configs(nodes)
+    )
+
+
+def rows(tmp_path: Path, name: str = "r") -> list[dict]:
+    with open(tmp_path / name / "rounds.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+# --- calibration -----------------------------------------------------------------------------
+def test_calibration_is_mean_cost_norm_over_radius() -> None:
+    params = KnapsackParams(num_items=10, n_train=30, eta_c=0.5)
+    data = load_client(params, seed=1, partition_id=2)
+    law = client_law(params, seed=1, partition_id=2)
+    cal = calibrate(data, alpha=0.01)
+    norms = np.linalg.norm(data.train.c.numpy(), axis=1)
+    # The reference code's radius: whole items in ascending weight while they fit, then a fraction.
+    capacity, fill = law.capacity, []
+    for w in np.sort(law.weights):
+        take = min(1.0, max(capacity, 0.0) / w)
+        fill.append(take)
+        capacity -= take * w
+    radius = float(np.linalg.norm(fill))
+    assert cal["radius"] == pytest.approx(radius, rel=1e-12)
+    assert cal["lam0"] == pytest.approx(norms.mean() / radius, rel=1e-12)
+    assert cal["lr0"] == pytest.approx(0.01 * cal["lam0"] / 4, rel=1e-12)
+
+
+def test_degenerate_clients_cannot_calibrate() -> None:
+    split = DecisionSplit(torch.zeros(4, 2, dtype=torch.float64), -torch.ones(4, 3, dtype=torch.float64))
+    empty_knapsack = KnapsackPolytope(torch.ones(3, dtype=torch.float64), 0.0)  # S = {0}
+    with pytest.raises(CalibrationError, match="radius 0"):
+        calibrate(DecisionClientData("c0", 0, split, split, split, empty_knapsack), 0.01)
+    zero = DecisionSplit(split.x, torch.zeros(4, 3, dtype=torch.float64))
+    poly = KnapsackPolytope(torch.ones(3, dtype=torch.float64), 1.0)
+    with pytest.raises(CalibrationError, match="costs are all zero"):
+        calibrate(DecisionClientData("c0", 0, zero, zero, zero, poly), 0.01)
+
+
+def test_a_client_failing_calibration_is_left_out(tmp_path: Path) -> None:
+    def degenerate_one(message, context):
+        if context.node_config["partition-id"] == 3 and message.metadata.message_type == "query.calibrate":
+            raise CalibrationError("client-03: lam0 = 0 (its training costs are all zero)")
+        return client_app(message, context)
+
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from server.app import run_server
+
+    cfg = {**SMALL, "results-dir": str(tmp_path), "run-name": "r", "fraction": 1.0}
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
+    summary = run_server(InlineGrid(degenerate_one, node_configs(4), cfg), cfg)
+    assert summary["status"] == "completed"
+    assert sorted(summary["clients"]) == ["client-00", "client-01", "client-02"]
+    trained = {r["client"] for r in rows(tmp_path) if r["exchange"] == "train"}
+    assert trained == {"client-00", "client-01", "client-02"}
+
+
+# --- warm start: sampling, per-client lam/lr in each client's own message -----------------------
+def test_warm_start_sends_each_client_its_own_calibration(tmp_path: Path) -> None:
+    seen: list[tuple[Message, Message]] = []
+    cfg = {**SMALL, "results-dir": str(tmp_path), "run-name": "r", "personal-rounds": 0}
+    run_inline(cfg, node_configs(5), observers=[lambda ins, reply: seen.append((ins, reply))])
+    calib = {}
+    for ins, reply in seen:
+        if ins.metadata.message_type == "query.calibrate":
+            calib[ins.metadata.dst_node_id] = dict(reply.content["metrics"])
+    trains = [ins for ins, _ in seen if ins.metadata.message_type == "train"]
+    assert len(trains) == 2 * math.ceil(0.4 * 5)
+    for ins in trains:
+        config = ins.content["config"]
+        mine = calib[ins.metadata.dst_node_id]
+        assert config["lam"] == mine["lam0"] and config["lr"] == mine["lr0"]  # RSPO+: calibrated lr
+    assert len({ins.content["config"]["lam"] for ins in trains}) > 1  # clients differ
+
+
+def test_shared_calibration_is_the_mean_and_other_losses_keep_their_lr(tmp_path: Path) -> None:
+    seen: list[tuple[Message, Message]] = []
+    cfg = {
+        **SMALL,
+        "results-dir": str(tmp_path),
+        "run-name": "r",
+        "personal-rounds": 0,
+        "per-client-calibration": False,
+    }
+    run_inline(cfg, node_configs(4), observers=[lambda ins, reply: seen.append((ins, reply))])
+    lams = [
+        float(r.content["metrics"]["lam0"]) for i, r in seen if i.metadata.message_type == "query.calibrate"
+    ]
+    lrs = [
+        float(r.content["metrics"]["lr0"]) for i, r in seen if i.metadata.message_type == "query.calibrate"
+    ]
+    for ins, _ in seen:
+        if ins.metadata.message_type == "train":
+            assert ins.content["config"]["lam"] == pytest.approx(np.mean(lams), rel=1e-14)
+            assert ins.content["config"]["lr"] == pytest.approx(np.mean(lrs), rel=1e-14)
+    seen.clear()
+    run_inline(
+        {**cfg, "loss": "spo+", "run-name": "s", "lr": 0.003},
+        node_configs(4),
+        observers=[lambda ins, reply: seen.append((ins, reply))],
+    )
+    assert {i.content["config"]["lr"] for i, _ in seen if i.metadata.message_type == "train"} == {0.003}
+
+
+def test_sampled_clients_are_the_same_for_every_loss(tmp_path: Path) -> None:
+    def sampled(name: str) -> list[tuple[str, str]]:
+        return [(r["round"], r["client"]) for r in rows(tmp_path, name) if r["exchange"] == "train"]
+
+    for loss in ("rspo+", "mse", "pfyl"):
+        run(tmp_path, nodes=6, name=loss, loss=loss, **{"personal-rounds": 0})
+    assert sampled("rspo+") == sampled("mse") == sampled("pfyl")
+
+
+# --- personalization: schedules, freezing, stop after freezing ----------------------------------
+def personalize(cfg: dict, state_dir: Path | None = None, context: Context | None = None) -> dict:
+    """Send one train.personalize instruction to client 1 directly; return its reply metrics."""
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
+    full = validate({**SMALL, **cfg})
+    node = {"partition-id": 1, "num-partitions": 4, **({"state-dir": str(state_dir)} if state_dir else {})}
+    context = context or Context(run_id=1, node_id=7, node_config=node, state=RecordDict(), run_config=full)
+    model = make_mlp(8, 64, full["num-items"], seed=full["seed"])
+    content = RecordDict(
+        {
+            "arrays": model_record(model),
+            "config": ConfigRecord({"run-name": "p", "server-round": 3, "lam": 0.8, "lr": 0.002}),
+        }
+    )
+    ins = Message(content, dst_node_id=7, message_type="train.personalize")
+    reply = client_app(ins, context)
+    assert not reply.has_error(), reply.error
+    return {**dict(reply.content["metrics"]), "_context": context}
+
+
+def test_inverse_time_schedules_freeze_and_stop_three_rounds_later() -> None:
+    m = personalize({"personal-rounds": 12, "freeze-tau": 0.05})
+    frozen = int(m["frozen-at"])
+    assert 1 <= frozen <= 12 - 3
+    for t in range(1, frozen + 1):  # annealed until it freezes
+        assert m[f"r{t}-lam"] == pytest.approx(0.8 / (1 + 1.0 * (t - 1)), rel=1e-14)
+        assert m[f"r{t}-lr"] == pytest.approx(0.002 / (1 + 0.1 * (t - 1)), rel=1e-14)
+        assert (m[f"r{t}-freeze-stat"] <= 0.05) == (t == frozen)  # frozen at the first U_t <= tau
+    for t in range(frozen + 1, frozen + 4):  # then 3 more rounds at the frozen values
+        assert m[f"r{t}-lam"] == m[f"r{frozen}-lam"] and m[f"r{t}-lr"] == m[f"r{frozen}-lr"]
+    assert m["rounds-trained"] == frozen + 3 and f"r{frozen + 4}-lam" not in m
+
+
+def test_freeze_statistic_is_the_qp_lp_gap_of_an_independent_solver() -> None:
+    """U_t from a DAQP projection and HiGHS LPs (not the exact sort/greedy the client uses)."""
+    m = personalize({"personal-rounds": 2, "freeze-tau": 0.0, "monitor-size": 10})  # the whole val set
+    data = load_client(KnapsackParams(num_items=10, n_train=40, n_test=30), seed=42, partition_id=1)
+    c = data.val.c
+    lam = m["r2-lam"]
+    z = torch.tensor([float(ci @ data.polytope.solve_lp(ci[None], backend="highs")[0]) for ci in c])
+    qp = (c * data.polytope.project(-c / lam, backend="daqp")).sum(1)
+    expected = float((qp - z).mean() / (z.abs().mean() + 1e-8))
+    assert m["r2-freeze-stat"] == pytest.approx(expected, abs=1e-8)  # solver tolerances, not a bug margin
+
+
+def test_other_losses_do_not_anneal_or_freeze() -> None:
+    m = personalize({"loss": "spo+", "personal-rounds": 4, "freeze-tau": 10.0})
+    assert m["frozen-at"] == 0 and m["rounds-trained"] == 4
+    assert {m[f"r{t}-lr"] for t in range(1, 5)} == {0.002}
+
+
+def test_a_restarted_node_resumes_personalization_from_its_state_dir(tmp_path: Path) -> None:
+    whole = personalize({"personal-rounds": 6, "freeze-tau": 0.0}, tmp_path / "a")
+    personalize({"personal-rounds": 2, "freeze-tau": 0.0}, tmp_path / "b")  # the node dies after round 2 ...
+    resumed = personalize({"personal-rounds": 6, "freeze-tau": 0.0}, tmp_path / "b")  # ... and restarts
+    assert resumed["rounds-trained"] == 6 and "r1-lam" not in resumed  # only rounds 3..6 were trained
+    for t in range(3, 7):
+        assert resumed[f"r{t}-train-loss"] == whole[f"r{t}-train-loss"]
+    saved_a = np.load(tmp_path / "a" / "p-p1" / "personal.npz")
+    saved_b = np.load(tmp_path / "b" / "p-p1" / "personal.npz")
+    for key in saved_a.files:
+        np.testing.assert_array_equal(saved_a[key], saved_b[key])
+
+
+# --- FedProx / Ditto terms ---------------------------------------------------------------------
+def test_proximal_term_value_and_gradient() -> None:
+    model, anchor = make_mlp(3, 4, 2, seed=0), make_mlp(3, 4, 2, seed=1)
+    term = proximal_term(model, anchor, mu=0.3)
+    diff = [p.detach() - a.detach() for p, a in zip(model.parameters(), anchor.parameters(), strict=True)]
+    value = term()
+    assert float(value) == pytest.approx(0.15 * sum(float((d * d).sum()) for d in diff), rel=1e-12)
+    value.backward()
+    for p, d in zip(model.parameters(), diff, strict=True):
+        torch.testing.assert_close(p.grad, 0.3 * d, rtol=1e-12, atol=0)
+    with torch.no_grad():  # the anchor is frozen at construction
+        next(anchor.parameters()).add_(1.0)
+    assert float(term()) == pytest.approx(float(value), rel=1e-12)
+
+
+def test_fedprox_and_ditto_change_training_as_configured(tmp_path: Path) -> None:
+    # Three local steps: the proximal gradient mu (theta - theta_g) is zero at the first one.
+    base = run(tmp_path, name="base", loss="spo+", **{"personal-rounds": 0, "local-epochs": 3})
+    prox = run(
+        tmp_path, name="prox", loss="spo+", **{"personal-rounds": 0, "local-epochs": 3, "proximal-mu": 1.0}
+    )
+    ditto = run(tmp_path, name="ditto", loss="spo+", fraction=1.0, **{"personal-rounds": 0, "ditto-mu": 0.5})
+    assert prox["aggregate"]["fed-relative-regret"] != base["aggregate"]["fed-relative-regret"]
+    assert "per-relative-regret" not in base["aggregate"]
+    assert ditto["aggregate"]["clients-reporting"] == 4 and "per-relative-regret" in ditto["aggregate"]
+
+
+def test_bad_combinations_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="'loss'"):
+        run(tmp_path, strategy="fedavg", loss="rspo+")
+    with pytest.raises(ConfigError, match="'ditto-mu'"):
+        run(tmp_path, name="d", **{"ditto-mu": 0.1})
+
+
+# --- end to end, every loss ----------------------------------------------------------------------
+@pytest.mark.parametrize("loss", ["mse", "spo+", "rspo+", "pfyl", "dpo", "mse->spo+", "optnet"])
+def test_every_loss_runs_the_whole_protocol(tmp_path: Path, loss: str) -> None:
+    summary = run(tmp_path, loss=loss)
+    agg = summary["aggregate"]
+    assert summary["status"] == "completed" and agg["clients-reporting"] == 4
+    assert 0 <= agg["fed-relative-regret"] < 1 and 0 <= agg["per-relative-regret"] < 1
+
+
+def test_local_only_shares_no_model(tmp_path: Path) -> None:
+    seen: list[tuple[Message, Message]] = []
+    cfg = {**SMALL, "strategy": "local-only", "results-dir": str(tmp_path), "run-name": "r"}
+    summary = run_inline(cfg, node_configs(3), observers=[lambda ins, reply: seen.append((ins, reply))])
+    assert summary["status"] == "completed" and "per-relative-regret" in summary["aggregate"]
+    assert "fed-relative-regret" not in summary["aggregate"]
+    for ins, reply in seen:
+        if ins.metadata.message_type != "train.personalize":  # personalization starts from the own model
+            assert not ins.content.array_records and not reply.content.array_records
