@@ -255,6 +255,23 @@ def test_dockerfile_bakes_the_app_and_its_cpu_dependencies_into_a_flower_image()
     assert {".venv/", "certs/", "keys/", "results/"} <= set(ignored)
 
 
+def test_pip_install_of_the_project_installs_every_subpackage() -> None:
+    """The image installs hetfed with ``pip install .``: every package folder must be in the wheel."""
+    from setuptools import find_packages
+
+    setuptools_cfg = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    if isinstance(setuptools_cfg.get("packages"), list):
+        listed = set(setuptools_cfg["packages"])
+    else:  # [tool.setuptools.packages.find]
+        find = setuptools_cfg["packages"]["find"]
+        listed = set(
+            find_packages(str(REPO), include=find.get("include", ["*"]), exclude=find.get("exclude", []))
+        )
+    top = {name.split(".")[0] for name in listed}
+    on_disk = set(find_packages(str(REPO), include=[f"{t}*" for t in top]))
+    assert on_disk <= listed, f"pyproject's [tool.setuptools] leaves out {sorted(on_disk - listed)}"
+
+
 def section_commands() -> list[str]:
     """Shell commands (one per logical line) of the README section's code blocks."""
     blocks = re.findall(r"```(?:bash|sh|console)\n(.*?)```", SECTION.read_text(), re.S)
