@@ -187,8 +187,9 @@ def rspo_plus_loss(
     w_c = _cache(w_lam_c, c_t, "w_lam_c", polytope)
     with torch.no_grad():
         w_c = polytope.regularized_argmin(c_t, lam, backend=backend) if w_c is None else w_c
-        p = (c_t - 2 * c_hat_t) / lam
-        w_u = polytope.project(p, backend=backend)
+        u = 2 * c_hat_t - c_t
+        w_u = polytope.regularized_argmin(u, lam, backend=backend)
+        p = -u / lam
         diff = w_u - w_c
         value = 0.5 * lam * (diff * diff).sum(-1) + lam * ((p - w_u) * diff).sum(-1)
     return _reduce(_ClosedFormGradient.apply(c_hat_t, value, -2 * diff), reduction, single)

@@ -247,23 +247,26 @@ class Polytope:
         differentiable). ``auto`` is ``exact`` where available, else ``daqp``. The solver
         workspaces are set up once per polytope. Accuracy per backend: :data:`PROJECTION_ACCURACY`.
         """
+        vb, single = self._batched(v, "v")
+        w = self._project(vb, backend)
+        return w[0] if single else w
+
+    def _project(self, v: torch.Tensor, backend: str) -> torch.Tensor:
+        """:meth:`project` of a validated batch ``[B, d]``."""
         if backend not in PROJECTION_BACKENDS:
             raise ValueError(f"backend must be one of {PROJECTION_BACKENDS}; got {backend!r}")
-        vb, single = self._batched(v, "v")
         if backend == "auto":
             backend = "exact" if self.has_exact_projection else "daqp"
         if backend == "exact":
             if not self.has_exact_projection:
                 raise ValueError(
                     f"backend 'exact' has no closed-form projection for {self!r}; "
-                    "use 'daqp', 'osqp' or 'qpth'"
+                    "use 'daqp', 'highs', 'osqp' or 'qpth'"
                 )
-            w = self._project_exact(vb)
-        elif backend == "qpth":
-            w = self._solver(backend).project(vb)
-        else:
-            w = torch.from_numpy(self._solver(backend).project(vb.detach().numpy()))
-        return w[0] if single else w
+            return self._project_exact(v)
+        if backend == "qpth":
+            return self._solver(backend).project(v)
+        return torch.from_numpy(self._solver(backend).project(v.detach().numpy()))
 
     has_exact_projection = False
 
@@ -285,7 +288,9 @@ class Polytope:
     def regularized_argmin(self, theta: Any, lam: float, backend: str = "auto") -> torch.Tensor:
         """``w_lam(theta) = argmin_{w in S} theta'w + (lam/2)||w||^2 = Proj_S(-theta/lam)``."""
         lam = _check_positive_scalar(lam, "lam", self)
-        return self.project(-self.validate(theta, "theta") / lam, backend=backend)
+        tb, single = self._batched(theta, "theta")
+        w = self._project(-tb / lam, backend)
+        return w[0] if single else w
 
     # ------------------------------------------------------------------ geometry
     def radius(self) -> float:
@@ -405,7 +410,8 @@ class _DaqpProjector:
         lower = np.concatenate([poly.lb, np.full(m_ub, -np.inf), b_eq])
         sense = np.concatenate([np.zeros(poly.dim + m_ub), np.full(m_eq, 5)]).astype(np.int32)  # 5 = equality
         self._model = daqp.Model()
-        self._model.settings = {"primal_tol": _DAQP_PRIMAL_TOL}
+        # Eliminating the equalities up front is ~3x faster on the grid-flow sets (measured).
+        self._model.settings = {"primal_tol": _DAQP_PRIMAL_TOL, "eq_reduction": 1}
         exitflag, _ = self._model.setup(np.eye(poly.dim), np.zeros(poly.dim), A, upper, lower, sense)
         if exitflag < 0:
             raise RuntimeError(f"DAQP setup failed on {poly!r} (exitflag {exitflag})")
@@ -497,48 +503,53 @@ def _greedy_fill(a_sorted: torch.Tensor, capacity: float) -> torch.Tensor:
     return ((capacity - before) / a_sorted).clamp(0.0, 1.0)
 
 
-def _project_box_linear(
-    v: torch.Tensor, a: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, cap: float, equality: bool
-) -> torch.Tensor:
-    """Batched projection onto ``{lo <= w <= hi, a'w <= cap}`` (``= cap`` if ``equality``), ``a > 0``.
+class _BoxLinearProjection:
+    """Batched exact projection onto ``{0 <= w <= hi, a'w <= cap}`` (``= cap`` if ``equality``),
+    ``a > 0``, scalar ``hi > 0``; differentiable in the point.
 
-    ``w(mu) = clip(v - mu a, lo, hi)`` and ``g(mu) = a'w(mu)`` is non-increasing and piecewise
-    linear with breakpoints ``(v_i - hi_i)/a_i`` and ``(v_i - lo_i)/a_i``. Sort the 2d breakpoints,
-    accumulate slopes to get g at each, find the segment where g crosses ``cap``, then take one
-    exact active-set step on that segment:
-    ``mu = (sum_free a_i v_i + sum_fixed a_i w_i - cap) / sum_free a_i^2``.
-    For the inequality, ``mu = 0`` when ``a'clip(v) <= cap``. Differentiable in ``v``.
+    ``w(mu) = clip(v - mu a, 0, hi)`` and ``g(mu) = a'w(mu)`` is non-increasing and piecewise
+    linear with breakpoints ``(v_i - hi)/a_i`` and ``v_i/a_i``. Sort the 2d breakpoints, accumulate
+    the slopes to get g at each, find the segment where g crosses ``cap``, then take one exact
+    active-set step on it: ``mu = (sum_free a_i v_i + hi sum_upper a_i - cap) / sum_free a_i^2``.
+    For the inequality, ``mu = max(mu, 0)`` (the constraint is slack when the root is negative).
     """
-    vd = v.detach()
-    batch, d = vd.shape
-    a2 = a * a
-    t_hi = (vd - hi) / a  # w_i = hi_i for mu <= t_hi
-    t_lo = (vd - lo) / a  # w_i = lo_i for mu >= t_lo
-    bp, order = torch.cat((t_hi, t_lo), -1).sort(-1)
-    slope = torch.cat((-a2, a2)).expand(batch, 2 * d).gather(-1, order).cumsum(-1)
-    g_start = (a * hi).sum()
-    g = torch.cat((g_start.expand(batch, 1), g_start + (slope[:, :-1] * bp.diff(dim=-1)).cumsum(-1)), -1)
-    n_above = (g > cap).sum(-1, keepdim=True)  # g is non-increasing: first index with g <= cap
-    k = n_above.clamp(1, 2 * d - 1)
-    left, right = bp.gather(-1, k - 1), bp.gather(-1, k)
-    g_left, g_right = g.gather(-1, k - 1), g.gather(-1, k)
-    mid = 0.5 * (left + right)
-    free = (t_hi < mid) & (mid < t_lo)
-    at_hi = mid <= t_hi
-    at_lo = ~(free | at_hi)
-    denom = (a2 * free).sum(-1, keepdim=True)
-    fixed = (a * (hi * at_hi + lo * at_lo)).sum(-1, keepdim=True)
-    num = (a * v * free).sum(-1, keepdim=True) + fixed - cap
-    safe = torch.where(denom > 0, denom, torch.ones_like(denom))
-    interp = left + (g_left - cap) / torch.where(g_left > g_right, g_left - g_right, 1.0) * (right - left)
-    mu = torch.where(denom > 0, num / safe, interp)
-    mu = torch.minimum(torch.maximum(mu, left), right)  # rounding must not leave the segment
-    mu = torch.where(n_above == 0, left - 1.0, mu)  # cap >= a'hi: all at hi
-    mu = torch.where(n_above == 2 * d, right + 1.0, mu)  # cap = a'lo (up to rounding): all at lo
-    if not equality:
-        slack = (a * vd.clamp(lo, hi)).sum(-1, keepdim=True) <= cap
-        mu = torch.where(slack, torch.zeros_like(mu), mu)
-    return torch.clamp(v - mu * a, lo, hi)
+
+    def __init__(self, a: torch.Tensor, hi: float, cap: float, equality: bool) -> None:
+        self.a, self.hi, self.cap, self.equality = a, hi, cap, equality
+        a2 = a * a
+        self._a_col, self._a2_col = a[:, None], a2[:, None]
+        self._inv_a = 1.0 / a
+        self._width = hi * self._inv_a
+        self._slope_steps = torch.cat((-a2, a2))  # slope change at (v_i - hi)/a_i and at v_i/a_i
+        self._g_start = hi * float(a.sum())  # g(mu) left of every breakpoint: all at hi
+
+    def __call__(self, v: torch.Tensor) -> torch.Tensor:
+        if self.cap <= 0:  # the set is {0}
+            return torch.zeros_like(v.detach())
+        if self.cap >= self._g_start:  # the linear row cannot bind
+            return torch.full_like(v.detach(), self.hi) if self.equality else v.clamp(0.0, self.hi)
+        vd = v.detach()
+        t_lo = vd * self._inv_a  # w_i = 0 for mu >= t_lo, w_i = hi for mu <= t_hi
+        t_hi = t_lo - self._width
+        bp, order = torch.cat((t_hi, t_lo), -1).sort(-1)
+        slope = (
+            self._slope_steps.expand_as(order).gather(-1, order).cumsum(-1)
+        )  # slope right of each breakpoint
+        g = self._g_start + (slope[:, :-1] * bp.diff(dim=-1)).cumsum(-1)  # g at breakpoints 1 .. 2d-1
+        k = ((g > self.cap).sum(-1, keepdim=True) + 1).clamp_max(g.shape[-1])  # g(bp_{k-1}) > cap >= g(bp_k)
+        ends = bp.gather(-1, torch.cat((k - 1, k), -1))
+        left, right = ends[:, :1], ends[:, 1:]
+        mid = 0.5 * (left + right)
+        free = ((t_hi < mid) & (mid < t_lo)).to(v.dtype)
+        at_hi = (mid <= t_hi).to(v.dtype)
+        denom = free @ self._a2_col
+        num = (v * free) @ self._a_col + self.hi * (at_hi @ self._a_col) - self.cap
+        # denom = 0 only if rounding picked an empty segment; its end point is then the root.
+        mu = torch.where(denom > 0, num / denom.clamp_min(1e-300), mid)
+        mu = torch.clamp(mu, left, right)  # rounding must not leave the segment
+        if not self.equality:
+            mu = mu.clamp_min(0.0)
+        return torch.clamp(v - mu * self.a, 0.0, self.hi)
 
 
 class KnapsackPolytope(Polytope):
@@ -559,7 +570,7 @@ class KnapsackPolytope(Polytope):
             raise ValueError(f"KnapsackPolytope is empty: capacity = {cap} < 0 but weights and w are >= 0")
         self.capacity = cap
         self._a = torch.from_numpy(a)
-        self._lo, self._hi = torch.zeros_like(self._a), torch.ones_like(self._a)
+        self._projection = _BoxLinearProjection(self._a, 1.0, cap, equality=False)
         super().__init__(A_ub=a[None, :], b_ub=[cap], lb=0.0, ub=1.0)
 
     def _check_nonempty_and_bounded(self) -> None:
@@ -572,11 +583,13 @@ class KnapsackPolytope(Polytope):
         """Greedy: items with ``c_i < 0`` in ascending ``c_i / a_i``, filled until the capacity."""
         negative = c < 0
         order = torch.where(negative, c / self._a, torch.inf).argsort(-1)
-        fill = _greedy_fill(self._a[order], self.capacity) * negative.gather(-1, order)
+        fill = _greedy_fill(self._a.expand_as(c).gather(-1, order), self.capacity) * negative.gather(
+            -1, order
+        )
         return torch.zeros_like(c).scatter_(-1, order, fill)
 
     def _project_exact(self, v: torch.Tensor) -> torch.Tensor:
-        return _project_box_linear(v, self._a, self._lo, self._hi, self.capacity, equality=False)
+        return self._projection(v)
 
     def radius(self) -> float:
         """Norm of the reference code's fill: items in ascending weight, whole while they fit, then
@@ -601,10 +614,8 @@ class QuotaPolytope(Polytope):
                 f"[0, dim * upper] = [0, {dim * self.upper:.6g}]"
             )
         self.quota = q
-        self._a = torch.ones(dim, dtype=torch.float64)
-        self._lo, self._hi = (
-            torch.zeros(dim, dtype=torch.float64),
-            torch.full((dim,), self.upper, dtype=torch.float64),
+        self._projection = _BoxLinearProjection(
+            torch.ones(dim, dtype=torch.float64), self.upper, q, equality=True
         )
         # The cheapest-slots fill: slot of rank j gets clip(quota - j*upper, 0, upper).
         self._fill = (q - self.upper * torch.arange(dim, dtype=torch.float64)).clamp(0.0, self.upper)
@@ -621,7 +632,7 @@ class QuotaPolytope(Polytope):
         return torch.zeros_like(c).scatter_(-1, c.argsort(-1), self._fill.expand_as(c))
 
     def _project_exact(self, v: torch.Tensor) -> torch.Tensor:
-        return _project_box_linear(v, self._a, self._lo, self._hi, self.quota, equality=True)
+        return self._projection(v)
 
     def radius(self) -> float:
         """Exact ``max ||w|| = upper sqrt(floor(D) + frac(D)^2)`` with ``D = quota / upper``
