@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -123,3 +124,19 @@ def test_a_node_with_a_missing_data_path_is_refused_before_start(tmp_path: Path)
     assert out.returncode == 2
     assert "SuperNode 0: data-path" in out.stderr and "does not exist" in out.stderr
     assert not (tmp_path / "f" / "federation.json").exists()
+
+
+def test_fedrspo_protocol_on_real_supernodes(deployment, tmp_path: Path) -> None:
+    """Calibration, 2 warm-start rounds and personalization; per-client results for both models."""
+    status, summary, log = submit(
+        deployment, tmp_path, strategy="fedrspo", loss="rspo+", **{"personal-rounds": 3, "run-name": "rspo"}
+    )
+    assert status == "finished:completed", log[-3000:]
+    assert sorted(summary["clients"]) == ["client-00", "client-01", "client-02"]
+    for metrics in summary["clients"].values():
+        assert 0 <= metrics["fed-relative-regret"] < 1 and 0 <= metrics["per-relative-regret"] < 1
+    with open(tmp_path / "rspo" / "rounds.csv", newline="") as f:
+        exchanges = [(r["round"], r["exchange"]) for r in csv.DictReader(f) if r["client"] != "server"]
+    assert exchanges.count(("0", "query.calibrate")) == 3
+    assert exchanges.count(("3", "train.personalize")) == 3 and exchanges.count(("3", "evaluate")) == 3
+    assert "personalization on 3 clients" in log
