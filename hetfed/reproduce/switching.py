@@ -1,0 +1,638 @@
+"""Worst-client constrained FL (ALGORITHMS.md 2): softmax switching against its baselines.
+
+``hetfed reproduce np-classification | fair-classification | safe-rl`` runs every method
+of the experiment in two settings (full participation with E = 1; half the clients per
+round with E = 5) for several seeds on the inline engine (the same ServerApp/ClientApp
+code as a deployment), then writes ``<out>/<experiment>.md`` and ``.json`` (tables of the
+final worst-client objective ``F = max_i f_i`` and constraint ``G = max_i g_i`` on the
+clients' training data, with the alpha sweep) and PNGs of ``F(w_k)``, ``G(w_k)`` against
+gradient evaluations with the tolerance line.
+
+Every method of an experiment runs the same rounds, clients per round and local steps,
+so all take the same number of gradient evaluations. A method's output is its averaged
+model (switching and CRPO: over the rounds that stepped on the objective; penalty,
+primal-dual, FedAvg: over all rounds); the last iterate is reported too. A baseline
+family's "best feasible" member is the hyperparameter whose averaged model meets
+``G <= eps`` in every seed with the lowest mean ``F``.
+
+The runs' folders stay under ``--results-dir``; rerunning the command reuses every
+completed run of an identical config, so an interrupted reproduction resumes, and
+``--replot`` rewrites the report from the saved JSON alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import multiprocessing
+import shutil
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Method:
+    """One method and hyperparameter; ``family`` groups a baseline's hyperparameter grid."""
+
+    label: str
+    family: str
+    overrides: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Participation and local work: ``m`` clients per round (0 = all), E local steps, K rounds."""
+
+    name: str
+    m: int
+    local_steps: int
+    rounds: int
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """What one ``hetfed reproduce`` experiment runs and how its report reads."""
+
+    name: str
+    title: str
+    nodes: int
+    base: dict[str, Any]  # run config shared by every run (problem, eps, batches, steps)
+    settings: tuple[Setting, ...]
+    methods: tuple[Method, ...]
+    seeds: int
+    eval_every: dict[str, int]  # setting -> rounds between evaluations
+    notes: str  # setup paragraph of the report
+    plotted: tuple[str, ...] = ()  # labels drawn in the F/G figures (all if empty)
+    theory: dict[str, float] = field(default_factory=dict)  # D, L when the steps are the theorem's
+
+    @property
+    def eps(self) -> float:
+        return float(self.base["switching-eps"])
+
+
+def switching(alpha: float) -> Method:
+    return Method(
+        f"switching alpha={alpha:g}", "switching", {"strategy": "softmax-switching", "switching-alpha": alpha}
+    )
+
+
+def penalty(rho: float) -> Method:
+    return Method(f"penalty rho={rho:g}", "penalty", {"strategy": "penalty", "penalty-rho": rho})
+
+
+def primal_dual(step: str, lr: float) -> Method:
+    return Method(
+        f"primal-dual {step} lr={lr:g}",
+        f"primal-dual ({step})",
+        {"strategy": "primal-dual", "pd-dual-step": step, "pd-dual-lr": lr},
+    )
+
+
+FEDAVG = Method("fedavg (unconstrained)", "fedavg", {"strategy": "fedavg-unconstrained"})
+CRPO = Method("parallel CRPO", "crpo", {"strategy": "crpo"})
+
+# NP classification: L = max ||(x, 1)|| over the 569 standardised public rows (the logistic
+# losses are L-Lipschitz in (w, b)); D = 30 is the assumed diameter of the parameter set.
+NP_D, NP_L = 30.0, 20.6
+
+
+def experiment(name: str, quick: bool = False) -> Experiment:
+    """The experiment ``name``; ``quick``: few rounds and seeds, a handful of methods (CI smoke run)."""
+    if name == "np-classification":
+        return _np_classification(quick)
+    if name == "fair-classification":
+        return _fair_classification(quick)
+    if name == "safe-rl":
+        return _safe_rl(quick)
+    raise ValueError(
+        f"experiment: unknown name {name!r}; choose np-classification, fair-classification, safe-rl"
+    )
+
+
+def _np_classification(quick: bool) -> Experiment:
+    # 50k gradient evaluations: 10 clients x E=1 x 5000 rounds, or 5 clients x E=5 x 2000 rounds.
+    full, partial = (Setting("full", 0, 1, 5000), Setting("partial", 5, 5, 2000))
+    methods = (
+        switching(1.0),
+        switching(10.0),
+        switching(100.0),
+        penalty(1.0),
+        penalty(10.0),
+        penalty(100.0),
+        primal_dual("mean", 1.0),
+        primal_dual("max", 1.0),
+        FEDAVG,
+    )
+    if quick:
+        full, partial = Setting("full", 0, 1, 30), Setting("partial", 5, 5, 12)
+        methods = (switching(1.0), switching(100.0), penalty(10.0))
+    return Experiment(
+        name="np-classification",
+        title="Neyman-Pearson classification (breast cancer, 10 clients)",
+        nodes=10,
+        base={
+            "problem": "np-classification",
+            "np-r": 0.2,
+            "switching-eps": 0.05,
+            "switching-theory-d": NP_D,
+            "switching-theory-l": NP_L,
+            "batch-zeta": 32,
+            "batch-size": 32,
+        },
+        settings=(full, partial),
+        methods=methods,
+        seeds=2 if quick else 5,
+        eval_every={"full": 5 if quick else 100, "partial": 2 if quick else 40},
+        notes=(
+            "Wisconsin breast cancer (569 rows, 30 features z-scored with the public statistics), "
+            "10 clients with Dirichlet(0.5) label skew (at least 5 rows of each class each, split "
+            "re-drawn per seed), logistic regression; `f_i` = logistic loss on the client's benign "
+            "rows, `g_i` = logistic loss on its malignant rows minus r = 0.2; tolerance eps = 0.05. "
+            f"Steps: the theorem's `eta = D/(L sqrt(8K))`, `gamma = eta/E`, threshold eps/2, with "
+            f"L = {NP_L} (max norm of (x, 1) over the public rows: the losses are L-Lipschitz) and "
+            f"an assumed parameter-set diameter D = {NP_D:g}. Batches of 32 rows per class "
+            "(whole classes for smaller clients) for the f/g query and for every local step. "
+            "The training rows are linearly separable for every seed, so without the constraint "
+            "and the step budget the objective could be driven to 0: the numbers compare what "
+            "each method reaches in 50k gradient evaluations."
+        ),
+        plotted=(
+            "switching alpha=10",
+            "switching alpha=100",
+            "penalty rho=10",
+            "primal-dual mean lr=1",
+            "primal-dual max lr=1",
+            "fedavg (unconstrained)",
+        ),
+        theory={"D": NP_D, "L": NP_L},
+    )
+
+
+def _fair_classification(quick: bool) -> Experiment:
+    full, partial = Setting("full", 0, 1, 2000), Setting("partial", 3, 5, 700)
+    methods = (
+        switching(1.0),
+        switching(10.0),
+        switching(100.0),
+        penalty(1.0),
+        penalty(10.0),
+        primal_dual("mean", 1.0),
+        primal_dual("max", 1.0),
+        FEDAVG,
+    )
+    if quick:
+        full, partial = Setting("full", 0, 1, 40), Setting("partial", 3, 5, 16)
+        methods = (switching(10.0), penalty(10.0))
+    return Experiment(
+        name="fair-classification",
+        title="Fair classification (UCI Adult, clients by race)",
+        nodes=5,
+        base={
+            "problem": "fair-classification",
+            "fair-delta": 0.05,
+            "fair-hidden": 32,
+            "switching-eps": 0.02,
+            "switching-threshold": 0.01,
+            "switching-eta": 0.5,
+            "switching-gamma": 0.1,
+            "batch-zeta": 128,
+            "batch-size": 128,
+        },
+        settings=(full, partial),
+        methods=methods,
+        seeds=2 if quick else 5,
+        eval_every={"full": 10 if quick else 50, "partial": 4 if quick else 20},
+        notes=(
+            "UCI Adult `adult.data`, one client per race (White, Asian-Pac-Islander, "
+            "Amer-Indian-Eskimo, Other, Black: 27,816 to 271 rows), an MLP with 32 hidden units; "
+            "`f_i` = BCE, `g_i` = demographic-parity gap between women and men minus delta = 0.05; "
+            "tolerance eps = 0.02. Fixed steps eta = 0.5, gamma = 0.1 (gamma = eta/E is what the "
+            "theorem prescribes; the Lipschitz constants of an MLP are not known, so the steps are "
+            "chosen, not derived), threshold eps/2, batches of 128 rows. Partial participation: 3 "
+            "of the 5 clients per round."
+        ),
+    )
+
+
+def _safe_rl(quick: bool) -> Experiment:
+    full, partial = Setting("full", 0, 1, 400), Setting("partial", 2, 5, 160)
+    methods = (
+        switching(1.0),
+        switching(10.0),
+        switching(100.0),
+        CRPO,
+        penalty(10.0),
+        primal_dual("mean", 1.0),
+        primal_dual("max", 1.0),
+        FEDAVG,
+    )
+    if quick:
+        full, partial = Setting("full", 0, 1, 10), Setting("partial", 2, 5, 4)
+        methods = (switching(10.0), CRPO)
+    return Experiment(
+        name="safe-rl",
+        title="Federated safe RL (heterogeneous CartPole CMDPs, 4 clients)",
+        nodes=4,
+        base={
+            "problem": "safe-rl",
+            "rl-horizon": 200,
+            "rl-budget": 0.05,
+            "rl-heterogeneity": 0.5,
+            "rl-eval-episodes": 16 if quick else 32,
+            "switching-eps": 0.02,
+            "switching-threshold": 0.01,
+            "switching-eta": 1.0,
+            "switching-gamma": 0.2,
+            "batch-zeta": 8,
+            "batch-size": 8,
+        },
+        settings=(full, partial),
+        methods=methods,
+        seeds=2 if quick else 5,
+        eval_every={"full": 5 if quick else 20, "partial": 2 if quick else 8},
+        notes=(
+            "Gymnasium CartPole dynamics with per-client pole length, pole mass, cart mass and "
+            "force (factors exp(+-0.5)), horizon 200, a linear softmax policy trained by REINFORCE; "
+            "`f_i` = -return/H, `g_i` = (cost/H) - 0.05 where a step costs 1 outside |x| <= 1, "
+            "|theta| <= 8 degrees; tolerance eps = 0.02. Fixed steps eta = 1, gamma = 0.2, "
+            "threshold eps/2, 8 fresh on-policy episodes per query and per local step; F and G on "
+            "32 evaluation episodes per client (fixed seeds). Partial participation: 2 of 4 clients."
+        ),
+    )
+
+
+# --- running ------------------------------------------------------------------------------------------
+
+
+def run_config(exp: Experiment, setting: Setting, method: Method, seed: int) -> dict[str, Any]:
+    """The run config of one run."""
+    return {
+        **exp.base,
+        **method.overrides,
+        "seed": seed,
+        "num-rounds": setting.rounds,
+        "switching-m": setting.m,
+        "switching-local-steps": setting.local_steps,
+        "switching-eval-every": exp.eval_every[setting.name],
+        "checkpoint-every": 0,
+        "run-name": f"{exp.name}-{setting.name}-{_slug(method.label)}-s{seed}",
+    }
+
+
+def completed_run(folder: Path, cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """The summary of a completed run of exactly ``cfg`` in ``folder`` (so an interrupted
+    reproduction resumes where it stopped), else None."""
+    try:
+        summary = json.loads((folder / "summary.json").read_text())
+        saved = json.loads((folder / "config.json").read_text())["config"]
+    except (OSError, ValueError, KeyError):
+        return None
+    same = all(saved.get(key) == value for key, value in cfg.items() if key != "results-dir")
+    return summary if same and summary.get("status") == "completed" else None
+
+
+def run_one(job: tuple[dict[str, Any], int, str]) -> dict[str, Any]:
+    """One inline run; returns its evaluation curve (server rows) and final aggregate."""
+    import logging
+
+    from hetfed.engines.runner import run_experiment
+    from server.app import app  # noqa: F401  (imports Flower, which sets its logger's level)
+
+    logging.getLogger("flwr").setLevel(logging.WARNING)  # one line per run, from the parent
+    cfg, nodes, results_dir = job
+    folder = Path(results_dir) / cfg["run-name"]
+    summary = completed_run(folder, cfg)
+    if summary is None:
+        shutil.rmtree(folder, ignore_errors=True)  # an interrupted or outdated run of this name
+        summary = run_experiment("inline", cfg, nodes=nodes, results_dir=Path(results_dir))
+    with open(folder / "rounds.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["client"] == "server" and r.get("F")]
+    curve = {
+        key: [float(r[key]) for r in rows]
+        for key in ("grad-evals", "F", "G", "avg-F", "avg-G")
+        if all(r.get(key) for r in rows)
+    }
+    keys = ("F", "G", "avg-F", "avg-G", "grad-evals", "averaged-rounds")
+    return {
+        "final": {k: summary["aggregate"].get(k) for k in keys},
+        "curve": curve,
+        "wall-s": summary["wall-time-s"],
+    }
+
+
+def run_all(exp: Experiment, results_dir: Path, workers: int, log: Any = print) -> list[dict[str, Any]]:
+    """Every (setting, method, seed) run of ``exp``, ``workers`` processes at a time."""
+    jobs = [
+        (setting, method, seed)
+        for setting in exp.settings
+        for method in exp.methods
+        for seed in range(exp.seeds)
+    ]
+    args = [(run_config(exp, s, m, seed), exp.nodes, str(results_dir)) for s, m, seed in jobs]
+    started = time.time()
+    out = []
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for (setting, method, seed), result in zip(jobs, pool.map(run_one, args), strict=True):
+            final = result["final"]
+            log(
+                f"[{time.time() - started:6.0f} s] {setting.name:7s} {method.label:24s} seed {seed}: "
+                f"avg F={final['avg-F']:.4f} G={final['avg-G']:.4f} | last F={final['F']:.4f} "
+                f"G={final['G']:.4f} ({result['wall-s']:.0f} s)"
+            )
+            out.append(
+                {
+                    "setting": setting.name,
+                    "method": method.label,
+                    "family": method.family,
+                    "seed": seed,
+                    **result,
+                }
+            )
+    return out
+
+
+# --- tables and figures -------------------------------------------------------------------------------
+
+
+OUTPUTS = {"averaged model": "avg-", "last iterate": ""}  # output -> prefix of its F, G keys
+
+
+def summarize_runs(exp: Experiment, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per setting and method: mean/sd/max over seeds of the final F, G; feasibility; best baselines."""
+    table: dict[str, dict[str, dict[str, Any]]] = {}
+    for setting in exp.settings:
+        for method in exp.methods:
+            finals = [
+                r["final"] for r in runs if r["setting"] == setting.name and r["method"] == method.label
+            ]
+            if not finals:
+                continue
+            row: dict[str, Any] = {"family": method.family, "seeds": len(finals)}
+            for key in ("avg-F", "avg-G", "F", "G"):
+                values = np.array([np.nan if f[key] is None else f[key] for f in finals], dtype=float)
+                row[key] = {
+                    "mean": float(np.mean(values)),
+                    "sd": float(np.std(values)),
+                    "max": float(np.max(values)),
+                }
+            for prefix in OUTPUTS.values():
+                row[f"{prefix}feasible-seeds"] = int(
+                    sum(f[f"{prefix}G"] is not None and f[f"{prefix}G"] <= exp.eps for f in finals)
+                )
+            row["grad-evals"] = int(finals[0]["grad-evals"])
+            table.setdefault(setting.name, {})[method.label] = row
+    best: dict[str, dict[str, dict[str, str | None]]] = {}
+    for output, prefix in OUTPUTS.items():
+        for setting, rows in table.items():
+            for family in dict.fromkeys(r["family"] for r in rows.values()):
+                members = {k: r for k, r in rows.items() if r["family"] == family}
+                feasible = {k: r for k, r in members.items() if r[f"{prefix}feasible-seeds"] == r["seeds"]}
+                best.setdefault(output, {}).setdefault(setting, {})[family] = (
+                    min(feasible, key=lambda k: feasible[k][f"{prefix}F"]["mean"]) if feasible else None
+                )
+    return {"table": table, "best-feasible": best}
+
+
+def curves(exp: Experiment, runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """Per setting and method: grad-evals and the mean, min and max over seeds of F(w_k), G(w_k)."""
+    out: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for setting in exp.settings:
+        for method in exp.methods:
+            chosen = [
+                r["curve"] for r in runs if r["setting"] == setting.name and r["method"] == method.label
+            ]
+            if not chosen or not all("F" in c for c in chosen):
+                continue
+            length = min(len(c["F"]) for c in chosen)
+            entry = {"grad-evals": chosen[0]["grad-evals"][:length]}
+            for key in ("F", "G"):
+                stack = np.array([c[key][:length] for c in chosen])
+                entry.update(
+                    {
+                        key: stack.mean(0).tolist(),
+                        f"{key}-min": stack.min(0).tolist(),
+                        f"{key}-max": stack.max(0).tolist(),
+                    }
+                )
+            out.setdefault(setting.name, {})[method.label] = entry
+    return out
+
+
+def plot(exp: Experiment, data: dict[str, Any], out: Path, suffix: str = "") -> list[Path]:
+    """``<name>-<setting>.png`` (F and G of the plotted methods) and ``<name>-alpha.png`` (the sweep)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = []
+    groups = [
+        (setting.name, [m.label for m in exp.methods if not exp.plotted or m.label in exp.plotted])
+        for setting in exp.settings
+    ]
+    groups.append(("alpha", [m.label for m in exp.methods if m.family == "switching"]))
+    for name, labels in groups:
+        settings = [s.name for s in exp.settings] if name == "alpha" else [name]
+        fig, axes = plt.subplots(len(settings), 2, figsize=(11, 3.6 * len(settings)), squeeze=False)
+        for row, setting in enumerate(settings):
+            for col, key in enumerate(("F", "G")):
+                ax = axes[row][col]
+                for label in labels:
+                    c = data.get(setting, {}).get(label)
+                    if c is None:
+                        continue
+                    (line,) = ax.plot(c["grad-evals"], c[key], label=label, lw=1.4)
+                    ax.fill_between(
+                        c["grad-evals"], c[f"{key}-min"], c[f"{key}-max"], color=line.get_color(), alpha=0.15
+                    )
+                if key == "G":
+                    ax.axhline(exp.eps, color="k", ls="--", lw=1, label=f"tolerance eps = {exp.eps:g}")
+                    ax.axhline(0.0, color="grey", ls=":", lw=0.8)
+                ax.set_xlabel("gradient evaluations")
+                ax.set_ylabel(f"{key}(w_k) = max_i {key.lower()}_i")
+                ax.set_title(
+                    f"{setting} participation: {'worst objective' if key == 'F' else 'worst constraint'}"
+                )
+                ax.grid(alpha=0.3)
+            axes[row][1].legend(fontsize=7, loc="upper right")
+        fig.suptitle(f"{exp.title}: mean over {exp.seeds} seeds (band: min-max)", fontsize=10)
+        fig.tight_layout()
+        path = out / f"{exp.name}{suffix}-{name}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def markdown(
+    exp: Experiment, summary: dict[str, Any], figures: list[Path], command: str, minutes: float
+) -> str:
+    """The report: setup, per-setting tables, the comparison against the best feasible baselines."""
+    lines = [
+        f"# {exp.title}",
+        "",
+        f"Generated by `{command}` ({minutes:.0f} min on the inline engine). ALGORITHMS.md section 2.",
+        "",
+        "## Setup",
+        "",
+        exp.notes,
+        "",
+        "Settings (every method takes the same number of gradient evaluations = local steps of all clients):",
+        "",
+    ]
+    for s in exp.settings:
+        m = "all" if not s.m else str(s.m)
+        lines.append(
+            f"- **{s.name}**: {m} of {exp.nodes} clients per round, E = {s.local_steps}, {s.rounds} rounds"
+        )
+    lines += [
+        "",
+        "F = max_i f_i and G = max_i g_i on every client's training data; feasible = G <= eps = "
+        f"{exp.eps:g}. Values are mean ± sd over {exp.seeds} seeds; `G max` is the worst seed.",
+        "",
+    ]
+    table, best = summary["table"], summary["best-feasible"]
+    for s in exp.settings:
+        rows = table.get(s.name, {})
+        lines += [
+            f"## {s.name.capitalize()} participation",
+            "",
+            "| method | F (averaged) | G (averaged) | G max | feasible seeds | F (last) | G (last) "
+            "| feasible seeds (last) | grad evals |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for label, r in rows.items():
+            lines.append(
+                f"| {label} | {_pm(r['avg-F'])} | {_pm(r['avg-G'])} | {r['avg-G']['max']:.4f} | "
+                f"{r['avg-feasible-seeds']}/{r['seeds']} | {_pm(r['F'])} | {_pm(r['G'])} | "
+                f"{r['feasible-seeds']}/{r['seeds']} | {r['grad-evals']} |"
+            )
+        for output, prefix in OUTPUTS.items():
+            lines += ["", f"**{output.capitalize()}:**", ""]
+            lines += _verdict(rows, best[output].get(s.name, {}), prefix)
+        lines.append("")
+    lines += ["## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figures] + [""]
+    return "\n".join(lines)
+
+
+def _verdict(rows: dict[str, dict[str, Any]], best: dict[str, str | None], prefix: str) -> list[str]:
+    """Sentences comparing switching with the best feasible baselines for one output (computed)."""
+    F, G, ok = f"{prefix}F", f"{prefix}G", f"{prefix}feasible-seeds"
+    out = []
+    sweep = {k: r for k, r in rows.items() if r["family"] == "switching"}
+    for label, r in sweep.items():
+        out.append(
+            f"- {label}: feasible in {r[ok]}/{r['seeds']} seeds (worst G over seeds {r[G]['max']:.4f}), "
+            f"F = {_pm(r[F])}."
+        )
+    feasible_sw = [k for k, r in sweep.items() if r[ok] == r["seeds"]]
+    baselines = {fam: lab for fam, lab in best.items() if fam != "switching" and lab is not None}
+    infeasible = [fam for fam, lab in best.items() if fam != "switching" and lab is None]
+    if baselines:
+        ranked = sorted(baselines.values(), key=lambda lab: rows[lab][F]["mean"])
+        out.append(
+            "- Best feasible baselines (feasible in every seed, lowest mean F): "
+            + "; ".join(f"{lab} F = {_pm(rows[lab][F])}" for lab in ranked)
+            + "."
+        )
+    if infeasible:
+        out.append("- Baselines with no member feasible in every seed: " + ", ".join(infeasible) + ".")
+    if feasible_sw and baselines:
+        sw = min(feasible_sw, key=lambda k: rows[k][F]["mean"])
+        bl = min(baselines.values(), key=lambda k: rows[k][F]["mean"])
+        a, b = rows[sw][F]["mean"], rows[bl][F]["mean"]
+        verdict = "below" if a < b else "not below"
+        out.append(
+            f"- **Worst-client objective of the best feasible switching run ({sw}) is {verdict} the best "
+            f"feasible baseline's ({bl}): {a:.4f} vs {b:.4f}.**"
+        )
+    elif not feasible_sw:
+        out.append("- **No switching run was feasible in every seed.**")
+    return out
+
+
+def _pm(stats: dict[str, float]) -> str:
+    return f"{stats['mean']:.4f} ± {stats['sd']:.4f}" if math.isfinite(stats["mean"]) else "n/a"
+
+
+def _slug(label: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in label).strip("-").replace("--", "-")
+
+
+# --- command line --------------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="a few rounds, 2 seeds, 2-4 methods (< 1 min)")
+    parser.add_argument("--seeds", type=int, help="override the number of seeds (default 5; quick 2)")
+    parser.add_argument("--workers", type=int, default=2, help="runs in parallel (processes)")
+    parser.add_argument(
+        "--out", help="where the .md/.json/.png go (default docs/results; quick: results/reproduce)"
+    )
+    parser.add_argument(
+        "--results-dir", help="where the runs' folders go (default results/reproduce/<experiment>[-quick])"
+    )
+    parser.add_argument(
+        "--replot", action="store_true", help="rewrite the .md and figures from the saved .json, without runs"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    exp = experiment(args.experiment, quick=args.quick)
+    if args.seeds is not None:
+        if args.seeds < 1:
+            raise ValueError(f"--seeds: must be >= 1, got {args.seeds}")
+        exp = replace(exp, seeds=args.seeds)
+    if args.workers < 1:
+        raise ValueError(f"--workers: must be >= 1, got {args.workers}")
+    tag = "-quick" if args.quick else ""
+    out = (
+        Path(args.out)
+        if args.out
+        else (REPO / "results" / "reproduce" if args.quick else REPO / "docs" / "results")
+    )
+    results_dir = (
+        Path(args.results_dir) if args.results_dir else REPO / "results" / "reproduce" / f"{exp.name}{tag}"
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    command = f"hetfed reproduce {exp.name}" + (" --quick" if args.quick else "")
+    json_path = out / f"{exp.name}{tag}.json"
+    if args.replot:
+        if not json_path.exists():
+            raise FileNotFoundError(f"--replot: {json_path} does not exist; run the experiment first")
+        saved = json.loads(json_path.read_text())
+        runs, minutes = saved["runs"], saved["minutes"]
+    else:
+        started = time.time()
+        runs = run_all(exp, results_dir, args.workers)
+        minutes = (time.time() - started) / 60
+    summary = summarize_runs(exp, runs)
+    data = curves(exp, runs)
+    figures = plot(exp, data, out, suffix=tag)
+    (out / f"{exp.name}{tag}.md").write_text(markdown(exp, summary, figures, command, minutes))
+    payload = {
+        "experiment": exp.name,
+        "command": command,
+        "minutes": round(minutes, 1),
+        "base-config": exp.base,
+        "theory": exp.theory,
+        "eps": exp.eps,
+        "settings": [asdict(s) for s in exp.settings],
+        "methods": [asdict(m) for m in exp.methods],
+        "seeds": exp.seeds,
+        **summary,
+        "curves": data,
+        "runs": runs,  # per run: final F, G and its curve (for --replot)
+    }
+    json_path.write_text(json.dumps(payload) + "\n")
+    print(f"wrote {out / f'{exp.name}{tag}.md'}, {json_path.name} and {len(figures)} figures")
+    return 0

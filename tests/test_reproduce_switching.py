@@ -1,0 +1,131 @@
+"""`hetfed reproduce np-classification | fair-classification | safe-rl`: selection logic and a quick run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hetfed.reproduce import switching as rep
+from tests.conftest import REPO
+
+
+def fake_runs(exp: rep.Experiment, finals: dict[str, list[tuple[float, float]]]) -> list[dict]:
+    """Runs of the first setting whose averaged model has the given (F, G) per seed; last = averaged."""
+    return [
+        {
+            "setting": exp.settings[0].name,
+            "method": label,
+            "family": next(m.family for m in exp.methods if m.label == label),
+            "seed": seed,
+            "final": {"avg-F": F, "avg-G": G, "F": F, "G": G, "grad-evals": 100, "averaged-rounds": 10},
+            "curve": {"grad-evals": [0.0, 100.0], "F": [1.0, F], "G": [1.0, G]},
+        }
+        for label, values in finals.items()
+        for seed, (F, G) in enumerate(values)
+    ]
+
+
+def test_best_feasible_baseline_is_feasible_in_every_seed_then_lowest_F() -> None:
+    exp = rep.experiment("np-classification")
+    eps = exp.eps
+    runs = fake_runs(
+        exp,
+        {
+            "switching alpha=1": [(0.10, eps + 0.1), (0.11, eps - 0.01)],
+            "switching alpha=100": [(0.20, eps), (0.22, eps - 0.01)],  # G = eps counts as feasible
+            "penalty rho=1": [(0.05, eps + 1e-6), (0.05, 0.0)],  # lowest F, but one seed infeasible
+            "penalty rho=10": [(0.30, 0.0), (0.32, 0.0)],
+            "penalty rho=100": [(0.25, 0.0), (0.27, 0.0)],
+            "primal-dual max lr=1": [(0.19, 0.0), (0.19, 0.0)],
+            "primal-dual mean lr=1": [(0.01, 0.5), (0.01, 0.5)],
+        },
+    )
+    summary = rep.summarize_runs(exp, runs)
+    best = summary["best-feasible"]["averaged model"]["full"]
+    assert best["penalty"] == "penalty rho=100"
+    assert best["switching"] == "switching alpha=100"
+    assert best["primal-dual (max)"] == "primal-dual max lr=1"
+    assert best["primal-dual (mean)"] is None
+    row = summary["table"]["full"]["switching alpha=1"]
+    assert row["avg-feasible-seeds"] == 1 and row["avg-G"]["max"] == pytest.approx(eps + 0.1)
+    assert row["avg-F"]["mean"] == pytest.approx(0.105)
+    text = "\n".join(rep._verdict(summary["table"]["full"], best, "avg-"))
+    assert "is not below the best feasible baseline's (primal-dual max lr=1): 0.2100 vs 0.1900" in text
+    assert "no member feasible in every seed: primal-dual (mean)" in text
+    curves = rep.curves(exp, runs)
+    assert curves["full"]["penalty rho=1"]["F"] == pytest.approx([1.0, 0.05])
+    assert curves["full"]["switching alpha=1"]["G-max"][1] == pytest.approx(eps + 0.1)
+
+
+def test_every_method_of_an_experiment_takes_the_same_gradient_evaluations() -> None:
+    for name in ("np-classification", "fair-classification", "safe-rl"):
+        exp = rep.experiment(name)
+        for setting in exp.settings:
+            configs = [rep.run_config(exp, setting, m, 0) for m in exp.methods]
+            assert len({c["run-name"] for c in configs}) == len(configs)
+            for c in configs:
+                assert (c["num-rounds"], c["switching-m"], c["switching-local-steps"]) == (
+                    setting.rounds,
+                    setting.m,
+                    setting.local_steps,
+                )
+    full, partial = rep.experiment("np-classification").settings
+    assert full.rounds * 10 * full.local_steps == partial.rounds * partial.m * partial.local_steps == 50_000
+
+
+def test_unknown_experiment_and_bad_options_are_refused() -> None:
+    with pytest.raises(ValueError, match="experiment: unknown name 'np'"):
+        rep.experiment("np")
+    out = subprocess.run(
+        [sys.executable, "-m", "hetfed.cli", "reproduce", "np-classification", "--seeds", "0"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert out.returncode == 2 and "--seeds: must be >= 1" in out.stderr
+
+
+def test_quick_np_classification_writes_tables_and_figures(tmp_path: Path) -> None:
+    """The CI smoke run: 2 seeds, a few rounds; even here alpha = 1 misses worst-case feasibility."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hetfed.cli",
+            "reproduce",
+            "np-classification",
+            "--quick",
+            "--out",
+            str(tmp_path / "docs"),
+            "--results-dir",
+            str(tmp_path / "runs"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    docs = tmp_path / "docs"
+    names = sorted(p.name for p in docs.iterdir())
+    assert names == [
+        "np-classification-quick-alpha.png",
+        "np-classification-quick-full.png",
+        "np-classification-quick-partial.png",
+        "np-classification-quick.json",
+        "np-classification-quick.md",
+    ]
+    data = json.loads((docs / "np-classification-quick.json").read_text())
+    assert len(data["runs"]) == 2 * 3 * 2  # settings x methods x seeds
+    table = data["table"]
+    for setting in ("full", "partial"):
+        assert table[setting]["switching alpha=1"]["avg-feasible-seeds"] == 0
+        assert {r["grad-evals"] for r in table[setting].values()} == {300}
+    assert table["full"]["switching alpha=100"]["avg-feasible-seeds"] == 2
+    text = (docs / "np-classification-quick.md").read_text()
+    assert "| switching alpha=100 |" in text and "![np-classification-quick-full]" in text
