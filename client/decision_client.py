@@ -424,18 +424,21 @@ class DecisionClient:
         state.set_values("schedule", sched)
 
     def evaluate(self, content: RecordDict) -> RecordDict:
-        """Test-set decision quality (LP oracle) of the federated and the personal model."""
+        """Test-set decision quality (LP oracle) of the federated and the personal model, plus their
+        validation relative regret (``<model>-val-relative-regret``, for model selection)."""
         test, poly = self.data.test, self.data.polytope
         metrics: dict[str, float] = {}
         state = self.state(content)
-        if self.cfg["strategy"] != "local-only":
-            fed = self.model(content["arrays"])
-            metrics.update({f"fed-{k}": v for k, v in decision_metrics(fed, test, poly).items()})
-        personal = self.stored_model(state, "personal")
-        if personal is None and self.cfg["strategy"] == "local-only":
-            personal = self.stored_model(state, "local")
-        if personal is not None:
-            metrics.update({f"per-{k}": v for k, v in decision_metrics(personal, test, poly).items()})
+        models = {"per": self.stored_model(state, "personal")}
+        if self.cfg["strategy"] == "local-only":
+            models["per"] = models["per"] or self.stored_model(state, "local")
+        else:
+            models["fed"] = fed = self.model(content["arrays"])
+        for prefix, model in models.items():
+            if model is not None:
+                metrics.update({f"{prefix}-{k}": v for k, v in decision_metrics(model, test, poly).items()})
+                val = decision_metrics(model, self.data.val, poly)["relative-regret"]
+                metrics[f"{prefix}-val-relative-regret"] = val
         if self.cfg["interp-dffl"] and self.cfg["strategy"] != "local-only":
             metrics.update({f"interp-{k}": v for k, v in self.interp_dffl(fed).items()})
         metrics["num-examples"] = len(test)

@@ -1,0 +1,93 @@
+"""What every reproduction shares: running many configs in parallel processes, and statistics."""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).resolve().parents[2] / "docs" / "results"
+
+
+def default_workers() -> int:
+    """One worker process per core (each run uses one torch thread)."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def _run_one(job: tuple[str, dict[str, Any], int, str]) -> dict[str, Any]:
+    import logging
+
+    import torch
+
+    from hetfed.engines.runner import run_experiment
+    from server.app import app  # noqa: F401  (imports Flower, which sets its logger's level)
+
+    torch.set_num_threads(1)
+    logging.getLogger("flwr").setLevel(logging.WARNING)  # the parent prints one line per run
+    engine, cfg, nodes, results_dir = job
+    return run_experiment(engine, cfg, nodes=nodes, results_dir=Path(results_dir), echo=lambda _: None)
+
+
+def run_many(
+    configs: Iterable[Mapping[str, Any]],
+    *,
+    nodes: int,
+    results_dir: Path,
+    engine: str = "inline",
+    workers: int = 1,
+    log: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """Run every config (each with a unique ``run-name``) and return their summaries in order.
+
+    Inline runs go to ``workers`` processes; the simulation and deployment engines run one at a
+    time (they use every core already). A run that already has a completed summary.json under
+    ``results_dir`` is not run again, so an interrupted reproduction continues where it stopped.
+    """
+    configs = [dict(c) for c in configs]
+    todo, done = [], {}
+    for i, cfg in enumerate(configs):
+        path = Path(results_dir) / cfg["run-name"] / "summary.json"
+        if path.exists() and json.loads(path.read_text()).get("status") == "completed":
+            done[i] = json.loads(path.read_text())
+        else:
+            todo.append(i)
+    started = time.time()
+    jobs = [(engine, configs[i], nodes, str(results_dir)) for i in todo]
+    parallel = workers > 1 and engine == "inline" and len(jobs) > 1
+    if parallel:
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+        results = pool.map(_run_one, jobs)
+    else:
+        pool, results = None, map(_run_one, jobs)
+    try:
+        for k, (i, summary) in enumerate(zip(todo, results, strict=True), 1):
+            done[i] = summary
+            log(
+                f"[{time.time() - started:6.0f} s] {k}/{len(todo)} {configs[i]['run-name']} "
+                f"({summary['wall-time-s']:.1f} s)"
+            )
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    return [done[i] for i in range(len(configs))]
+
+
+def mean_std(values: Iterable[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for one value) of the finite values."""
+    xs = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not xs:
+        return math.nan, math.nan
+    mean = sum(xs) / len(xs)
+    var = sum((x - mean) ** 2 for x in xs) / (len(xs) - 1) if len(xs) > 1 else 0.0
+    return mean, math.sqrt(var)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=1, sort_keys=False) + "\n")
