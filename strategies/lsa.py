@@ -151,7 +151,7 @@ class LSAStrategy(FederatedStrategy):
         per_client = {
             self.pool.name(pid): {"sq-error": float(c["metrics"]["sq-error"])} for pid, c in usable.items()
         }
-        self.final = summarize(per_client, pooled={})
+        self.final = summarize(per_client)
         self.final["aggregate"]["iteration"] = self.iteration(server_round + 1)
         return MetricRecord(
             {

@@ -1,0 +1,49 @@
+"""client.session's per-process caches: the validated run config, and each partition's data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from flwr.app import Context, RecordDict
+
+from client.session import ClientSession, _load
+from hetfed.config import ConfigError
+from hetfed.engines.inline import node_configs, run_inline
+
+
+def context(run_config: dict) -> Context:
+    nodes = {"partition-id": 0, "num-partitions": 1}
+    return Context(run_id=1, node_id=1, node_config=nodes, state=RecordDict(), run_config=run_config)
+
+
+def test_every_inline_partition_loads_its_data_once(tmp_path: Path) -> None:
+    """12 partitions in one process: one load each, however many messages (the cache holds them all)."""
+    _load.cache_clear()
+    cfg = {
+        "strategy": "pflsa",
+        "problem": "garnet",
+        "num-rounds": 3,
+        "results-dir": str(tmp_path),
+        "run-name": "r",
+    }
+    run_inline(cfg, node_configs(12))
+    info = _load.cache_info()
+    assert info.misses == 12
+    assert info.hits == 12 * (1 + 3 + 1) - 12  # discovery, 3 rounds, final evaluate
+
+
+def test_sessions_share_the_validation_but_not_the_config_dict() -> None:
+    ctx = context({"strategy": "pflsa", "problem": "garnet", "lsa-eta": 0.5})
+    first = ClientSession.from_context(ctx)
+    first.cfg["lsa-eta"] = 99.0  # a client that scribbles on its config must not change the next one's
+    second = ClientSession.from_context(ctx)
+    assert second.cfg["lsa-eta"] == 0.5 and second.cfg["lsa-batch"] == 1  # validated: defaults filled in
+    assert second.cfg_json == first.cfg_json
+
+
+def test_a_bad_run_config_is_refused_on_every_message() -> None:
+    ctx = context({"lsa-eta": -1.0})
+    for _ in range(2):  # an exception is never cached as a result
+        with pytest.raises(ConfigError, match="'lsa-eta': must be > 0"):
+            ClientSession.from_context(ctx)
