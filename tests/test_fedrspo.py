@@ -268,3 +268,23 @@ def test_local_only_shares_no_model(tmp_path: Path) -> None:
     for ins, reply in seen:
         if ins.metadata.message_type != "train.personalize":  # personalization starts from the own model
             assert not ins.content.array_records and not reply.content.array_records
+
+
+# --- the Flower protocol computes what a plain loop computes -----------------------------------------
+@pytest.mark.parametrize("loss", ["rspo+", "mse->spo+"])
+def test_flower_run_equals_an_independent_plain_loop(tmp_path: Path, loss: str) -> None:
+    from fedrspo_reference import fedrspo_plain
+
+    overrides = {
+        **SMALL,
+        "loss": loss,
+        "num-rounds": 3,
+        "personal-rounds": 4,
+        "freeze-tau": 0.05,
+        "eta-c": 0.5,
+    }
+    plain = fedrspo_plain(overrides, clients=5)
+    flower = run(tmp_path, nodes=5, **{k: v for k, v in overrides.items() if k != "strategy"})
+    for name, metrics in plain.items():
+        for key, value in metrics.items():
+            assert flower["clients"][name][key] == pytest.approx(value, rel=1e-12, abs=1e-15), (name, key)
