@@ -21,8 +21,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from bench._report import markdown_table, write_section  # noqa: E402
 from fedrspo_reference import fedrspo_plain  # noqa: E402
+
+from bench._report import markdown_table, write_section  # noqa: E402
 from hetfed.engines.runner import run_experiment  # noqa: E402
 
 RUN = {"strategy": "fedrspo", "loss": "rspo+", "seed": 42, "checkpoint-every": 0}

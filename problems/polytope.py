@@ -497,6 +497,15 @@ class _QpthProjector:
 
 
 # ---------------------------------------------------------------------- structured sets
+def _argsort_rows(x: torch.Tensor) -> torch.Tensor:
+    """``argsort`` along the last axis of a CPU tensor (order among ties unspecified).
+
+    NumPy's introsort is ~2x faster than ``torch.sort`` on short rows like these (measured on
+    [64, 100] float64), and the sort dominates the exact oracles' cost.
+    """
+    return torch.from_numpy(np.argsort(x.detach().numpy(), axis=-1))
+
+
 def _greedy_fill(a_sorted: torch.Tensor, capacity: float) -> torch.Tensor:
     """Fill items of weights ``a_sorted`` in order: ``w_k = clip((C - sum_{j<k} a_j) / a_k, 0, 1)``."""
     before = a_sorted.cumsum(-1) - a_sorted
@@ -531,7 +540,9 @@ class _BoxLinearProjection:
         vd = v.detach()
         t_lo = vd * self._inv_a  # w_i = 0 for mu >= t_lo, w_i = hi for mu <= t_hi
         t_hi = t_lo - self._width
-        bp, order = torch.cat((t_hi, t_lo), -1).sort(-1)
+        breakpoints = torch.cat((t_hi, t_lo), -1)
+        order = _argsort_rows(breakpoints)
+        bp = breakpoints.gather(-1, order)
         slope = (
             self._slope_steps.expand_as(order).gather(-1, order).cumsum(-1)
         )  # slope right of each breakpoint
@@ -582,7 +593,7 @@ class KnapsackPolytope(Polytope):
     def _lp_structured(self, c: torch.Tensor) -> torch.Tensor:
         """Greedy: items with ``c_i < 0`` in ascending ``c_i / a_i``, filled until the capacity."""
         negative = c < 0
-        order = torch.where(negative, c / self._a, torch.inf).argsort(-1)
+        order = _argsort_rows(torch.where(negative, c / self._a, torch.inf))
         fill = _greedy_fill(self._a.expand_as(c).gather(-1, order), self.capacity) * negative.gather(
             -1, order
         )
@@ -629,7 +640,7 @@ class QuotaPolytope(Polytope):
 
     def _lp_structured(self, c: torch.Tensor) -> torch.Tensor:
         """Fill the cheapest slots first (ties broken by index order of the sort)."""
-        return torch.zeros_like(c).scatter_(-1, c.argsort(-1), self._fill.expand_as(c))
+        return torch.zeros_like(c).scatter_(-1, _argsort_rows(c), self._fill.expand_as(c))
 
     def _project_exact(self, v: torch.Tensor) -> torch.Tensor:
         return self._projection(v)
