@@ -58,6 +58,23 @@ def calibrate(data: DecisionClientData, alpha: float) -> dict[str, float]:
     return {"lam0": lam0, "lr0": alpha * lam0 / 4, "radius": radius}
 
 
+PROJECTION_LOSSES = ("rspo+", "optnet")  # losses that need Euclidean projections onto the polytope
+
+
+def check_projection(data: DecisionClientData, cfg: dict[str, Any]) -> None:
+    """Fail before round 1, naming the client, if its polytope cannot project as the loss needs."""
+    losses = {phase_loss(cfg, "warm"), phase_loss(cfg, "personal")}
+    backend = cfg["optnet-backend"] if "optnet" in losses else "auto"
+    if losses & set(PROJECTION_LOSSES):
+        try:
+            data.polytope.project(torch.zeros(1, data.num_costs, dtype=torch.float64), backend=backend)
+        except (ValueError, ImportError, NotImplementedError) as exc:
+            raise ValueError(
+                f"{data.name}: loss {cfg['loss']!r} needs projections onto its "
+                f"{type(data.polytope).__name__}, which backend {backend!r} cannot do: {exc}"
+            ) from None
+
+
 def proximal_term(model: torch.nn.Module, anchor: torch.nn.Module, mu: float) -> Callable[[], torch.Tensor]:
     """``() -> (mu/2) ||theta - theta_anchor||^2`` with the anchor's current weights frozen
     (FedProx: the round's global model; Ditto: the global model for the personal one)."""
@@ -222,6 +239,7 @@ class DecisionClient:
         )
 
     def query_calibrate(self, content: RecordDict) -> RecordDict:
+        check_projection(self.data, self.cfg)
         cal = calibrate(self.data, self.cfg["rspo-alpha"])
         return RecordDict({"metrics": MetricRecord({**cal, "num-examples": len(self.data.train)})})
 

@@ -288,3 +288,28 @@ def test_flower_run_equals_an_independent_plain_loop(tmp_path: Path, loss: str) 
     for name, metrics in plain.items():
         for key, value in metrics.items():
             assert flower["clients"][name][key] == pytest.approx(value, rel=1e-12, abs=1e-15), (name, key)
+
+
+def test_a_polytope_without_the_needed_projection_is_named_before_round_1(tmp_path: Path) -> None:
+    """OptNet with the `exact` QP layer on a flow polytope (no closed-form projection): the client
+    fails calibration with the reason and is left out; with every client so, the run stops."""
+    from client.decision_client import check_projection
+    from hetfed.config import validate
+    from problems.polytope import GridFlowPolytope
+
+    poly = GridFlowPolytope(3)
+    split = DecisionSplit(
+        torch.zeros(2, 2, dtype=torch.float64), torch.ones(2, poly.dim, dtype=torch.float64)
+    )
+    data = DecisionClientData("silo-7", 0, split, split, split, poly)
+    cfg = validate({"strategy": "fedrspo", "loss": "optnet", "optnet-backend": "exact"})
+    with pytest.raises(ValueError, match="silo-7: loss 'optnet' needs projections onto its GridFlowPolytope"):
+        check_projection(data, cfg)
+    check_projection(data, validate({"strategy": "fedrspo", "loss": "rspo+"}))  # auto picks DAQP: fine
+
+
+def test_a_client_with_fewer_samples_than_a_batch_trains_on_one_full_batch(tmp_path: Path) -> None:
+    summary = run(tmp_path, **{"n-train": 5, "batch-size": 64, "personal-rounds": 0, "local-epochs": 2})
+    assert summary["status"] == "completed"
+    losses = [float(r["train-loss"]) for r in rows(tmp_path) if r["exchange"] == "train"]
+    assert losses and all(math.isfinite(v) for v in losses)
