@@ -73,6 +73,7 @@ class FederationInfo:
             host=data.get("host", "127.0.0.1"),
             tls_dir=Path(data["tls-dir"]) if data.get("tls-dir") else None,
             node_auth=bool(data.get("node-auth", False)),
+            extra={k: data[k] for k in ("role", "superlink-pid") if k in data},
         )
 
     def save(self) -> None:
@@ -168,6 +169,11 @@ def federation_up(
 def federation_down(root: Path) -> int:
     """Stop every process of the federation in ``root``; returns how many groups were signalled."""
     info = FederationInfo.load(root)
+    if info.extra.get("role") == "superlink-host":
+        raise RuntimeError(
+            f"the SuperLink in {info.root} was started by `hetfed federation superlink`; stop it where it "
+            "runs (Ctrl-C, or `systemctl stop hetfed-superlink`)"
+        )
     stop_process_groups(list(reversed(info.pids)))
     (info.root / "federation.json").unlink()
     return len(info.pids)

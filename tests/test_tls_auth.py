@@ -29,7 +29,7 @@ from flwr.supernode.cli.flower_supernode import _parse_args_run_supernode, _try_
 
 from hetfed.credentials import TlsFiles, write_certificates, write_node_key
 from hetfed.engines.flower import _http_ok
-from hetfed.federation import silo_host, superlink_host
+from hetfed.federation import federation_down, silo_host, superlink_host
 from tests.conftest import REPO
 
 DEPLOY = REPO / "deploy"
@@ -103,6 +103,8 @@ def test_superlink_host_command_serves_tls_with_node_auth_and_refuses_plain_http
     assert (info["host"], info["link-port"], info["node-auth"]) == ("127.0.0.1", 8123, True)
     connection = (tmp_path / "link" / "flwr-home" / "config.toml").read_text()
     assert 'address = "127.0.0.1:8123"' in connection and str(tls.ca) in connection
+    with pytest.raises(RuntimeError, match="started by `hetfed federation superlink`"):
+        federation_down(tmp_path / "link")  # systemd (or Ctrl-C) stops it, not `down`
 
     with pytest.raises(ValueError, match="refusing plain HTTP on --host 0.0.0.0"):
         superlink_host(tmp_path / "l2", host="0.0.0.0", port=8000, tls_dir=None, node_auth=False)
