@@ -76,7 +76,17 @@ STRATEGIES = (
     "fedavg-unconstrained",
     "crpo",
 )
-PROBLEMS = ("knapsack", "garnet", "np-classification", "fair-classification", "safe-rl", "quadratic")
+PROBLEMS = (
+    "knapsack",
+    "energy",
+    "energy-pjm",
+    "shortest-path",
+    "garnet",
+    "np-classification",
+    "fair-classification",
+    "safe-rl",
+    "quadratic",
+)
 ENGINES = ("", "inline", "simulation", "deployment")
 DECISION_LOSSES = ("mse", "spo+", "rspo+", "pfyl", "dpo", "mse->spo+", "optnet")
 
@@ -151,6 +161,25 @@ SCHEMA: dict[str, Key] = {
     "eta-o": Key(0.0, "Objective heterogeneity (rotation of B_j)", low=0.0),
     "eta-c": Key(0.0, "Constraint heterogeneity (capacities and weights)", low=0.0),
     "eta-d": Key(0.0, "Data heterogeneity (feature location and scale)", low=0.0),
+    # --- energy purchasing (ALGORITHMS.md 1.7): energy (ERCOT), energy-pjm (a PJM-layout CSV) ---------
+    "energy-zones": Key(
+        "", "Energy: comma-separated ERCOT zones, partition i takes the i-th; empty = all 13 (ERCOT_ZONES)"
+    ),
+    "energy-exclude-storm": Key(
+        False, "Energy: drop the Feb 2021 winter-storm days (2021-02-12..20, up to $9,000/MWh) from training"
+    ),
+    "energy-train-days": Key(
+        0, "Energy: train on only the last K days of the training split (cold start); 0 = all", low=0
+    ),
+    # --- grid shortest path (ALGORITHMS.md 1.7); also num-features, degree, n-train/val/test ----------
+    "grid-size": Key(5, "Shortest path: k of the k x k grid (PyEPO: 5; 12 works too)", low=2),
+    "sp-endpoints": Key(
+        "random",
+        "Shortest path: sources/sinks: corners (all top-left -> bottom-right), diagonals, random",
+        choices=("corners", "diagonals", "random"),
+    ),
+    "sp-terrain": Key(0.5, "Shortest path: terrain heterogeneity t (edge multipliers exp(t h_j))", low=0.0),
+    "sp-noise": Key(0.5, "Shortest path: multiplicative noise U[1 - w, 1 + w], w < 1", low=0.0, high=0.99),
     # --- LSA strategies (ALGORITHMS.md 3): pflsa, fedlsa, scafflsa, single-lsa -----------
     "lsa-eta": Key(0.2, "Step size eta of the LSA strategies", low=0.0, low_open=True),
     "lsa-batch": Key(1, "LSA: samples per agent and iteration (their mean is one step's sample)", low=1),

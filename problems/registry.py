@@ -7,6 +7,7 @@ problems) or the model itself (:attr:`ProblemSpec.make_model`, constrained tasks
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 from collections.abc import Callable, Mapping
@@ -14,7 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from problems import garnet, knapsack
+import numpy as np
+import torch
+
+from hetfed.config import ConfigError
+from problems import energy, garnet, knapsack, shortest_path
+from problems.base import DecisionClientData, DecisionSplit
+from problems.ercot import load_ercot
 
 RunConfig = Mapping[str, Any]
 
@@ -44,6 +51,101 @@ def knapsack_params(cfg: RunConfig) -> knapsack.KnapsackParams:
         eta_c=cfg["eta-c"],
         eta_d=cfg["eta-d"],
     )
+
+
+def shortest_path_params(cfg: RunConfig) -> shortest_path.ShortestPathParams:
+    """The grid shortest-path generator's parameters from the run config."""
+    return shortest_path.ShortestPathParams(
+        grid_size=cfg["grid-size"],
+        num_features=cfg["num-features"],
+        degree=cfg["degree"],
+        noise=cfg["sp-noise"],
+        terrain=cfg["sp-terrain"],
+        endpoints=cfg["sp-endpoints"],
+        n_train=cfg["n-train"],
+        n_val=cfg["n-val"],
+        n_test=cfg["n-test"],
+    )
+
+
+# --- energy purchasing (problems.energy) ------------------------------------------------------------
+# Winter Storm Uri: the target days whose ERCOT day-ahead mean price exceeded $80/MWh at every zone
+# (up to ~$9,000/MWh); `energy-exclude-storm` drops them from the training split.
+STORM_DAYS = (np.datetime64("2021-02-12"), np.datetime64("2021-02-20"))
+
+
+def energy_zones(cfg: RunConfig) -> tuple[str, ...]:
+    """The ERCOT zones of the run, partition i taking the i-th: ``energy-zones`` or all of ERCOT_ZONES."""
+    text = str(cfg["energy-zones"]).strip()
+    if not text:
+        return energy.ERCOT_ZONES
+    zones = tuple(z.strip() for z in text.split(","))
+    unknown = [z for z in zones if z not in energy.ERCOT_ZONES]
+    if unknown or len(set(zones)) != len(zones):
+        raise ConfigError(
+            f"run config 'energy-zones': expected distinct names from {list(energy.ERCOT_ZONES)}, "
+            f"got {list(zones)}" + (f" (unknown: {unknown})" if unknown else " (repeated names)")
+        )
+    return zones
+
+
+def restrict_training(data: DecisionClientData, keep: np.ndarray) -> DecisionClientData:
+    """``data`` with only the training rows where ``keep`` is true (features keep the z-scoring of
+    the whole training split; validation and test splits unchanged)."""
+    if keep.all():
+        return data
+    if not keep.any():
+        raise ValueError(f"{data.name}: no training days left after the energy-* training options")
+    index = torch.from_numpy(np.flatnonzero(keep))
+    return dataclasses.replace(data, train=DecisionSplit(data.train.x[index], data.train.c[index]))
+
+
+def last_days(n: int, days: int) -> np.ndarray:
+    """Mask of the last ``days`` of ``n`` chronological rows (``days = 0``: all)."""
+    keep = np.ones(n, dtype=bool)
+    if days:
+        keep[: max(0, n - days)] = False
+    return keep
+
+
+@functools.lru_cache(maxsize=64)
+def _ercot_client(zone: str, pid: int, path: str, exclude_storm: bool, train_days: int) -> DecisionClientData:
+    """Cached per process on the data options (not the run name): the CSV scan costs ~1 s per zone."""
+    samples = energy.zone_samples(load_ercot(path or None, points=[zone]), zone)
+    data = samples.to_client_data(pid)
+    train_dates = samples.dates[: len(data.train)]
+    keep = last_days(len(data.train), train_days)
+    if exclude_storm:
+        keep &= (train_dates < STORM_DAYS[0]) | (train_dates > STORM_DAYS[1])
+    return restrict_training(data, keep)
+
+
+def ercot_client(cfg: RunConfig, pid: int, n: int, path: Path | None) -> DecisionClientData:
+    """Partition ``pid`` of the ERCOT task: zone ``energy_zones(cfg)[pid]``, read from the node's
+    ``data-path`` (a directory made by ``hetfed data ercot``) or, without one, the cache."""
+    zones = energy_zones(cfg)
+    if not 0 <= pid < n <= len(zones):
+        raise ValueError(
+            f"problem 'energy': num-partitions {n} needs at most {len(zones)} zones (energy-zones) "
+            f"and partition-id {pid} in [0, {n})"
+        )
+    return _ercot_client(
+        zones[pid], pid, str(path) if path else "", cfg["energy-exclude-storm"], cfg["energy-train-days"]
+    )
+
+
+def pjm_client(cfg: RunConfig, pid: int, n: int, path: Path | None) -> DecisionClientData:
+    """Partition ``pid`` of a PJM-layout CSV (the node's ``data-path``), see problems.energy."""
+    if path is None:
+        raise ValueError("problem 'energy-pjm' needs a node data-path: a CSV in the PJM layout (PJM_COLUMNS)")
+    data = energy.load_pjm_client(path, pid, n)
+    return restrict_training(data, last_days(len(data.train), cfg["energy-train-days"]))
+
+
+def ercot_dims(cfg: RunConfig) -> tuple[int, int]:
+    """Model sizes of the ERCOT task; checks ``energy-zones`` on the server before round 1."""
+    energy_zones(cfg)
+    return len(energy.FEATURE_NAMES), energy.HOURS
 
 
 def garnet_agent(cfg: RunConfig, partition_id: int) -> garnet.GarnetAgent:
@@ -123,6 +225,21 @@ PROBLEMS: dict[str, ProblemSpec] = {
         family="decision",
         load_client=lambda cfg, pid, n, path: knapsack.load_client(knapsack_params(cfg), cfg["seed"], pid),
         model_dims=lambda cfg: (cfg["num-features"], cfg["num-items"]),
+    ),
+    "energy": ProblemSpec(name="energy", family="decision", load_client=ercot_client, model_dims=ercot_dims),
+    "energy-pjm": ProblemSpec(
+        name="energy-pjm",
+        family="decision",
+        load_client=pjm_client,
+        model_dims=lambda cfg: (len(energy.PJM_FEATURES), energy.HOURS),
+    ),
+    "shortest-path": ProblemSpec(
+        name="shortest-path",
+        family="decision",
+        load_client=lambda cfg, pid, n, path: shortest_path.load_client(
+            shortest_path_params(cfg), cfg["seed"], pid
+        ),
+        model_dims=lambda cfg: (cfg["num-features"], shortest_path_params(cfg).num_edges),
     ),
     "garnet": ProblemSpec(
         name="garnet",
