@@ -32,9 +32,17 @@ class FedAvg(FederatedStrategy):
         self.rng = np.random.default_rng(np.random.SeedSequence([int(cfg["seed"]), 7]))
         self.final: dict[str, Any] = {}
 
+    def participants(self) -> list[int]:
+        """The partitions taking part in the run (every connected client)."""
+        return self.pool.partitions
+
+    def model_content(self, arrays: ArrayRecord) -> dict[str, ArrayRecord]:
+        """What of the global model an instruction carries (here: all of it)."""
+        return {"arrays": arrays}
+
     def sample(self) -> list[int]:
         """The partitions trained this round."""
-        parts = self.pool.partitions
+        parts = self.participants()
         k = ceil_fraction(self.cfg["fraction"], len(parts))
         return sorted(int(p) for p in self.rng.choice(parts, size=k, replace=False))
 
@@ -51,7 +59,7 @@ class FedAvg(FederatedStrategy):
             self.pool.message(
                 pid,
                 "train",
-                RecordDict({"arrays": arrays, "config": self.client_config(config, pid)}),
+                RecordDict({**self.model_content(arrays), "config": self.client_config(config, pid)}),
                 server_round,
             )
             for pid in sampled
@@ -91,8 +99,10 @@ class FedAvg(FederatedStrategy):
         if server_round != self.num_rounds:
             return []
         return [
-            self.pool.message(pid, "evaluate", RecordDict({"arrays": arrays, "config": config}), server_round)
-            for pid in self.pool.partitions
+            self.pool.message(
+                pid, "evaluate", RecordDict({**self.model_content(arrays), "config": config}), server_round
+            )
+            for pid in self.participants()
         ]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:

@@ -86,9 +86,9 @@ class FedRSPO(FedAvg):
         return lam, (lr if self.cfg["loss"] in CALIBRATED_LOSSES else self.cfg["lr"])
 
     # --- 2. warm start ---------------------------------------------------------------------------
-    def sample(self) -> list[int]:
-        """Seeded sample over the calibrated clients (failed calibrations are left out)."""
-        return [p for p in super().sample() if p in self.calibration]
+    def participants(self) -> list[int]:
+        """The calibrated clients (a client whose calibration failed is left out)."""
+        return sorted(self.calibration)
 
     def client_config(self, config: ConfigRecord, partition_id: int) -> ConfigRecord:
         lam, lr = self.lam_lr(partition_id)
@@ -103,12 +103,15 @@ class FedRSPO(FedAvg):
         if server_round <= self.warm_rounds:
             return super().configure_train(server_round, arrays, config, grid)
         msgs = []
-        for pid in sorted(self.calibration):
+        for pid in self.participants():
             lam, lr = self.lam_lr(pid)
             cfg = ConfigRecord({**config, "lam": lam, "lr": lr, "phase": "personal"})
             msgs.append(
                 self.pool.message(
-                    pid, "train.personalize", RecordDict({"arrays": arrays, "config": cfg}), server_round
+                    pid,
+                    "train.personalize",
+                    RecordDict({**self.model_content(arrays), "config": cfg}),
+                    server_round,
                 )
             )
         self.log(f"round {server_round}: personalization on {len(msgs)} clients")
@@ -126,17 +129,6 @@ class FedRSPO(FedAvg):
             {"clients-personalized": len(self.personal), "clients-frozen": sum(1 for f in frozen if f > 0)}
         )
 
-    # --- 4. evaluation ---------------------------------------------------------------------------
-    def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        if server_round != self.num_rounds:
-            return []
-        return [
-            self.pool.message(pid, "evaluate", RecordDict({"arrays": arrays, "config": config}), server_round)
-            for pid in sorted(self.calibration)
-        ]
-
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "calibration": self.calibration, "personal": self.personal}
 
@@ -151,19 +143,10 @@ class LocalOnly(FedRSPO):
     its own model on its own data every round and nothing is averaged (no model crosses the wire)."""
 
     def sample(self) -> list[int]:
-        return sorted(self.calibration)
+        return self.participants()  # every client, every round
 
-    def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        if server_round > self.warm_rounds:
-            return super().configure_train(server_round, arrays, config, grid)
-        return [
-            self.pool.message(
-                pid, "train", RecordDict({"config": self.client_config(config, pid)}), server_round
-            )
-            for pid in self.sample()
-        ]
+    def model_content(self, arrays: ArrayRecord) -> dict[str, ArrayRecord]:
+        return {}  # nothing to share: each client keeps its own model
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -174,16 +157,6 @@ class LocalOnly(FedRSPO):
         return None, MetricRecord(
             {"clients-used": len(losses), "train-loss": sum(losses) / max(len(losses), 1)}
         )
-
-    def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        if server_round != self.num_rounds:
-            return []
-        return [
-            self.pool.message(pid, "evaluate", RecordDict({"config": config}), server_round)
-            for pid in sorted(self.calibration)
-        ]
 
 
 def check_config(cfg: Mapping[str, Any]) -> None:
