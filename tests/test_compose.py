@@ -276,7 +276,8 @@ def section_commands() -> list[str]:
     """Shell commands (one per logical line) of the README section's code blocks."""
     blocks = re.findall(r"```(?:bash|sh|console)\n(.*?)```", SECTION.read_text(), re.S)
     lines = re.sub(r"\\\n\s*", " ", "".join(blocks)).splitlines()
-    return [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
+    lines = [ln.strip().removeprefix("sudo -u hetfed ") for ln in lines]  # commands run as the service user
+    return [ln for ln in lines if ln and not ln.startswith("#")]
 
 
 def test_readme_compose_instructions_match_the_files() -> None:
