@@ -533,19 +533,19 @@ class _BoxLinearProjection:
         self._g_start = hi * float(a.sum())  # g(mu) left of every breakpoint: all at hi
 
     def __call__(self, v: torch.Tensor) -> torch.Tensor:
+        # Degenerate sets (v * 0 keeps the output in the autograd graph, with a zero Jacobian).
         if self.cap <= 0:  # the set is {0}
-            return torch.zeros_like(v.detach())
+            return v * 0.0
         if self.cap >= self._g_start:  # the linear row cannot bind
-            return torch.full_like(v.detach(), self.hi) if self.equality else v.clamp(0.0, self.hi)
+            return v * 0.0 + self.hi if self.equality else v.clamp(0.0, self.hi)
         vd = v.detach()
         t_lo = vd * self._inv_a  # w_i = 0 for mu >= t_lo, w_i = hi for mu <= t_hi
         t_hi = t_lo - self._width
         breakpoints = torch.cat((t_hi, t_lo), -1)
         order = _argsort_rows(breakpoints)
         bp = breakpoints.gather(-1, order)
-        slope = (
-            self._slope_steps.expand_as(order).gather(-1, order).cumsum(-1)
-        )  # slope right of each breakpoint
+        # slope of g right of each breakpoint
+        slope = self._slope_steps.expand_as(order).gather(-1, order).cumsum(-1)
         g = self._g_start + (slope[:, :-1] * bp.diff(dim=-1)).cumsum(-1)  # g at breakpoints 1 .. 2d-1
         k = ((g > self.cap).sum(-1, keepdim=True) + 1).clamp_max(g.shape[-1])  # g(bp_{k-1}) > cap >= g(bp_k)
         ends = bp.gather(-1, torch.cat((k - 1, k), -1))

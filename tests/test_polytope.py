@@ -274,6 +274,22 @@ def test_exact_projection_gradient_matches_finite_differences(make):
         assert abs(float(v.grad @ direction) - float(fd)) <= 1e-6 * (1 + abs(float(fd)))
 
 
+def test_exact_projection_of_degenerate_sets_has_the_right_jacobian():
+    """Single-point sets have a zero Jacobian; a knapsack row that cannot bind leaves a box clip."""
+    v = torch.tensor([[-0.5, 0.3, 0.8, 1.7]], dtype=torch.float64, requires_grad=True)
+    weight = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+    cases = [
+        (KnapsackPolytope(np.ones(4), 0.0), torch.zeros(4)),
+        (QuotaPolytope(4, 0.0), torch.zeros(4)),
+        (QuotaPolytope(4, 8.0, upper=2.0), torch.zeros(4)),
+        (KnapsackPolytope(np.ones(4), 10.0), torch.tensor([0.0, 2.0, 3.0, 0.0])),
+    ]
+    for poly, expected in cases:
+        v.grad = None
+        (poly.project(v, backend="exact") @ weight).sum().backward()
+        assert torch.equal(v.grad[0], expected.double()), poly
+
+
 def test_qpth_projection_is_differentiable():
     rng = np.random.default_rng(3)
     poly = random_knapsack(rng, 10)
