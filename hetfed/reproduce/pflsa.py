@@ -1,0 +1,525 @@
+"""PF-LSA (ALGORITHMS.md 3): Fig. 1 and Fig. 2 of federated TD(0) on Garnet MDPs, on the inline engine.
+
+Every curve is a real hetfed run (ServerApp strategy + ClientApp clients, inline engine):
+
+* Fig. 1, N = 10 agents, zeta_ker = zeta_rew = zeta in {0, 0.5, 1}: single-agent LSA
+  (eta = 0.2), PF-LSA (eta = 0.2 N / 2, beta = 1/N) and FedLSA (eta = 0.2 N, H = 1);
+* Fig. 2, N in {2, 8, 16}, (zeta_ker, zeta_rew) in {(0,0), (0.01,0.01), (0.5,0.5), (0.9,0.9)}:
+  PF-LSA (eta = 0.1 N, beta = 1/N) against single-agent LSA (eta = 0.2).
+
+The metric is ``(1/N) sum_c ||theta_c^t - theta_c*||^2`` averaged over runs (the Garnet MDPs
+are fixed by ``--seed``; run r draws its samples with ``seed = r``). Single-agent LSA involves
+no communication, so agent c's trajectory does not depend on N: one 16-agent run per level
+and seed gives the single-agent curve of every N (the mean over agents 0..N-1).
+Writes ``pflsa.md``, ``pflsa.json``, ``pflsa-fig1.png`` and ``pflsa-fig2.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+OUT = Path(__file__).resolve().parents[2] / "docs" / "results"
+THRESHOLD = 1e-2  # "iterations to reach 1e-2 of the initial error"
+ETA_SINGLE = 0.2
+
+# What ALGORITHMS.md 3 reports (gamma = 0.95, theta^0 = 0, generator seed 42).
+SPEC = {
+    "fedlsa-plateau": {"0.5": 10.5, "1.0": 41.1},
+    "pflsa-floor": {"0.5": 0.33, "1.0": 0.44},
+    "iterations-to-1e-2 (0,0), N=10": {"pflsa": 252, "single": 1275},
+    "speed-up": {
+        "(0.0, 0.0)": {"2": 1.0, "8": 3.9, "16": 8.0},
+        "(0.9, 0.9)": {"2": 0.97, "8": 2.2, "16": 3.4},
+    },
+}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much to run: iterations per figure (Fig. 2 per N), runs, levels, report cadences.
+
+    A cadence is the number of iterations between reported errors, the resolution of "iterations
+    to 1e-2"; single-agent LSA takes that many local steps per round (it needs no exchange).
+    Fig. 2's PF-LSA reports every iteration (it reaches 1e-2 after ~150 iterations at N = 16).
+    """
+
+    fig1_iterations: int
+    fig1_runs: int
+    fig1_levels: tuple[float, ...]
+    fig1_cadence: int
+    fig2_iterations: dict[int, int]  # PF-LSA horizon per N: it needs ~2400 / N iterations to reach 1e-2
+    fig2_single_iterations: int
+    fig2_runs: int
+    fig2_levels: tuple[tuple[float, float], ...]
+    fig2_single_cadence: int
+
+
+FULL = Budget(
+    fig1_iterations=10_000,
+    fig1_runs=1,
+    fig1_levels=(0.0, 0.5, 1.0),
+    fig1_cadence=10,
+    fig2_iterations={2: 1600, 8: 600, 16: 400},
+    fig2_single_iterations=1600,
+    fig2_runs=5,
+    fig2_levels=((0.0, 0.0), (0.01, 0.01), (0.5, 0.5), (0.9, 0.9)),
+    fig2_single_cadence=5,
+)
+QUICK = Budget(
+    fig1_iterations=400,
+    fig1_runs=1,
+    fig1_levels=(0.0, 1.0),
+    fig1_cadence=10,
+    fig2_iterations={2: 1600, 8: 500, 16: 300},
+    fig2_single_iterations=1600,
+    fig2_runs=1,
+    fig2_levels=((0.0, 0.0),),
+    fig2_single_cadence=5,
+)
+
+
+@dataclass
+class Curve:
+    """Mean-over-runs error of each agent at the reported iterations: ``errors`` [K, N]."""
+
+    iterations: np.ndarray
+    errors: np.ndarray
+
+    def mean(self, agents: int | None = None) -> np.ndarray:
+        """``(1/N) sum_c ||theta_c - theta_c*||^2`` over the first ``agents`` agents, [K]."""
+        return self.errors[:, :agents].mean(axis=1)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="a small budget (CI): one run, fewer levels")
+    parser.add_argument("--seed", type=int, default=42, help="seed of the Garnet MDPs (default 42)")
+    parser.add_argument("--runs", type=int, help="Fig. 2 runs (default 5; quick 1)")
+    parser.add_argument("--fig1-runs", type=int, help="Fig. 1 runs (default 2; quick 1)")
+    parser.add_argument("--fig1-iterations", type=int, help="Fig. 1 horizon T (default 10000; quick 400)")
+    parser.add_argument("--out", type=Path, default=OUT, help="where the .md/.json/.png go (docs/results)")
+    parser.add_argument("--results-dir", type=Path, help="keep every run's results here (default: temporary)")
+
+
+def run(args: argparse.Namespace) -> int:
+    budget = QUICK if args.quick else FULL
+    for name, value in (("--runs", args.runs), ("--fig1-runs", args.fig1_runs)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    if args.fig1_iterations is not None and args.fig1_iterations < 2 * budget.fig1_cadence:
+        raise ValueError(
+            f"--fig1-iterations must be >= {2 * budget.fig1_cadence}, got {args.fig1_iterations}"
+        )
+    budget = Budget(
+        **{
+            **budget.__dict__,
+            "fig2_runs": args.runs or budget.fig2_runs,
+            "fig1_runs": args.fig1_runs or budget.fig1_runs,
+            "fig1_iterations": args.fig1_iterations or budget.fig1_iterations,
+        }
+    )
+    started = time.time()
+    scratch = Path(tempfile.mkdtemp(prefix="hetfed-pflsa-")) if args.results_dir is None else args.results_dir
+    try:
+        runner = Runner(scratch, args.seed)
+        fig1 = figure1(runner, budget)
+        fig2 = figure2(runner, budget)
+    finally:
+        if args.results_dir is None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    wall = time.time() - started
+    args.out.mkdir(parents=True, exist_ok=True)
+    plot_fig1(fig1, args.out / "pflsa-fig1.png")
+    plot_fig2(fig2, args.out / "pflsa-fig2.png")
+    result = {
+        "settings": {
+            "seed": args.seed,
+            "quick": bool(args.quick),
+            "gamma": 0.95,
+            "threshold": THRESHOLD,
+            "runs": runner.runs,
+            "messages": runner.messages,
+            **{k: v for k, v in budget.__dict__.items() if k != "fig2_iterations"},
+            "fig2_iterations": {str(n): t for n, t in budget.fig2_iterations.items()},
+        },
+        "fig1": fig1["table"],
+        "fig2": fig2["table"],
+        "spec": SPEC,
+        "wall-time-s": round(wall, 1),
+    }
+    (args.out / "pflsa.json").write_text(json.dumps(result, indent=2) + "\n")
+    (args.out / "pflsa.md").write_text(markdown(result))
+    print(f"wrote {args.out}/pflsa.md, pflsa.json, pflsa-fig1.png, pflsa-fig2.png")
+    print(f"wall time {wall:.1f} s ({runner.runs} runs, {runner.messages} client messages)")
+    return 0
+
+
+class Runner:
+    """Runs one LSA configuration on the inline engine and reads its error curve back."""
+
+    def __init__(self, results_dir: Path, seed: int) -> None:
+        self.results_dir = results_dir
+        self.seed = seed
+        self.runs = 0
+        self.messages = 0
+
+    def curve(
+        self,
+        strategy: str,
+        nodes: int,
+        iterations: int,
+        zetas: tuple[float, float],
+        eta: float,
+        runs: int,
+        cadence: int,
+        beta: float = 0.0,
+    ) -> Curve:
+        """The run-averaged per-agent error curve, reported every ``cadence`` iterations."""
+        from hetfed.engines.runner import run_experiment
+
+        steps = cadence if strategy == "single-lsa" else 1
+        per_run = []
+        for r in range(runs):
+            name = f"{strategy}-n{nodes}-k{zetas[0]:g}-r{zetas[1]:g}-s{r}"
+            tic = time.time()
+            summary = run_experiment(
+                "inline",
+                {
+                    "run-name": name,
+                    "strategy": strategy,
+                    "problem": "garnet",
+                    "garnet-seed": self.seed,
+                    "seed": r,
+                    "garnet-zeta-ker": zetas[0],
+                    "garnet-zeta-rew": zetas[1],
+                    "lsa-eta": eta,
+                    "pflsa-beta": beta,
+                    "lsa-local-steps": steps,
+                    "num-rounds": iterations // steps,
+                    "lsa-report-every": max(1, cadence // steps),
+                    "checkpoint-every": 0,
+                },
+                nodes=nodes,
+                results_dir=self.results_dir,
+            )
+            if summary["status"] != "completed":
+                raise RuntimeError(f"run {name} did not complete: {summary.get('error')}")
+            per_run.append(read_errors(self.results_dir / name, steps, nodes))
+            shutil.rmtree(self.results_dir / name, ignore_errors=True)  # 10^5 rows each; the curve is kept
+            self.runs += 1
+            self.messages += nodes * (iterations // steps + 2)
+            print(f"  {name}: {iterations} iterations, {time.time() - tic:.1f} s", flush=True)
+        its = per_run[0][0]
+        if any(not np.array_equal(it, its) for it, _ in per_run):
+            raise RuntimeError(f"{strategy}: runs reported different iterations")
+        return Curve(its, np.mean([e for _, e in per_run], axis=0))
+
+
+def read_errors(run_dir: Path, local_steps: int, nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """Iterations [K] and per-client ``sq-error`` [K, N] from a run's rounds.csv.
+
+    A train row of round r reports iteration ``(r - 1) H``; the final evaluate row iteration ``T H``.
+    """
+    by_iteration: dict[int, dict[int, float]] = {}
+    with open(run_dir / "rounds.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            if row["exchange"] not in ("train", "evaluate") or not row.get("sq-error"):
+                continue
+            r = int(row["round"])
+            it = (r - 1) * local_steps if row["exchange"] == "train" else r * local_steps
+            by_iteration.setdefault(it, {})[int(row["partition-id"])] = float(row["sq-error"])
+    its = sorted(by_iteration)
+    if any(len(by_iteration[i]) != nodes for i in its):
+        raise RuntimeError(f"{run_dir}: some iterations lack a client's error")
+    return np.array(its), np.array([[by_iteration[i][c] for c in range(nodes)] for i in its])
+
+
+def iterations_to(iterations: np.ndarray, errors: np.ndarray, fraction: float = THRESHOLD) -> int | None:
+    """First reported iteration with ``errors <= fraction * errors[0]`` (None: not within the run)."""
+    hits = np.flatnonzero(errors <= fraction * errors[0])
+    return int(iterations[hits[0]]) if hits.size else None
+
+
+def tail_mean(iterations: np.ndarray, errors: np.ndarray) -> float:
+    """Mean error over the last 10% of the iterations: the level a curve settles at, less noisy than t = T."""
+    return float(errors[iterations >= 0.9 * iterations[-1]].mean())
+
+
+def figure1(runner: Runner, budget: Budget) -> dict[str, Any]:
+    """N = 10: single-agent LSA, PF-LSA and FedLSA at each heterogeneity level."""
+    n, T = 10, budget.fig1_iterations
+    methods = {
+        "single": ("single-lsa", ETA_SINGLE, 0.0),
+        "pflsa": ("pflsa", ETA_SINGLE * n / 2, 1.0 / n),
+        "fedlsa": ("fedlsa", ETA_SINGLE * n, 0.0),
+    }
+    curves: dict[float, dict[str, Curve]] = {}
+    table = []
+    print(f"Fig. 1: N = {n}, T = {T}, {budget.fig1_runs} run(s) per curve", flush=True)
+    for zeta in budget.fig1_levels:
+        curves[zeta] = {
+            m: runner.curve(s, n, T, (zeta, zeta), eta, budget.fig1_runs, budget.fig1_cadence, beta)
+            for m, (s, eta, beta) in methods.items()
+        }
+        row: dict[str, Any] = {"zeta_ker": zeta, "zeta_rew": zeta, "methods": {}}
+        for m, (s, eta, beta) in methods.items():
+            c = curves[zeta][m]
+            row["methods"][m] = {
+                "strategy": s,
+                "eta": eta,
+                **({"beta": beta} if s == "pflsa" else {}),
+                "initial-error": float(c.mean()[0]),
+                "error-at-T": float(c.mean()[-1]),
+                "error-last-10pct": tail_mean(c.iterations, c.mean()),
+                "iterations-to-threshold": iterations_to(c.iterations, c.mean()),
+            }
+        ms = row["methods"]
+        row["fedlsa-over-pflsa"] = ms["fedlsa"]["error-last-10pct"] / ms["pflsa"]["error-last-10pct"]
+        row["dispersion"] = dispersion(runner.seed, n, zeta)
+        row["fedlsa-over-dispersion"] = (
+            ms["fedlsa"]["error-last-10pct"] / row["dispersion"] if row["dispersion"] > 1e-12 else None
+        )
+        table.append(row)
+    return {"curves": curves, "table": {"N": n, "T": T, "runs": budget.fig1_runs, "levels": table}}
+
+
+def dispersion(seed: int, n: int, zeta: float) -> float:
+    """``(1/N) sum_c ||theta_lim - theta_c*||^2``: FedLSA's (H = 1) noise-free error."""
+    from problems.garnet import make_agents
+
+    agents = make_agents(n, seed, zeta, zeta)
+    a_bar = sum(a.A_bar for a in agents)
+    lim = np.linalg.solve(a_bar, sum(a.b_bar for a in agents))
+    return float(np.mean([np.sum((lim - a.theta_star) ** 2) for a in agents]))
+
+
+def figure2(runner: Runner, budget: Budget) -> dict[str, Any]:
+    """PF-LSA with N in {2, 8, 16} against single-agent LSA: iterations to 1e-2 and speed-up."""
+    sizes = sorted(budget.fig2_iterations)
+    curves: dict[tuple[float, float], dict[str, Curve]] = {}
+    table = []
+    print(f"Fig. 2: N in {sizes}, {budget.fig2_runs} run(s) per curve", flush=True)
+    for zetas in budget.fig2_levels:
+        single = runner.curve(
+            "single-lsa",
+            max(sizes),
+            budget.fig2_single_iterations,
+            zetas,
+            ETA_SINGLE,
+            budget.fig2_runs,
+            budget.fig2_single_cadence,
+        )
+        curves[zetas] = {"single": single}
+        row: dict[str, Any] = {"zeta_ker": zetas[0], "zeta_rew": zetas[1], "N": {}}
+        for n in sizes:
+            pf = runner.curve(
+                "pflsa", n, budget.fig2_iterations[n], zetas, 0.1 * n, budget.fig2_runs, 1, 1.0 / n
+            )
+            curves[zetas][f"pflsa-{n}"] = pf
+            it_single = iterations_to(single.iterations, single.mean(n))
+            it_pf = iterations_to(pf.iterations, pf.mean())
+            row["N"][str(n)] = {
+                "eta": 0.1 * n,
+                "beta": 1.0 / n,
+                "single-iterations": it_single,
+                "pflsa-iterations": it_pf,
+                "speed-up": it_single / it_pf if it_single and it_pf else None,
+            }
+        table.append(row)
+    return {"curves": curves, "table": {"runs": budget.fig2_runs, "levels": table}}
+
+
+def plot_fig1(fig: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    levels = fig["curves"]
+    figure, axes = plt.subplots(1, len(levels), figsize=(4.2 * len(levels), 3.6), sharey=True, squeeze=False)
+    labels = {"single": "single-agent LSA", "pflsa": "PF-LSA", "fedlsa": "FedLSA"}
+    for ax, (zeta, curves) in zip(axes[0], levels.items(), strict=True):
+        for m, c in curves.items():
+            ax.plot(c.iterations, c.mean(), label=labels[m], lw=1.2)
+        ax.set_yscale("log")
+        ax.set_title(f"zeta_ker = zeta_rew = {zeta:g}")
+        ax.set_xlabel("iteration t")
+        ax.grid(alpha=0.3, which="both")
+    axes[0][0].set_ylabel("(1/N) sum_c ||theta_c - theta_c*||^2")
+    axes[0][0].legend()
+    figure.suptitle(f"Fig. 1: N = {fig['table']['N']} agents, mean of {fig['table']['runs']} run(s)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def plot_fig2(fig: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    levels = fig["curves"]
+    figure, axes = plt.subplots(1, len(levels), figsize=(4.2 * len(levels), 3.6), sharey=True, squeeze=False)
+    for ax, (zetas, curves) in zip(axes[0], levels.items(), strict=True):
+        single = curves["single"]
+        ax.plot(single.iterations, single.mean(), "k--", lw=1.2, label="single-agent LSA")
+        for name, c in curves.items():
+            if name != "single":
+                ax.plot(c.iterations, c.mean(), lw=1.2, label=f"PF-LSA, N = {name.split('-')[1]}")
+        ax.axhline(THRESHOLD * single.mean()[0], color="grey", lw=0.8, ls=":")
+        ax.set_yscale("log")
+        ax.set_title(f"(zeta_ker, zeta_rew) = ({zetas[0]:g}, {zetas[1]:g})")
+        ax.set_xlabel("iteration t")
+        ax.grid(alpha=0.3, which="both")
+    axes[0][0].set_ylabel("(1/N) sum_c ||theta_c - theta_c*||^2")
+    axes[0][0].legend(fontsize=8)
+    figure.suptitle(
+        f"Fig. 2: eta = 0.1 N, beta = 1/N, mean of {fig['table']['runs']} run(s); dotted: 1e-2 x start"
+    )
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "not reached"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The results page: tables of Fig. 1 and Fig. 2, and how they compare with ALGORITHMS.md 3."""
+    s, f1, f2 = result["settings"], result["fig1"], result["fig2"]
+    lines = [
+        "# PF-LSA: personalized federated TD(0) on Garnet MDPs",
+        "",
+        "Generated by `hetfed reproduce pflsa" + (" --quick" if s["quick"] else "") + "` "
+        f"in {result['wall-time-s']:.0f} s ({s['runs']} inline runs, {s['messages']} client messages). "
+        "Every curve is a real hetfed run (PF-LSA / FedLSA / single-agent LSA strategies and the LSA "
+        "client on the inline engine), averaged over runs that differ only in their samples. "
+        f"Garnet: 10 states, 10 actions, branching 3, 5 features, gamma = 0.95, uniform policy, "
+        f"generator seed {s['seed']}, theta^0 = 0. Metric: (1/N) sum_c ||theta_c^t - theta_c*||^2.",
+        "",
+        f"## Fig. 1: N = {f1['N']}, T = {f1['T']}, {f1['runs']} run(s)",
+        "",
+        "![Fig. 1](pflsa-fig1.png)",
+        "",
+        "Step sizes: single-agent 0.2, PF-LSA 0.2 N/2 with beta = 1/N, FedLSA 0.2 N with H = 1. "
+        '"Final" is the mean error over the last 10% of the iterations (the level the curve settles '
+        'at); "to 1e-2" is the first iteration whose error is at most 1e-2 of the initial one '
+        f"(reported every {s['fig1_cadence']} iterations).",
+        "",
+        "| zeta_ker = zeta_rew | method | eta | error at T | final (last 10%) | to 1e-2 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in f1["levels"]:
+        for m, v in row["methods"].items():
+            lines.append(
+                f"| {row['zeta_ker']:g} | {m} | {v['eta']:g} | {_fmt(v['error-at-T'])} | "
+                f"{_fmt(v['error-last-10pct'])} | {_fmt(v['iterations-to-threshold'])} |"
+            )
+    lines += [
+        "",
+        "Dispersion: (1/N) sum_c ||theta_lim - theta_c*||^2, the error of FedLSA's noise-free limit "
+        "theta_lim = (sum_c A_bar_c)^{-1} sum_c b_bar_c.",
+        "",
+        "| zeta | FedLSA final / PF-LSA final | dispersion | FedLSA final / dispersion |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['zeta_ker']:g} | {_fmt(r['fedlsa-over-pflsa'])} | {_fmt(r['dispersion'])} | "
+        f"{_fmt(r['fedlsa-over-dispersion']) if r['fedlsa-over-dispersion'] else '-'} |"
+        for r in f1["levels"]
+    ]
+    sizes = list(f2["levels"][0]["N"]) if f2["levels"] else []
+    lines += [
+        "",
+        f"## Fig. 2: speed-up over single-agent LSA, {f2['runs']} run(s)",
+        "",
+        "![Fig. 2](pflsa-fig2.png)",
+        "",
+        "PF-LSA with eta = 0.1 N and beta = 1/N; single-agent LSA with eta = 0.2 on the same agents. "
+        "Speed-up = iterations single-agent LSA needs to reach 1e-2 of the initial error / iterations "
+        "PF-LSA needs (each cell: speed-up (single / PF-LSA)). Each curve runs past its threshold: "
+        "PF-LSA for "
+        + " / ".join(f"{t} (N = {n})" for n, t in s["fig2_iterations"].items())
+        + f" iterations, single-agent LSA for {s['fig2_single_iterations']} (errors reported every "
+        f"{s['fig2_single_cadence']} iterations; PF-LSA's every iteration).",
+        "",
+        "| (zeta_ker, zeta_rew) | " + " | ".join(f"N = {n}" for n in sizes) + " | spec |",
+        "|---|" + "---|" * len(sizes) + "---|",
+    ]
+    for row in f2["levels"]:
+        key = f"({row['zeta_ker']:.1f}, {row['zeta_rew']:.1f})"
+        spec = SPEC["speed-up"].get(key)
+        cells = [
+            f"{_fmt(c['speed-up'])} ({_fmt(c['single-iterations'])} / {_fmt(c['pflsa-iterations'])})"
+            for c in row["N"].values()
+        ]
+        spec_text = " / ".join(f"{v:g}" for v in spec.values()) if spec else ""
+        lines.append(
+            f"| ({row['zeta_ker']:g}, {row['zeta_rew']:g}) | " + " | ".join(cells) + f" | {spec_text} |"
+        )
+    lines += ["", *comparison(result), ""]
+    return "\n".join(lines)
+
+
+def comparison(result: dict[str, Any]) -> list[str]:
+    """The measurements next to the numbers ALGORITHMS.md 3 reports, and why they differ."""
+    lines = ["## Against ALGORITHMS.md 3", ""]
+    f1 = {r["zeta_ker"]: r for r in result["fig1"]["levels"]}
+    for zeta in (0.5, 1.0):
+        if zeta in f1:
+            m = f1[zeta]["methods"]
+            lines.append(
+                f"- zeta = {zeta:g}: FedLSA settles at {_fmt(m['fedlsa']['error-last-10pct'])} "
+                f"(spec {SPEC['fedlsa-plateau'][str(zeta)]}), {_fmt(f1[zeta]['fedlsa-over-dispersion'])} x "
+                f"the dispersion of the theta_c* around theta_lim; PF-LSA reaches "
+                f"{_fmt(m['pflsa']['error-last-10pct'])} by T = {result['fig1']['T']} (spec noise floor "
+                f"{SPEC['pflsa-floor'][str(zeta)]}): FedLSA / PF-LSA = {_fmt(f1[zeta]['fedlsa-over-pflsa'])}."
+            )
+    if 0.0 in f1:
+        m, spec = f1[0.0]["methods"], SPEC["iterations-to-1e-2 (0,0), N=10"]
+        lines.append(
+            f"- (0, 0), N = 10: PF-LSA reaches 1e-2 of its initial error after "
+            f"{_fmt(m['pflsa']['iterations-to-threshold'])} iterations, single-agent LSA after "
+            f"{_fmt(m['single']['iterations-to-threshold'])} (spec {spec['pflsa']} and {spec['single']})."
+        )
+    for row in result["fig2"]["levels"]:
+        key = f"({row['zeta_ker']:.1f}, {row['zeta_rew']:.1f})"
+        if key in SPEC["speed-up"]:
+            got = " / ".join(_fmt(c["speed-up"], 3) for c in row["N"].values())
+            want = " / ".join(f"{v:g}" for v in SPEC["speed-up"][key].values())
+            lines.append(f"- Speed-up at {key} for N = {' / '.join(row['N'])}: {got} (spec {want}).")
+    lines += [
+        "",
+        "Why the numbers differ from the spec's:",
+        "",
+        "- FedLSA's plateau is the dispersion of the agents' solutions theta_c* around theta_lim, which "
+        "grows with the reward noise. problems/garnet.py uses the only published rule, r_c(s) = r(s) + "
+        "zeta_rew U[0, 1]; the spec's 10.5 / 41.1 are about 2.5x larger than what this rule gives, so "
+        "the implementation behind them probably drew wider reward noise. The independent NumPy "
+        "transcription (tests/lsa_reference.py) measures the same levels as this federated run "
+        "(4.3 / 16.5 after 2e4 iterations). The qualitative result does not change: FedLSA is biased "
+        "at the dispersion, PF-LSA is not.",
+        "- For the same reason the agents are more alike at (0.9, 0.9) than in the spec's setting, and "
+        "averaging their updates helps more: the speed-ups there exceed the spec's 0.97 / 2.2 / 3.4 (the "
+        "NumPy transcription gives 1.03 / 3.50 / 5.65 with 5 runs). At (0, 0), where the reward rule "
+        "plays no role, they agree.",
+        "- PF-LSA's personal part contracts at eta beta lambda_min(A_bar_c), about 2e-4 per iteration "
+        f"here: after T = {result['fig1']['T']} iterations its error can still be above the noise floor "
+        "the spec quotes, which the NumPy transcription reaches after ~2e4.",
+    ]
+    return lines
