@@ -276,7 +276,8 @@ def section_commands() -> list[str]:
     """Shell commands (one per logical line) of the README section's code blocks."""
     blocks = re.findall(r"```(?:bash|sh|console)\n(.*?)```", SECTION.read_text(), re.S)
     lines = re.sub(r"\\\n\s*", " ", "".join(blocks)).splitlines()
-    lines = [ln.strip().removeprefix("sudo -u hetfed ") for ln in lines]  # commands run as the service user
+    # Commands run as root or as the service user, and the installed path, are the same commands.
+    lines = [re.sub(r"^(sudo (-u hetfed )?)?(/opt/hetfed/\.venv/bin/)?", "", ln.strip()) for ln in lines]
     return [ln for ln in lines if ln and not ln.startswith("#")]
 
 
