@@ -29,6 +29,7 @@ import math
 import multiprocessing
 import shutil
 import time
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -46,6 +47,15 @@ class Method:
     label: str
     family: str
     overrides: dict[str, Any]
+    value: float = 0.0  # the family's hyperparameter, for ordering the report
+
+
+FAMILIES = ("switching", "crpo", "penalty", "primal-dual (mean)", "primal-dual (max)", "fedavg")
+
+
+def report_order(methods: Sequence[Method]) -> list[Method]:
+    """Methods grouped by family (switching first), each family by increasing hyperparameter."""
+    return sorted(methods, key=lambda m: (FAMILIES.index(m.family), m.value))
 
 
 @dataclass(frozen=True)
@@ -86,7 +96,7 @@ def switching(alpha: float) -> Method:
 
 
 def penalty(rho: float) -> Method:
-    return Method(f"penalty rho={rho:g}", "penalty", {"strategy": "penalty", "penalty-rho": rho})
+    return Method(f"penalty rho={rho:g}", "penalty", {"strategy": "penalty", "penalty-rho": rho}, rho)
 
 
 def primal_dual(step: str, lr: float) -> Method:
@@ -94,6 +104,7 @@ def primal_dual(step: str, lr: float) -> Method:
         f"primal-dual {step} lr={lr:g}",
         f"primal-dual ({step})",
         {"strategy": "primal-dual", "pd-dual-step": step, "pd-dual-lr": lr},
+        lr,
     )
 
 
@@ -121,15 +132,15 @@ def experiment(name: str, quick: bool = False) -> Experiment:
 def _np_classification(quick: bool) -> Experiment:
     # 50k gradient evaluations: 10 clients x E=1 x 5000 rounds, or 5 clients x E=5 x 2000 rounds.
     full, partial = (Setting("full", 0, 1, 5000), Setting("partial", 5, 5, 2000))
-    methods = (
-        switching(1.0),
-        switching(10.0),
+    methods = (  # most informative first (runs go method by method)
         switching(100.0),
-        penalty(1.0),
         penalty(10.0),
-        penalty(100.0),
-        primal_dual("mean", 1.0),
         primal_dual("max", 1.0),
+        switching(10.0),
+        switching(1.0),
+        primal_dual("mean", 1.0),
+        penalty(100.0),
+        penalty(1.0),
         FEDAVG,
     )
     if quick:
@@ -180,14 +191,14 @@ def _np_classification(quick: bool) -> Experiment:
 def _fair_classification(quick: bool) -> Experiment:
     # 5 clients x E=1 x 1200 rounds = 6000 = 3 clients x E=5 x 400 rounds gradient evaluations.
     full, partial = Setting("full", 0, 1, 1200), Setting("partial", 3, 5, 400)
-    methods = (
-        switching(1.0),
+    methods = (  # most informative first (runs go method by method)
         switching(10.0),
-        switching(100.0),
-        penalty(1.0),
         penalty(10.0),
-        primal_dual("mean", 1.0),
         primal_dual("max", 1.0),
+        switching(1.0),
+        switching(100.0),
+        primal_dual("mean", 1.0),
+        penalty(1.0),
         FEDAVG,
     )
     if quick:
@@ -225,13 +236,13 @@ def _fair_classification(quick: bool) -> Experiment:
 def _safe_rl(quick: bool) -> Experiment:
     # 4 clients x E=1 x 300 rounds = 1200 = 2 clients x E=5 x 120 rounds gradient evaluations.
     full, partial = Setting("full", 0, 1, 300), Setting("partial", 2, 5, 120)
-    methods = (
-        switching(1.0),
+    methods = (  # most informative first (runs go method by method)
         switching(10.0),
-        switching(100.0),
         CRPO,
         penalty(10.0),
         primal_dual("max", 1.0),
+        switching(1.0),
+        switching(100.0),
         FEDAVG,
     )
     if quick:
@@ -314,6 +325,11 @@ def run_one(job: tuple[dict[str, Any], int, str]) -> dict[str, Any]:
     if summary is None:
         shutil.rmtree(folder, ignore_errors=True)  # an interrupted or outdated run of this name
         summary = run_experiment("inline", cfg, nodes=nodes, results_dir=Path(results_dir))
+    return read_result(folder, summary)
+
+
+def read_result(folder: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    """A completed run's final aggregate and its evaluation curve (the server rows with F, G)."""
     with open(folder / "rounds.csv", newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["client"] == "server" and r.get("F")]
     curve = {
@@ -329,34 +345,47 @@ def run_one(job: tuple[dict[str, Any], int, str]) -> dict[str, Any]:
     }
 
 
-def run_all(exp: Experiment, results_dir: Path, workers: int, log: Any = print) -> list[dict[str, Any]]:
-    """Every (setting, method, seed) run of ``exp``, ``workers`` processes at a time."""
-    jobs = [
+def jobs(exp: Experiment) -> list[tuple[Setting, Method, int]]:
+    """Every (setting, method, seed) of ``exp``, method-major in the experiment's order, so an
+    interrupted reproduction has its first methods complete."""
+    return [
         (setting, method, seed)
-        for setting in exp.settings
         for method in exp.methods
+        for setting in exp.settings
         for seed in range(exp.seeds)
     ]
-    args = [(run_config(exp, s, m, seed), exp.nodes, str(results_dir)) for s, m, seed in jobs]
+
+
+def labelled(setting: Setting, method: Method, seed: int, result: dict[str, Any]) -> dict[str, Any]:
+    return {"setting": setting.name, "method": method.label, "family": method.family, "seed": seed, **result}
+
+
+def available_runs(exp: Experiment, results_dir: Path) -> list[dict[str, Any]]:
+    """The runs of ``exp`` already completed in ``results_dir`` (none is started)."""
+    out = []
+    for setting, method, seed in jobs(exp):
+        cfg = run_config(exp, setting, method, seed)
+        summary = completed_run(results_dir / cfg["run-name"], cfg)
+        if summary is not None:
+            out.append(labelled(setting, method, seed, read_result(results_dir / cfg["run-name"], summary)))
+    return out
+
+
+def run_all(exp: Experiment, results_dir: Path, workers: int, log: Any = print) -> list[dict[str, Any]]:
+    """Every (setting, method, seed) run of ``exp``, ``workers`` processes at a time."""
+    todo = jobs(exp)
+    args = [(run_config(exp, s, m, seed), exp.nodes, str(results_dir)) for s, m, seed in todo]
     started = time.time()
     out = []
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        for (setting, method, seed), result in zip(jobs, pool.map(run_one, args), strict=True):
+        for (setting, method, seed), result in zip(todo, pool.map(run_one, args), strict=True):
             final = result["final"]
             log(
                 f"[{time.time() - started:6.0f} s] {setting.name:7s} {method.label:24s} seed {seed}: "
                 f"avg F={final['avg-F']:.4f} G={final['avg-G']:.4f} | last F={final['F']:.4f} "
                 f"G={final['G']:.4f} ({result['wall-s']:.0f} s)"
             )
-            out.append(
-                {
-                    "setting": setting.name,
-                    "method": method.label,
-                    "family": method.family,
-                    "seed": seed,
-                    **result,
-                }
-            )
+            out.append(labelled(setting, method, seed, result))
     return out
 
 
@@ -370,7 +399,7 @@ def summarize_runs(exp: Experiment, runs: list[dict[str, Any]]) -> dict[str, Any
     """Per setting and method: mean/sd/max over seeds of the final F, G; feasibility; best baselines."""
     table: dict[str, dict[str, dict[str, Any]]] = {}
     for setting in exp.settings:
-        for method in exp.methods:
+        for method in report_order(exp.methods):
             finals = [
                 r["final"] for r in runs if r["setting"] == setting.name and r["method"] == method.label
             ]
@@ -406,7 +435,7 @@ def curves(exp: Experiment, runs: list[dict[str, Any]]) -> dict[str, dict[str, d
     """Per setting and method: grad-evals and the mean, min and max over seeds of F(w_k), G(w_k)."""
     out: dict[str, dict[str, dict[str, list[float]]]] = {}
     for setting in exp.settings:
-        for method in exp.methods:
+        for method in report_order(exp.methods):
             chosen = [
                 r["curve"] for r in runs if r["setting"] == setting.name and r["method"] == method.label
             ]
@@ -436,10 +465,13 @@ def plot(exp: Experiment, data: dict[str, Any], out: Path, suffix: str = "") -> 
 
     paths = []
     groups = [
-        (setting.name, [m.label for m in exp.methods if not exp.plotted or m.label in exp.plotted])
+        (
+            setting.name,
+            [m.label for m in report_order(exp.methods) if not exp.plotted or m.label in exp.plotted],
+        )
         for setting in exp.settings
     ]
-    groups.append(("alpha", [m.label for m in exp.methods if m.family == "switching"]))
+    groups.append(("alpha", [m.label for m in report_order(exp.methods) if m.family == "switching"]))
     for name, labels in groups:
         settings = [s.name for s in exp.settings] if name == "alpha" else [name]
         fig, axes = plt.subplots(len(settings), 2, figsize=(11, 3.6 * len(settings)), squeeze=False)
@@ -474,13 +506,14 @@ def plot(exp: Experiment, data: dict[str, Any], out: Path, suffix: str = "") -> 
 
 
 def markdown(
-    exp: Experiment, summary: dict[str, Any], figures: list[Path], command: str, minutes: float
+    exp: Experiment, summary: dict[str, Any], figures: list[Path], command: str, runs: list[dict[str, Any]]
 ) -> str:
     """The report: setup, per-setting tables, the comparison against the best feasible baselines."""
     lines = [
         f"# {exp.title}",
         "",
-        f"Generated by `{command}` ({minutes:.0f} min on the inline engine). ALGORITHMS.md section 2.",
+        f"Generated by `{command}` on the inline engine: {len(runs)} of {len(jobs(exp))} runs, "
+        f"{sum(r['wall-s'] for r in runs) / 60:.0f} min of run time. ALGORITHMS.md section 2.",
         "",
         "## Setup",
         "",
@@ -584,6 +617,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--replot", action="store_true", help="rewrite the .md and figures from the saved .json, without runs"
     )
+    parser.add_argument(
+        "--available", action="store_true", help="report the runs already completed in --results-dir only"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -609,20 +645,19 @@ def run(args: argparse.Namespace) -> int:
     if args.replot:
         if not json_path.exists():
             raise FileNotFoundError(f"--replot: {json_path} does not exist; run the experiment first")
-        saved = json.loads(json_path.read_text())
-        runs, minutes = saved["runs"], saved["minutes"]
+        runs = json.loads(json_path.read_text())["runs"]
+    elif args.available:
+        runs = available_runs(exp, results_dir)
+        command += " --available"
     else:
-        started = time.time()
         runs = run_all(exp, results_dir, args.workers)
-        minutes = (time.time() - started) / 60
     summary = summarize_runs(exp, runs)
     data = curves(exp, runs)
     figures = plot(exp, data, out, suffix=tag)
-    (out / f"{exp.name}{tag}.md").write_text(markdown(exp, summary, figures, command, minutes))
+    (out / f"{exp.name}{tag}.md").write_text(markdown(exp, summary, figures, command, runs))
     payload = {
         "experiment": exp.name,
         "command": command,
-        "minutes": round(minutes, 1),
         "base-config": exp.base,
         "theory": exp.theory,
         "eps": exp.eps,
