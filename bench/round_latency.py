@@ -186,6 +186,8 @@ def main() -> None:
     # One exchange on a SuperNode: the pull it waits for (0..3 s), its SuperExec's task poll
     # (0..1 s), a new ClientApp process, the 0.5 s reply check, the server's 0.1 s pull.
     expected = 3 / 2 + 1 / 2 + start + 0.5 / 2 + 0.1 / 2
+    deployed = statistics.mean(measured["deployment"])
+    tuned_delta = statistics.mean(measured[f"deployment, {tuned}=0.1"]) - deployed
     body = f"""One FedAvg round of the same task on each engine: knapsack with {TASK["num-items"]} items, \
 {NODES} clients with {TASK["n-train"]} training samples each, {TASK["local-epochs"]} local epoch, every \
 client trains every round (`fraction=1`); rounds 2 and 3 of a {ROUNDS}-round run (warm, train exchange \
@@ -212,10 +214,14 @@ its partition's data, which a long-lived process (inline, simulation) caches.
 - **Server pull**: hetfed's ServerApp pulls replies every 0.1 s (Flower's own `send_and_receive` \
 sleeps 3 s between pulls), so it adds about 0.05 s.
 
-These add up to about {expected:.1f} s per exchange on top of compute when the clients run in \
-parallel (on this 2-core machine the {NODES} clients' processes share the cores with the SuperLink and \
-the SuperNodes). The simulation engine pays Ray's task dispatch and result transfer instead, with the \
-ClientApps kept warm in Ray actors.
+These add up to about {expected:.1f} s per exchange when the clients' processes run in parallel; \
+the deployment round measured {deployed - compute:.1f} s over pure compute, so about \
+{deployed - compute - expected:.1f} s went to waiting for a core (each exchange starts {NODES} ClientApp \
+processes next to the SuperLink, the SuperNodes, their executors and the ServerApp, on a machine with \
+the load average above). On an idle machine of this kind, a no-op query round trip between 2 \
+SuperNodes took 6.2 s when Flower 1.42 was first tried here. The 0.1 s task poll saves 0.45 s per \
+exchange on average; this run measured {tuned_delta:+.1f} s. The simulation engine pays Ray's task \
+dispatch and result transfer instead, with the ClientApps kept warm in Ray actors.
 
 What a user can tune:
 - more work per exchange (`local-epochs`, larger batches or data) so the fixed cost per exchange matters \
