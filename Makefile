@@ -30,8 +30,9 @@ demo: install
 lint: install
 	$(BIN)/ruff check .
 
+# Real-process tests mostly wait on Flower's 3 s polling: three workers (one test file each) overlap them.
 test: install lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 3 --dist loadfile
 
 bench: install
 	for b in bench/[a-z]*.py; do $(BIN)/python $$b || exit 1; done
