@@ -399,7 +399,9 @@ class DecisionClient:
     def interp_dffl(self, fed: torch.nn.Module) -> dict[str, float]:
         """Interp-DFFL: ``c_hat = (1 - a) c_hat_local + a c_hat_fed`` with ``a`` in {0, 0.05, ..., 1}
         chosen on a calibration split (the last ``interp-split`` of the training data) by the
-        lowest SPO+ loss; the local model trains on the rest for ``num-rounds x local-epochs`` epochs."""
+        lowest SPO+ loss; the local SPO+ model trains on the rest for ``interp-local-epochs`` epochs
+        (to convergence: ~60 Adam steps, the warm start's budget, leave it far behind the federated
+        model, and the blend would always pick the federated one)."""
         cfg, poly, train = self.cfg, self.data.polytope, self.data.train
         n_cal = max(1, round(cfg["interp-split"] * len(train)))
         fit_part = DecisionSplit(train.x[:-n_cal], train.c[:-n_cal])
@@ -412,7 +414,7 @@ class DecisionClient:
             fit_part,
             loss,
             torch.optim.Adam(local.parameters(), lr=lr),
-            epochs=cfg["num-rounds"] * cfg["local-epochs"],
+            epochs=cfg["interp-local-epochs"],
             batch_size=cfg["batch-size"],
             generator=self.gen(BATCHES, 2000),
             clip_norm=cfg["clip-norm"],

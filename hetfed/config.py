@@ -150,6 +150,9 @@ SCHEMA: dict[str, Key] = {
     "interp-split": Key(
         0.2, "Interp-DFFL: calibration share of the training data", low=0.0, high=1.0, low_open=True
     ),
+    "interp-local-epochs": Key(
+        100, "Interp-DFFL: epochs of the local SPO+ model (trained to convergence)", low=1
+    ),
     # --- knapsack problem (ALGORITHMS.md 1.6) -----------------------------------
     "num-items": Key(50, "Knapsack items d", low=1),
     "num-features": Key(8, "Features p", low=1),
