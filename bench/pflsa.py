@@ -81,8 +81,8 @@ BUCKETS = {
 }
 
 
-def reference(iterations: int) -> tuple[float, np.ndarray]:
-    """The NumPy transcription on the clients' samples: seconds and final per-agent errors."""
+def reference(iterations: int) -> tuple[float, float, np.ndarray]:
+    """The NumPy transcription on the clients' samples: wall and CPU seconds, final per-agent errors."""
     agents = make_agents(AGENTS, SEED, ZETA, ZETA)
     _, _, star = stacked(agents)
     counter = itertools.count(1)
@@ -91,16 +91,22 @@ def reference(iterations: int) -> tuple[float, np.ndarray]:
         t = next(counter)
         return per_agent_oracle(agents, [sample_rng(SEED, c, t) for c in range(AGENTS)])()
 
-    start = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     thetas = pflsa(draw, np.zeros((AGENTS, 5)), ETA, 1 / AGENTS, iterations)
-    return time.perf_counter() - start, np.sum((thetas[-1] - star) ** 2, axis=1)
+    errors = np.sum((thetas[-1] - star) ** 2, axis=1)
+    return time.perf_counter() - wall, time.process_time() - cpu, errors
 
 
-def inline(iterations: int, results: Path, name: str) -> tuple[float, float, dict[str, Any]]:
+def inline(
+    iterations: int, results: Path, name: str, **overrides: Any
+) -> tuple[float, float, dict[str, Any]]:
     """Wall and CPU seconds of one inline run, and its summary."""
     wall, cpu = time.perf_counter(), time.process_time()
     summary = run_experiment(
-        "inline", {**RUN, "num-rounds": iterations, "run-name": name}, nodes=AGENTS, results_dir=results
+        "inline",
+        {**RUN, "num-rounds": iterations, "run-name": name, **overrides},
+        nodes=AGENTS,
+        results_dir=results,
     )
     return time.perf_counter() - wall, time.process_time() - cpu, summary
 
@@ -159,29 +165,38 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hetfed-bench-pflsa-") as tmp:
         results = Path(tmp)
         inline(20, results, "warm-up")  # imports, first data load
-        ref_s, ref_err = reference(T)
+        ref_wall, ref_cpu, ref_err = reference(T)
         wall, cpu, summary = inline(T, results, "inline")
         errors = np.array([summary["clients"][f"client-{c:02d}"]["sq-error"] for c in range(AGENTS)])
         same = bool(np.allclose(errors, ref_err, rtol=1e-9, atol=0))
-        print(f"reference {ref_s:.1f} s, inline {wall:.1f} s wall / {cpu:.1f} s CPU; same errors: {same}")
-        shares = profile_shares(min(T, 1000), results)
+        print(f"reference {ref_wall:.1f} s, inline {wall:.1f} s wall / {cpu:.1f} s CPU; same errors: {same}")
+        short = min(T, 1000)
+        shares = profile_shares(short, results)
+        # server/store.py rewrites the whole rounds.csv at every checkpoint: O(rows) per round
+        every = {k: inline(short, results, f"checkpoint-{k}", **{"checkpoint-every": k})[1] for k in (0, 1)}
         latencies = [] if args.skip_deployment else deployment(results)
     load = f"1-minute load average {load_before:.1f} before and {os.getloadavg()[0]:.1f} after"
     messages = AGENTS * (T + 2)  # discovery, T iterations, final evaluate
     rows = [
-        ["NumPy transcription (same samples)", ref_s, "", "", 1.0],
-        ["inline engine, wall", wall, 1e6 * wall / messages, 1e3 * wall / T, wall / ref_s],
-        ["inline engine, CPU", cpu, 1e6 * cpu / messages, 1e3 * cpu / T, cpu / ref_s],
+        ["NumPy transcription (same samples)", ref_wall, ref_cpu, "", ""],
+        ["inline engine", wall, cpu, 1e6 * cpu / messages, 1e3 * cpu / T],
+        ["inline / NumPy", wall / ref_wall, cpu / ref_cpu, "", ""],
     ]
-    table = markdown_table(["PF-LSA, 10 agents", "s", "us / message", "ms / iteration", "x NumPy"], rows)
+    header = ["PF-LSA, 10 agents", "wall s", "CPU s", "CPU us / message", "CPU ms / iteration"]
+    table = markdown_table(header, rows)
     body = (
         f"PF-LSA on Garnet (zeta_ker = zeta_rew = {ZETA}), {AGENTS} agents, {T} iterations (one exchange "
         f"per iteration: {messages} client messages), eta = {ETA}, beta = 1/N, batch 1, errors reported "
         "every 100 iterations, checkpoint at the end only. The inline run's final per-agent errors equal "
         f"the NumPy transcription's on the same samples (rtol 1e-9): {same}. The machine had "
         f"{os.cpu_count()} cores and a {load} (other jobs share it: compare CPU time).\n\n{table}\n\n"
-        f"Where the inline time goes (cProfile of {min(T, 1000)} iterations, self time):\n\n"
+        f"Where the inline time goes (cProfile of {short} iterations, self time):\n\n"
         + markdown_table(["code", "share"], shares)
+        + f"\n\nCheckpoint cadence, {short} iterations: CPU {every[0]:.1f} s with `checkpoint-every = 0` "
+        f"(at the end only), {every[1]:.1f} s with the default `checkpoint-every = 1` "
+        f"({every[1] / every[0]:.1f}x): server/store.py rewrites the whole rounds.csv (one row per client "
+        "and round) and the checkpoint at every checkpoint, so a T-round run costs O(T^2 N). Long LSA "
+        "runs need a coarse `checkpoint-every`."
     )
     if latencies:
         body += (
