@@ -56,6 +56,8 @@ class RunStore:
         self.path = Path(root).resolve() / run_name
         self.path.mkdir(parents=True, exist_ok=True)
         self.rows: list[dict[str, Any]] = self._read_rows()
+        self._columns: list[str] = list(FIRST_COLUMNS)  # the columns of rounds.csv on disk
+        self._written = 0  # how many of self.rows rounds.csv holds
         self.started = time.time()
 
     # --- config ---------------------------------------------------------------
@@ -89,15 +91,27 @@ class RunStore:
         self.rows.append(row)
 
     def commit(self, server_round: int, total_rounds: int, aggregate: Mapping[str, float] = ()) -> None:
-        """Write rounds.csv and progress.json for everything up to ``server_round``."""
-        columns = list(FIRST_COLUMNS)
-        for row in self.rows:
+        """Write rounds.csv and progress.json for everything up to ``server_round``.
+
+        New rows are appended while the columns stay the same (a long run would otherwise
+        rewrite its whole history every round); a new column rewrites the file atomically.
+        """
+        columns = list(self._columns)
+        new = self.rows[self._written :]
+        for row in new:
             columns += [k for k in row if k not in columns]
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=columns, restval="", lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(self.rows)
-        self._write_text("rounds.csv", buf.getvalue())
+        path = self.path / "rounds.csv"
+        if columns == self._columns and path.exists():
+            writer.writerows(new)
+            with open(path, "a", newline="") as f:
+                f.write(buf.getvalue())
+        else:
+            writer.writeheader()
+            writer.writerows(self.rows)
+            self._write_text("rounds.csv", buf.getvalue())
+        self._columns, self._written = columns, len(self.rows)
         self._write_json(
             "progress.json",
             {
@@ -111,6 +125,7 @@ class RunStore:
     def drop_rows_after(self, server_round: int) -> None:
         """Forget rows of rounds after ``server_round`` (a resumed run redoes them)."""
         self.rows = [r for r in self.rows if int(r["round"]) <= server_round]
+        self._columns, self._written = list(FIRST_COLUMNS), 0  # the next commit rewrites the file
 
     # --- checkpoint -----------------------------------------------------------
     def save_checkpoint(self, state: Mapping[str, Any]) -> None:

@@ -1,0 +1,58 @@
+"""The results store: rounds.csv always equals the rows so far, whether appended or rewritten."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from server.store import RunStore
+
+
+def read(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_rounds_csv_is_appended_while_columns_hold_and_rewritten_when_they_grow(tmp_path: Path) -> None:
+    store = RunStore(tmp_path, "r")
+    expected = []
+    for rnd in range(1, 6):
+        for client in ("a", "b"):
+            row = {
+                "round": rnd,
+                "exchange": "train",
+                "partition-id": 0,
+                "client": client,
+                "status": "ok",
+                "error": "",
+                "loss": rnd / 10,
+            }
+            if rnd >= 4:
+                row["extra"] = rnd  # a column that appears mid-run
+            store.add_row(**row)
+            expected.append({k: str(v) for k, v in row.items()})
+        store.commit(rnd, 5, {"loss": rnd / 10})
+        on_disk = read(tmp_path / "r" / "rounds.csv")
+        assert [{k: v for k, v in r.items() if v != ""} for r in on_disk] == expected
+    assert json.loads((tmp_path / "r" / "progress.json").read_text())["round"] == 5
+
+
+def test_a_reopened_store_drops_redone_rounds_and_rewrites(tmp_path: Path) -> None:
+    store = RunStore(tmp_path, "r")
+    for rnd in (1, 2, 3):
+        store.add_row(round=rnd, exchange="train", client="a", status="ok", error="", loss=float(rnd))
+        store.commit(rnd, 3)
+    again = RunStore(tmp_path, "r")  # a resumed run after round 2's checkpoint
+    again.drop_rows_after(2)
+    again.add_row(round=3, exchange="train", client="a", status="ok", error="", loss=30.0)
+    again.commit(3, 3)
+    assert [r["loss"] for r in read(tmp_path / "r" / "rounds.csv")] == ["1.0", "2.0", "30.0"]
+
+
+@pytest.mark.parametrize("bad", ["", "../x", "a/b", ".hidden"])
+def test_invalid_run_names_are_refused(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(ValueError, match="invalid run name"):
+        RunStore(tmp_path, bad)
