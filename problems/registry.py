@@ -69,7 +69,7 @@ def shortest_path_params(cfg: RunConfig) -> shortest_path.ShortestPathParams:
 
 
 # --- energy purchasing (problems.energy) ------------------------------------------------------------
-# Winter Storm Uri: the target days whose ERCOT day-ahead mean price exceeded $80/MWh at every zone
+# Winter Storm Uri: the run of target days whose ERCOT day-ahead mean price exceeded $70/MWh in every zone
 # (up to ~$9,000/MWh); `energy-exclude-storm` drops them from the training split.
 STORM_DAYS = (np.datetime64("2021-02-12"), np.datetime64("2021-02-20"))
 
