@@ -502,7 +502,7 @@ def plot(exp: Experiment, data: dict[str, Any], out: Path, suffix: str = "") -> 
         fig.suptitle(f"{exp.title}: mean over {exp.seeds} seeds (band: min-max)", fontsize=10)
         fig.tight_layout()
         path = out / f"{exp.name}{suffix}-{name}.png"
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=90)
         plt.close(fig)
         paths.append(path)
     return paths
@@ -611,6 +611,17 @@ def _verdict(rows: dict[str, dict[str, Any]], best: dict[str, str | None], prefi
     return out
 
 
+def _rounded(obj: Any) -> Any:
+    """Floats to 6 significant digits (the JSON keeps every run's curve)."""
+    if isinstance(obj, float):
+        return float(f"{obj:.6g}")
+    if isinstance(obj, dict):
+        return {k: _rounded(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_rounded(v) for v in obj]
+    return obj
+
+
 def _pm(stats: dict[str, float]) -> str:
     return f"{stats['mean']:.4f} ± {stats['sd']:.4f}" if math.isfinite(stats["mean"]) else "n/a"
 
@@ -686,6 +697,6 @@ def run(args: argparse.Namespace) -> int:
         "curves": data,
         "runs": runs,  # per run: final F, G and its curve (for --replot)
     }
-    json_path.write_text(json.dumps(payload) + "\n")
+    json_path.write_text(json.dumps(_rounded(payload)) + "\n")
     print(f"wrote {out / f'{exp.name}{tag}.md'}, {json_path.name} and {len(figures)} figures")
     return 0
