@@ -122,6 +122,25 @@ def test_pjm_problem_reads_the_nodes_csv(tmp_path: Path) -> None:
     assert data.polytope.quota == float(rows[0]["bess"])
     with pytest.raises(ValueError, match="data-path"):
         spec.load_client(cfg, 0, 3, None)
+    # the same experiment runs on the user's file: each node's data-path is the CSV
+    summary = run_inline(
+        {
+            **SHORT,
+            "problem": "energy-pjm",
+            "energy-zones": "",
+            "energy-exclude-storm": False,
+            "results-dir": str(tmp_path),
+            "run-name": "pjm",
+        },
+        node_configs(3, {"data-path": str(path)}),
+    )
+    assert summary["status"] == "completed" and sorted(summary["clients"]) == [
+        "zone_00",
+        "zone_01",
+        "zone_02",
+    ]
+    # 60 days per client: 30 / 6 / 24 chronological split, every client judged on its own 24 test days
+    assert [m["num-examples"] for m in summary["clients"].values()] == [24, 24, 24]
 
 
 # --- a federation on real prices ---------------------------------------------------------------------
