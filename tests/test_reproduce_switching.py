@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ def fake_runs(exp: rep.Experiment, finals: dict[str, list[tuple[float, float]]])
 
 
 def test_best_feasible_baseline_is_feasible_in_every_seed_then_lowest_F() -> None:
-    exp = rep.experiment("np-classification")
+    exp = replace(rep.experiment("np-classification"), seeds=2)
     eps = exp.eps
     runs = fake_runs(
         exp,
@@ -56,6 +57,11 @@ def test_best_feasible_baseline_is_feasible_in_every_seed_then_lowest_F() -> Non
     text = "\n".join(rep._verdict(summary["table"]["full"], best, "avg-"))
     assert "is not below the best feasible baseline's (primal-dual max lr=1): 0.2100 vs 0.1900" in text
     assert "no member feasible in every seed: primal-dual (mean)" in text
+    # a member with a missing seed (a partial report, --available) is not "feasible in every seed"
+    partial = [r for r in runs if not (r["method"] == "penalty rho=100" and r["seed"] == 1)]
+    assert rep.summarize_runs(exp, partial)["best-feasible"]["averaged model"]["full"]["penalty"] == (
+        "penalty rho=10"
+    )
     curves = rep.curves(exp, runs)
     assert curves["full"]["penalty rho=1"]["F"] == pytest.approx([1.0, 0.05])
     assert curves["full"]["switching alpha=1"]["G-max"][1] == pytest.approx(eps + 0.1)

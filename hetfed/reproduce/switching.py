@@ -427,7 +427,11 @@ def summarize_runs(exp: Experiment, runs: list[dict[str, Any]]) -> dict[str, Any
         for setting, rows in table.items():
             for family in dict.fromkeys(r["family"] for r in rows.values()):
                 members = {k: r for k, r in rows.items() if r["family"] == family}
-                feasible = {k: r for k, r in members.items() if r[f"{prefix}feasible-seeds"] == r["seeds"]}
+                feasible = {  # feasible in every seed of the experiment (a row may lack runs: --available)
+                    k: r
+                    for k, r in members.items()
+                    if r[f"{prefix}feasible-seeds"] == r["seeds"] == exp.seeds
+                }
                 best.setdefault(output, {}).setdefault(setting, {})[family] = (
                     min(feasible, key=lambda k: feasible[k][f"{prefix}F"]["mean"]) if feasible else None
                 )
@@ -585,7 +589,7 @@ def _verdict(rows: dict[str, dict[str, Any]], best: dict[str, str | None], prefi
             f"- {label}: feasible in {r[ok]}/{r['seeds']} seeds (worst G over seeds {r[G]['max']:.4f}), "
             f"F = {_pm(r[F])}."
         )
-    feasible_sw = [k for k, r in sweep.items() if r[ok] == r["seeds"]]
+    sw = best.get("switching")  # the feasible switching run with the lowest mean F
     baselines = {fam: lab for fam, lab in best.items() if fam != "switching" and lab is not None}
     infeasible = [fam for fam, lab in best.items() if fam != "switching" and lab is None]
     if baselines:
@@ -597,8 +601,7 @@ def _verdict(rows: dict[str, dict[str, Any]], best: dict[str, str | None], prefi
         )
     if infeasible:
         out.append("- Baselines with no member feasible in every seed: " + ", ".join(infeasible) + ".")
-    if feasible_sw and baselines:
-        sw = min(feasible_sw, key=lambda k: rows[k][F]["mean"])
+    if sw is not None and baselines:
         bl = min(baselines.values(), key=lambda k: rows[k][F]["mean"])
         a, b = rows[sw][F]["mean"], rows[bl][F]["mean"]
         verdict = "below" if a < b else "not below"
@@ -606,7 +609,7 @@ def _verdict(rows: dict[str, dict[str, Any]], best: dict[str, str | None], prefi
             f"- **Worst-client objective of the best feasible switching run ({sw}) is {verdict} the best "
             f"feasible baseline's ({bl}): {a:.4f} vs {b:.4f}.**"
         )
-    elif not feasible_sw:
+    elif sw is None and sweep:
         out.append("- **No switching run was feasible in every seed.**")
     return out
 
