@@ -88,6 +88,13 @@ def mean_std(values: Iterable[float]) -> tuple[float, float]:
     return mean, math.sqrt(var)
 
 
+def fmt(entry: Mapping[str, Any] | None, digits: int = 2) -> str:
+    """``mean ± std`` of a statistics entry, ``n/a`` when it is missing or not finite."""
+    if not entry or entry.get("mean") is None or not math.isfinite(entry["mean"]):
+        return "n/a"
+    return f"{entry['mean']:.{digits}f} ± {entry['std']:.{digits}f}"
+
+
 def write_json(path: Path, obj: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(obj, indent=1, sort_keys=False) + "\n")

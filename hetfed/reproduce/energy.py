@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from hetfed.reproduce.common import OUT, default_workers, mean_std, run_many, write_json
-from hetfed.reproduce.knapsack import curves
+from hetfed.reproduce.common import fmt as common_fmt
+from hetfed.reproduce.knapsack import curves, plot_warm_then_personal
 
 SEEDS = (42, 69, 1993, 67, 2026)  # the paper's seeds
 ENERGY = {  # ALGORITHMS.md 1.5, energy task: alpha 0.01 warm / 0.001 personalization, tau 0.03
@@ -403,9 +404,8 @@ def predictions(plan: Plan, results_dir: Path, jobs: list[Job]) -> dict[str, Any
 
 # --- the report ---------------------------------------------------------------------------------------
 def fmt(entry: Mapping[str, Any] | None, digits: int = 1) -> str:
-    if not entry or entry.get("mean") is None or not np.isfinite(entry["mean"]):
-        return "n/a"
-    return f"{entry['mean']:.{digits}f} ± {entry['std']:.{digits}f}"
+    """Energy regrets in $/MWh-hours: one decimal."""
+    return common_fmt(entry, digits)
 
 
 def findings(table: dict[str, Any], cold: dict[str, Any], quick: bool) -> list[str]:
@@ -741,12 +741,7 @@ def plot(plan: Plan, results_dir: Path, jobs: list[Job], cold: dict[str, Any], o
             job = next((j for j in jobs if j.key[1:] == (variant, run) and j.seed == plan.seeds[0]), None)
             if job is None:
                 continue
-            c = curves(results_dir / job.config["run-name"])
-            warm = list(c["warm"].items())
-            per = [(len(warm) + t, v) for t, v in c["personal"].items()]
-            xs, ys = zip(*(warm + per), strict=True)
-            ax.plot(xs, ys, marker=".", label=run)
-            ax.axvline(len(warm) + 0.5, color="grey", ls=":", lw=1)
+            plot_warm_then_personal(ax, results_dir / job.config["run-name"], run)
         ax.set(
             xlabel="round (warm start, then personalization)",
             title=f"{VARIANT_LABELS[variant]} (seed {plan.seeds[0]})",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hetfed.reproduce.common import OUT, default_workers, mean_std, run_many, write_json
+from hetfed.reproduce.common import OUT, default_workers, fmt, mean_std, run_many, write_json
 
 SEEDS = (42, 69, 1993, 67, 2026)  # the paper's seeds
 ROWS = {
@@ -218,6 +218,17 @@ def curves(run_dir: Path) -> dict[str, Any]:
     }
 
 
+def plot_warm_then_personal(ax: Any, run_dir: Path, label: str) -> None:
+    """One run's mean validation regret per round on ``ax``: the warm-start rounds, then the
+    personalization rounds after a dotted line."""
+    c = curves(run_dir)
+    warm = list(c["warm"].items())
+    per = [(len(warm) + t, v) for t, v in c["personal"].items()]
+    xs, ys = zip(*(warm + per), strict=True)
+    ax.plot(xs, ys, marker=".", label=label)
+    ax.axvline(len(warm) + 0.5, color="grey", ls=":", lw=1)
+
+
 # --- the report ------------------------------------------------------------------------------------------
 def collect(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """``{table: {row: {method: {stage: {"values": [...], "mean", "std", "seeds"}}}}}``."""
@@ -257,12 +268,6 @@ def collect(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
             methods["optnet"] = {"per": {"values": picked, "seeds": options[0]["seeds"]}}
             methods["optnet"]["per"]["mean"], methods["optnet"]["per"]["std"] = mean_std(picked)
     return out
-
-
-def fmt(entry: Mapping[str, Any] | None) -> str:
-    if not entry:
-        return "n/a"
-    return f"{entry['mean']:.2f} ± {entry['std']:.2f}"
 
 
 def findings(res: dict[str, Any], quick: bool) -> list[str]:
@@ -434,12 +439,7 @@ def plot(results_dir: Path, jobs: list[Job], out: Path) -> None:
         job = first.get(("t3", "(0,0,0)", loss))
         if job is None:
             continue
-        c = curves(results_dir / job.config["run-name"])
-        warm = list(c["warm"].items())
-        per = [(len(warm) + t, v) for t, v in c["personal"].items()]
-        xs, ys = zip(*(warm + per), strict=True)
-        ax.plot(xs, ys, marker=".", label=loss)
-    ax.axvline(len(warm) + 0.5, color="grey", ls=":", lw=1)
+        plot_warm_then_personal(ax, results_dir / job.config["run-name"], loss)
     ax.set(
         xlabel="round (warm start, then personalization)",
         ylabel="validation relative regret (%)",

@@ -14,14 +14,13 @@ Writes ``shortest-path.md``, ``shortest-path.json`` and ``shortest-path-*.png`` 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hetfed.reproduce.common import OUT, default_workers, mean_std, run_many, write_json
-from hetfed.reproduce.knapsack import curves
+from hetfed.reproduce.common import OUT, default_workers, fmt, mean_std, run_many, write_json
+from hetfed.reproduce.knapsack import plot_warm_then_personal
 
 SEEDS = (42, 69, 1993, 67, 2026)
 LOSSES = ("mse", "pfyl", "dpo", "spo+", "rspo+")
@@ -88,12 +87,6 @@ def collect(jobs: list[tuple[str, dict[str, Any]]], summaries: list[dict[str, An
             for entry in loss.values():
                 entry["mean"], entry["std"] = mean_std(entry["values"])
     return out
-
-
-def fmt(entry: Mapping[str, Any] | None) -> str:
-    if not entry:
-        return "n/a"
-    return f"{entry['mean']:.2f} ± {entry['std']:.2f}"
 
 
 def findings(res: dict[str, Any], quick: bool) -> list[str]:
@@ -220,12 +213,7 @@ def plot(
     for job_row, cfg in jobs:
         if cfg["seed"] != first_seed or job_row != row:
             continue
-        c = curves(results_dir / cfg["run-name"])
-        warm = list(c["warm"].items())
-        per = [(len(warm) + t, v) for t, v in c["personal"].items()]
-        xs, ys = zip(*(warm + per), strict=True)
-        ax.plot(xs, ys, marker=".", label=cfg["loss"])
-        ax.axvline(len(warm) + 0.5, color="grey", ls=":", lw=1)
+        plot_warm_then_personal(ax, results_dir / cfg["run-name"], cfg["loss"])
     ax.set(
         xlabel="round (warm start, then personalization)",
         ylabel="validation optimality gap (%)",
