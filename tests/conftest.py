@@ -4,6 +4,8 @@ in-process messages, and a throw-away real deployment (SuperLink + SuperNodes on
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,3 +67,17 @@ def pytest_configure(config: pytest.Config) -> None:
     import torch
 
     torch.set_num_threads(1)
+
+
+def hetfed_cli(
+    *args: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """``hetfed <args>`` as a user types it (a fresh process in the repository), output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "hetfed.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=timeout,
+        env=env,
+    )

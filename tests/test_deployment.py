@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from hetfed.engines.flower import _group_alive
 from hetfed.engines.runner import prepare
-from tests.conftest import REPO
+from tests.conftest import REPO, hetfed_cli
 
 pytestmark = pytest.mark.deployment
 
@@ -62,64 +60,32 @@ def test_fewer_nodes_than_required_fails_with_a_clear_error(deployment, tmp_path
 
 
 def test_federation_up_and_down_leave_no_process_behind(tmp_path: Path) -> None:
-    hetfed = [sys.executable, "-m", "hetfed.cli"]
     root = tmp_path / "fed"
-    up = subprocess.run(
-        [*hetfed, "federation", "up", "--nodes", "2", "--dir", str(root)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
+    up = hetfed_cli("federation", "up", "--nodes", "2", "--dir", str(root), timeout=300)
     assert up.returncode == 0, up.stderr
     assert "2 SuperNodes online" in up.stdout
     pids = json.loads((root / "federation.json").read_text())["pids"]
     assert len(pids) == 3 and all(_group_alive(p) for p in pids)
-    status = subprocess.run(
-        [*hetfed, "federation", "status", "--dir", str(root)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
+    status = hetfed_cli("federation", "status", "--dir", str(root), timeout=120)
     assert "2 of 2 SuperNodes online" in status.stdout
-    down = subprocess.run(
-        [*hetfed, "federation", "down", "--dir", str(root)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=REPO,
-    )
+    down = hetfed_cli("federation", "down", "--dir", str(root), timeout=120)
     assert down.returncode == 0, down.stderr
     assert not any(_group_alive(p) for p in pids)
-    again = subprocess.run(
-        [*hetfed, "federation", "down", "--dir", str(root)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-    )
+    again = hetfed_cli("federation", "down", "--dir", str(root), timeout=60)
     assert again.returncode == 2 and "no local federation is running" in again.stderr
 
 
 def test_a_node_with_a_missing_data_path_is_refused_before_start(tmp_path: Path) -> None:
-    hetfed = [sys.executable, "-m", "hetfed.cli"]
-    out = subprocess.run(
-        [
-            *hetfed,
-            "federation",
-            "up",
-            "--nodes",
-            "2",
-            "--dir",
-            str(tmp_path / "f"),
-            "--data-path",
-            str(tmp_path / "silo-{partition}"),
-        ],
-        capture_output=True,
-        text=True,
+    out = hetfed_cli(
+        "federation",
+        "up",
+        "--nodes",
+        "2",
+        "--dir",
+        str(tmp_path / "f"),
+        "--data-path",
+        str(tmp_path / "silo-{partition}"),
         timeout=300,
-        cwd=REPO,
     )
     assert out.returncode == 2
     assert "SuperNode 0: data-path" in out.stderr and "does not exist" in out.stderr

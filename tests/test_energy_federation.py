@@ -10,8 +10,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +24,7 @@ from problems.energy import ERCOT_ZONES, FEATURE_NAMES, PJM_FEATURES, generate_p
 from problems.ercot import fetch_ercot, load_ercot
 from problems.metrics import regret
 from problems.registry import STORM_DAYS, get_problem
-from tests.conftest import REPO, SHARED_DATA
+from tests.conftest import SHARED_DATA, hetfed_cli
 
 ENERGY = get_problem("energy")
 
@@ -206,24 +204,16 @@ def test_quick_energy_reproduction_writes_tables_json_and_plots(ercot_dir: Path,
     root = tmp_path / "data"
     root.mkdir()
     (root / "ercot").symlink_to(ercot_dir.resolve())
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hetfed.cli",
-            "reproduce",
-            "energy",
-            "--quick",
-            "--workers",
-            "1",
-            "--results-dir",
-            str(tmp_path / "runs"),
-            "--out",
-            str(tmp_path / "out"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
+    out = hetfed_cli(
+        "reproduce",
+        "energy",
+        "--quick",
+        "--workers",
+        "1",
+        "--results-dir",
+        str(tmp_path / "runs"),
+        "--out",
+        str(tmp_path / "out"),
         timeout=900,
         env={**os.environ, "HETFED_DATA_DIR": str(root)},
     )
@@ -266,14 +256,9 @@ def test_quick_energy_reproduction_writes_tables_json_and_plots(ercot_dir: Path,
 def test_energy_on_five_supernodes_from_the_readme(ercot_dir: Path, tmp_path: Path) -> None:
     """The README's commands: `hetfed federation up --nodes 5 --data-path <ercot dir>`, then a short
     FedRSPO+ run of the energy task on the deployment engine; each SuperNode loads its own zone."""
-    hetfed = [sys.executable, "-m", "hetfed.cli"]
     fed = tmp_path / "fed"
-    up = subprocess.run(
-        [*hetfed, "federation", "up", "--nodes", "5", "--dir", str(fed), "--data-path", str(ercot_dir)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=REPO,
+    up = hetfed_cli(
+        "federation", "up", "--nodes", "5", "--dir", str(fed), "--data-path", str(ercot_dir), timeout=600
     )
     assert up.returncode == 0, up.stderr[-3000:]
     try:
@@ -290,30 +275,22 @@ def test_energy_on_five_supernodes_from_the_readme(ercot_dir: Path, tmp_path: Pa
             "round-timeout": 600.0,
         }
         args = [f"{k}={v}" for k, v in sets.items()]
-        run = subprocess.run(
-            [
-                *hetfed,
-                "run",
-                "--engine",
-                "deployment",
-                "--nodes",
-                "5",
-                "--federation-dir",
-                str(fed),
-                "--results-dir",
-                str(tmp_path / "results"),
-                *(a for kv in args for a in ("--set", kv)),
-            ],
-            capture_output=True,
-            text=True,
+        run = hetfed_cli(
+            "run",
+            "--engine",
+            "deployment",
+            "--nodes",
+            "5",
+            "--federation-dir",
+            str(fed),
+            "--results-dir",
+            str(tmp_path / "results"),
+            *(a for kv in args for a in ("--set", kv)),
             timeout=1800,
-            cwd=REPO,
         )
         assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     finally:
-        subprocess.run(
-            [*hetfed, "federation", "down", "--dir", str(fed)], capture_output=True, timeout=120, cwd=REPO
-        )
+        hetfed_cli("federation", "down", "--dir", str(fed), timeout=120)
     summary = json.loads((tmp_path / "results" / "energy5" / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["engine"] == "deployment"
     assert sorted(summary["clients"]) == sorted(ERCOT_ZONES[:5])

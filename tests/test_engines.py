@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import csv
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from hetfed.engines.runner import run_experiment
-from tests.conftest import REPO
+from tests.conftest import hetfed_cli
 
 FAST = {
     "num-rounds": 3,
@@ -50,9 +49,7 @@ def test_inline_and_simulation_sample_the_same_clients_and_agree(tmp_path: Path)
 
 def test_cli_bad_input_is_one_line_naming_the_culprit(tmp_path: Path) -> None:
     def hetfed(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "hetfed.cli", *args], capture_output=True, text=True, cwd=REPO, timeout=120
-        )
+        return hetfed_cli(*args, timeout=120)
 
     cases = {
         ("run", "--set", "num-roundz=3"): "unknown key 'num-roundz'",
@@ -70,26 +67,18 @@ def test_cli_bad_input_is_one_line_naming_the_culprit(tmp_path: Path) -> None:
 
 
 def test_cli_run_inline_prints_the_per_client_table(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hetfed.cli",
-            "run",
-            "--nodes",
-            "3",
-            "--results-dir",
-            str(tmp_path),
-            "--set",
-            "num-rounds=1",
-            "--set",
-            "num-items=10",
-            "--set",
-            "run-name=cli",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
+    out = hetfed_cli(
+        "run",
+        "--nodes",
+        "3",
+        "--results-dir",
+        str(tmp_path),
+        "--set",
+        "num-rounds=1",
+        "--set",
+        "num-items=10",
+        "--set",
+        "run-name=cli",
         timeout=300,
     )
     assert out.returncode == 0, out.stderr

@@ -3,32 +3,22 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.conftest import hetfed_cli
 
 
 def test_quick_reproduction_writes_tables_json_and_plots(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hetfed.cli",
-            "reproduce",
-            "knapsack",
-            "--quick",
-            "--workers",
-            "2",
-            "--results-dir",
-            str(tmp_path / "runs"),
-            "--out",
-            str(tmp_path / "out"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
+    out = hetfed_cli(
+        "reproduce",
+        "knapsack",
+        "--quick",
+        "--workers",
+        "2",
+        "--results-dir",
+        str(tmp_path / "runs"),
+        "--out",
+        str(tmp_path / "out"),
         timeout=900,
     )
     assert out.returncode == 0, out.stderr[-3000:]

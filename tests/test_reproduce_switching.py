@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from hetfed.reproduce import switching as rep
-from tests.conftest import REPO
+from tests.conftest import hetfed_cli
 
 
 def fake_runs(exp: rep.Experiment, finals: dict[str, list[tuple[float, float]]]) -> list[dict]:
@@ -86,34 +84,20 @@ def test_every_method_of_an_experiment_takes_the_same_gradient_evaluations() -> 
 def test_unknown_experiment_and_bad_options_are_refused() -> None:
     with pytest.raises(ValueError, match="experiment: unknown name 'np'"):
         rep.experiment("np")
-    out = subprocess.run(
-        [sys.executable, "-m", "hetfed.cli", "reproduce", "np-classification", "--seeds", "0"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
+    out = hetfed_cli("reproduce", "np-classification", "--seeds", "0", timeout=120)
     assert out.returncode == 2 and "--seeds: must be >= 1" in out.stderr
 
 
 def test_quick_np_classification_writes_tables_and_figures(tmp_path: Path) -> None:
     """The CI smoke run: 2 seeds, a few rounds; even here alpha = 1 misses worst-case feasibility."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hetfed.cli",
-            "reproduce",
-            "np-classification",
-            "--quick",
-            "--out",
-            str(tmp_path / "docs"),
-            "--results-dir",
-            str(tmp_path / "runs"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
+    out = hetfed_cli(
+        "reproduce",
+        "np-classification",
+        "--quick",
+        "--out",
+        str(tmp_path / "docs"),
+        "--results-dir",
+        str(tmp_path / "runs"),
         timeout=300,
     )
     assert out.returncode == 0, out.stderr[-3000:]

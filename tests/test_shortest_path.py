@@ -4,8 +4,6 @@ the registry wiring and the quick reproduction end to end."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +14,7 @@ from hetfed.config import validate
 from problems.polytope import PROJECTION_ACCURACY, GridFlowPolytope
 from problems.registry import get_problem
 from problems.shortest_path import ShortestPathParams, load_client, route_law
-from tests.conftest import REPO
+from tests.conftest import hetfed_cli
 from tests.test_polytope import kkt_residual, reference_projection
 
 
@@ -203,24 +201,16 @@ def test_bad_parameters_are_refused(bad: dict) -> None:
 
 
 def test_quick_reproduction_writes_tables_json_and_plots(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hetfed.cli",
-            "reproduce",
-            "shortest-path",
-            "--quick",
-            "--workers",
-            "1",
-            "--results-dir",
-            str(tmp_path / "runs"),
-            "--out",
-            str(tmp_path / "out"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
+    out = hetfed_cli(
+        "reproduce",
+        "shortest-path",
+        "--quick",
+        "--workers",
+        "1",
+        "--results-dir",
+        str(tmp_path / "runs"),
+        "--out",
+        str(tmp_path / "out"),
         timeout=900,
     )
     assert out.returncode == 0, out.stderr[-3000:]

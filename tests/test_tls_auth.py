@@ -30,7 +30,7 @@ from flwr.supernode.cli.flower_supernode import _parse_args_run_supernode, _try_
 from hetfed.credentials import TlsFiles, write_certificates, write_node_key
 from hetfed.engines.flower import _http_ok
 from hetfed.federation import federation_down, silo_host, superlink_host
-from tests.conftest import REPO
+from tests.conftest import REPO, hetfed_cli
 
 DEPLOY = REPO / "deploy"
 
@@ -225,11 +225,10 @@ def test_systemd_units_run_the_start_scripts_with_their_env_files() -> None:
 
 @pytest.mark.deployment
 def test_local_federation_with_tls_and_node_auth(tmp_path: Path) -> None:
-    hetfed = [sys.executable, "-m", "hetfed.cli", "federation"]
     tls_dir, root = tmp_path / "tls", tmp_path / "fed"
 
     def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run([*hetfed, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+        return hetfed_cli("federation", *args, timeout=timeout)
 
     assert run("certs", "--out", str(tls_dir)).returncode == 0
     refused = run("up", "--nodes", "1", "--dir", str(root), "--node-auth")
