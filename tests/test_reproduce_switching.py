@@ -65,6 +65,23 @@ def test_best_feasible_baseline_is_feasible_in_every_seed_then_lowest_F() -> Non
     assert curves["full"]["switching alpha=1"]["G-max"][1] == pytest.approx(eps + 0.1)
 
 
+def test_extras_table_averages_each_aggregate_over_seeds_per_output() -> None:
+    exp = replace(rep.experiment("safe-rl"), seeds=2)
+    runs = fake_runs(exp, {"switching alpha=10": [(0.1, 0.0), (0.1, 0.0)], "parallel CRPO": [(0.1, 0.0)]})
+    for run, (length, cost) in zip(runs, [(80.0, 12.0), (100.0, 14.0), (200.0, 3.0)], strict=True):
+        run["aggregate"] = {"avg-episode_length": length, "avg-cost": cost}
+        run["aggregate"].update({"episode_length": 1.0, "cost": 2.0})
+    lines = rep._extras_table(exp, exp.settings[0], runs)
+    assert lines[1] == (
+        "| method | episode length (averaged) | cost per episode (averaged) "
+        "| episode length (last) | cost per episode (last) |"
+    )
+    assert "| switching alpha=10 | 90.0 | 13.0 | 1.0 | 2.0 |" in lines
+    assert "| parallel CRPO | 200.0 | 3.0 | 1.0 | 2.0 |" in lines
+    assert not any("penalty" in line for line in lines)  # no runs, no row
+    assert rep._extras_table(rep.experiment("np-classification"), exp.settings[0], runs) == []
+
+
 def test_every_method_of_an_experiment_takes_the_same_gradient_evaluations() -> None:
     for name in ("np-classification", "fair-classification", "safe-rl"):
         exp = rep.experiment(name)

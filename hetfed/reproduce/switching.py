@@ -83,6 +83,8 @@ class Experiment:
     notes: str  # setup paragraph of the report
     plotted: tuple[str, ...] = ()  # labels drawn in the F/G figures (all if empty)
     theory: dict[str, float] = field(default_factory=dict)  # D, L when the steps are the theorem's
+    extras: tuple[tuple[str, str], ...] = ()  # (aggregate key, column title): a further table per setting
+    discussion: str = ""  # what the tables mean for this task (after the tables)
 
     @property
     def eps(self) -> float:
@@ -279,6 +281,24 @@ def _safe_rl(quick: bool) -> Experiment:
             "threshold eps/2, 8 fresh on-policy episodes per query and per local step; F and G on "
             "32 evaluation episodes per client (fixed seeds). Partial participation: 2 of 4 clients."
         ),
+        extras=(("episode_length", "episode length"), ("cost", "cost per episode")),
+        discussion=(
+            "Episode length and cost per episode are means over clients (32 evaluation episodes each) "
+            "and seeds. The cost is summed over the steps an episode lasts and divided by the fixed "
+            "horizon H, so a policy also lowers `g` by letting the pole fall sooner: the REINFORCE "
+            "gradient of `g` (reward-to-go of costs) rewards shorter episodes as much as safer ones. "
+            "The constrained methods (switching at every alpha, penalty, primal-dual, parallel CRPO) "
+            "settle on episodes of well under half the horizon with the cost at the budget and the "
+            "return far from the maximum (primal-dual with partial participation escapes in some "
+            "seeds and is then infeasible in others), while unconstrained FedAvg reaches the full "
+            "horizon: its "
+            "last iterate drifts out of |x| <= 1 (infeasible), but the average of its iterates "
+            "balances for the whole horizon at a small cost, so feasible policies with the best "
+            "return exist (the module docstring of `problems/safe_rl.py` gives one). The ranking of "
+            "the constrained methods on this task therefore says which one is stuck least, not how "
+            "well they trade return for safety; a cost that also counts the steps after a fall "
+            "(a fallen pole is outside |theta| <= 8 degrees) would remove the shortcut."
+        ),
     )
 
 
@@ -343,6 +363,7 @@ def read_result(folder: Path, summary: dict[str, Any]) -> dict[str, Any]:
     keys = ("F", "G", "avg-F", "avg-G", "grad-evals", "averaged-rounds")
     return {
         "final": {k: summary["aggregate"].get(k) for k in keys},
+        "aggregate": {k: v for k, v in summary["aggregate"].items() if not k.startswith("setting-")},
         "curve": curve,
         "wall-s": summary["wall-time-s"],
     }
@@ -557,12 +578,36 @@ def markdown(
                 f"{r['feasible-seeds']}/{r['seeds']} | {r['grad-evals']} |"
             )
         lines += ["", _softmax_gap(exp, s)]
+        lines += _extras_table(exp, s, runs)
         for output, prefix in OUTPUTS.items():
             lines += ["", f"**{output.capitalize()}:**", ""]
             lines += _verdict(rows, best[output].get(s.name, {}), prefix)
         lines.append("")
+    if exp.discussion:
+        lines += ["## Discussion", "", exp.discussion, ""]
     lines += ["## Figures", ""] + [f"![{p.stem}]({p.name})" for p in figures] + [""]
     return "\n".join(lines)
+
+
+def _extras_table(exp: Experiment, setting: Setting, runs: list[dict[str, Any]]) -> list[str]:
+    """Per method: the mean over seeds of each ``exp.extras`` aggregate (mean over clients), for
+    the averaged model and the last iterate."""
+    if not exp.extras:
+        return []
+    titles = [f"{title} ({output})" for output in ("averaged", "last") for _, title in exp.extras]
+    lines = ["", "| method | " + " | ".join(titles) + " |", "|---" * (len(titles) + 1) + "|"]
+    for method in report_order(exp.methods):
+        mine = [r for r in runs if r["setting"] == setting.name and r["method"] == method.label]
+        aggs = [r.get("aggregate", {}) for r in mine]
+        if not aggs:
+            continue
+        cells = [
+            f"{np.mean([a.get(prefix + key, np.nan) for a in aggs]):.1f}"
+            for prefix in ("avg-", "")
+            for key, _ in exp.extras
+        ]
+        lines.append(f"| {method.label} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _softmax_gap(exp: Experiment, setting: Setting) -> str:
