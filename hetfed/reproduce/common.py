@@ -6,6 +6,7 @@ import json
 import math
 import multiprocessing
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor
@@ -20,6 +21,18 @@ def default_workers() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
+def completed_run(folder: Path, cfg: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The summary of a completed run of exactly ``cfg`` in ``folder`` (so an interrupted
+    reproduction resumes where it stopped, and a changed config runs again), else None."""
+    try:
+        summary = json.loads((folder / "summary.json").read_text())
+        saved = json.loads((folder / "config.json").read_text())["config"]
+    except (OSError, ValueError, KeyError):
+        return None
+    same = all(saved.get(key) == value for key, value in cfg.items() if key != "results-dir")
+    return summary if same and summary.get("status") == "completed" else None
+
+
 def _run_one(job: tuple[str, dict[str, Any], int, str]) -> dict[str, Any]:
     import logging
 
@@ -31,6 +44,7 @@ def _run_one(job: tuple[str, dict[str, Any], int, str]) -> dict[str, Any]:
     torch.set_num_threads(1)
     logging.getLogger("flwr").setLevel(logging.WARNING)  # the parent prints one line per run
     engine, cfg, nodes, results_dir = job
+    shutil.rmtree(Path(results_dir) / cfg["run-name"], ignore_errors=True)  # an interrupted or outdated run
     return run_experiment(engine, cfg, nodes=nodes, results_dir=Path(results_dir), echo=lambda _: None)
 
 
@@ -42,21 +56,23 @@ def run_many(
     engine: str = "inline",
     workers: int = 1,
     log: Callable[[str], None] = print,
+    describe: Callable[[Mapping[str, Any]], str] = lambda summary: "",
 ) -> list[dict[str, Any]]:
     """Run every config (each with a unique ``run-name``) and return their summaries in order.
 
     Inline runs go to ``workers`` processes; the simulation and deployment engines run one at a
-    time (they use every core already). A run that already has a completed summary.json under
+    time (they use every core already). A run of the same config that already completed under
     ``results_dir`` is not run again, so an interrupted reproduction continues where it stopped.
+    ``describe(summary)`` adds to the progress line of each finished run.
     """
     configs = [dict(c) for c in configs]
     todo, done = [], {}
     for i, cfg in enumerate(configs):
-        path = Path(results_dir) / cfg["run-name"] / "summary.json"
-        if path.exists() and json.loads(path.read_text()).get("status") == "completed":
-            done[i] = json.loads(path.read_text())
-        else:
+        summary = completed_run(Path(results_dir) / cfg["run-name"], cfg)
+        if summary is None:
             todo.append(i)
+        else:
+            done[i] = summary
     started = time.time()
     jobs = [(engine, configs[i], nodes, str(results_dir)) for i in todo]
     parallel = workers > 1 and engine == "inline" and len(jobs) > 1
@@ -70,7 +86,7 @@ def run_many(
             done[i] = summary
             log(
                 f"[{time.time() - started:6.0f} s] {k}/{len(todo)} {configs[i]['run-name']} "
-                f"({summary['wall-time-s']:.1f} s)"
+                f"({summary['wall-time-s']:.1f} s){describe(summary)}"
             )
     finally:
         if pool is not None:

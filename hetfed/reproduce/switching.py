@@ -26,16 +26,14 @@ import argparse
 import csv
 import json
 import math
-import multiprocessing
-import shutil
-import time
-from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from hetfed.reproduce.common import completed_run, run_many
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -322,35 +320,6 @@ def run_config(exp: Experiment, setting: Setting, method: Method, seed: int) -> 
     }
 
 
-def completed_run(folder: Path, cfg: dict[str, Any]) -> dict[str, Any] | None:
-    """The summary of a completed run of exactly ``cfg`` in ``folder`` (so an interrupted
-    reproduction resumes where it stopped), else None."""
-    try:
-        summary = json.loads((folder / "summary.json").read_text())
-        saved = json.loads((folder / "config.json").read_text())["config"]
-    except (OSError, ValueError, KeyError):
-        return None
-    same = all(saved.get(key) == value for key, value in cfg.items() if key != "results-dir")
-    return summary if same and summary.get("status") == "completed" else None
-
-
-def run_one(job: tuple[dict[str, Any], int, str]) -> dict[str, Any]:
-    """One inline run; returns its evaluation curve (server rows) and final aggregate."""
-    import logging
-
-    from hetfed.engines.runner import run_experiment
-    from server.app import app  # noqa: F401  (imports Flower, which sets its logger's level)
-
-    logging.getLogger("flwr").setLevel(logging.WARNING)  # one line per run, from the parent
-    cfg, nodes, results_dir = job
-    folder = Path(results_dir) / cfg["run-name"]
-    summary = completed_run(folder, cfg)
-    if summary is None:
-        shutil.rmtree(folder, ignore_errors=True)  # an interrupted or outdated run of this name
-        summary = run_experiment("inline", cfg, nodes=nodes, results_dir=Path(results_dir))
-    return read_result(folder, summary)
-
-
 def read_result(folder: Path, summary: dict[str, Any]) -> dict[str, Any]:
     """A completed run's final aggregate and its evaluation curve (the server rows with F, G)."""
     with open(folder / "rounds.csv", newline="") as f:
@@ -398,19 +367,19 @@ def available_runs(exp: Experiment, results_dir: Path) -> list[dict[str, Any]]:
 def run_all(exp: Experiment, results_dir: Path, workers: int, log: Any = print) -> list[dict[str, Any]]:
     """Every (setting, method, seed) run of ``exp``, ``workers`` processes at a time."""
     todo = jobs(exp)
-    args = [(run_config(exp, s, m, seed), exp.nodes, str(results_dir)) for s, m, seed in todo]
-    started = time.time()
-    out = []
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        for (setting, method, seed), result in zip(todo, pool.map(run_one, args), strict=True):
-            final = result["final"]
-            log(
-                f"[{time.time() - started:6.0f} s] {setting.name:7s} {method.label:24s} seed {seed}: "
-                f"avg F={final['avg-F']:.4f} G={final['avg-G']:.4f} | last F={final['F']:.4f} "
-                f"G={final['G']:.4f} ({result['wall-s']:.0f} s)"
-            )
-            out.append(labelled(setting, method, seed, result))
-    return out
+    configs = [run_config(exp, s, m, seed) for s, m, seed in todo]
+
+    def describe(summary: Mapping[str, Any]) -> str:
+        agg = summary["aggregate"]
+        return f": avg F={agg['avg-F']:.4f} G={agg['avg-G']:.4f} | last F={agg['F']:.4f} G={agg['G']:.4f}"
+
+    summaries = run_many(
+        configs, nodes=exp.nodes, results_dir=results_dir, workers=workers, log=log, describe=describe
+    )
+    return [
+        labelled(setting, method, seed, read_result(results_dir / cfg["run-name"], summary))
+        for (setting, method, seed), cfg, summary in zip(todo, configs, summaries, strict=True)
+    ]
 
 
 # --- tables and figures -------------------------------------------------------------------------------

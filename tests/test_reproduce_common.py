@@ -1,0 +1,43 @@
+"""hetfed/reproduce/common.py: the runner every reproduction shares resumes exactly the completed runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hetfed.reproduce.common import completed_run, fmt, mean_std, run_many
+
+BASE = {"strategy": "softmax-switching", "problem": "quadratic", "num-rounds": 3, "seed": 1}
+
+
+def test_completed_runs_are_reused_changed_or_interrupted_ones_run_again(tmp_path: Path) -> None:
+    lines: list[str] = []
+    configs = [{**BASE, "run-name": "a"}, {**BASE, "run-name": "b", "seed": 2}]
+    first = run_many(configs, nodes=3, results_dir=tmp_path, log=lines.append, describe=lambda s: " ok")
+    assert [s["status"] for s in first] == ["completed", "completed"] and len(lines) == 2
+    assert lines[0].endswith(" ok") and "1/2 a" in lines[0]
+
+    lines.clear()
+    again = run_many(configs, nodes=3, results_dir=tmp_path, log=lines.append)
+    assert lines == [] and again == first  # nothing ran: the summaries on disk are returned
+
+    (tmp_path / "b" / "summary.json").unlink()  # b was interrupted
+    changed = [{**configs[0], "num-rounds": 4}, configs[1]]  # a's config changed
+    third = run_many(changed, nodes=3, results_dir=tmp_path, log=lines.append)
+    assert len(lines) == 2 and all(s["status"] == "completed" for s in third)
+    saved = json.loads((tmp_path / "a" / "config.json").read_text())["config"]
+    assert saved["num-rounds"] == 4
+    assert completed_run(tmp_path / "a", changed[0]) is not None
+    assert completed_run(tmp_path / "a", configs[0]) is None  # 3 rounds is another run
+    assert completed_run(tmp_path / "missing", configs[0]) is None
+
+
+def test_mean_std_and_fmt() -> None:
+    mean, std = mean_std([1.0, 2.0, 4.0, float("nan"), None])
+    assert mean == pytest.approx(7 / 3) and std == pytest.approx(((16 + 1 + 25) / 9 / 2) ** 0.5)
+    assert mean_std([3.0]) == (3.0, 0.0)
+    assert fmt({"mean": 1.234, "std": 0.5}) == "1.23 ± 0.50"
+    assert fmt({"mean": 1.25, "std": 0.5}, digits=1) == "1.2 ± 0.5"
+    assert fmt(None) == "n/a" and fmt({"mean": float("nan"), "std": 0.0}) == "n/a"
