@@ -214,8 +214,7 @@ class ClientPool:
             if pid in self.failed:
                 row.update(status="failed", error=self.failed[pid])
                 self.log(f"round {server_round} {kind}: {self.name(pid)} failed: {self.failed[pid]}")
-            self._rows[pid] = row
-            self.store.add_row(**row)
+            self._rows[pid] = self.store.add_row(**row)  # reject() and note() complete this row
         return ok
 
     def reject(self, reply: Message, reason: str) -> None:

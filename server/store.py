@@ -86,9 +86,14 @@ class RunStore:
         return json.loads((self.path / "config.json").read_text())
 
     # --- rows -----------------------------------------------------------------
-    def add_row(self, **row: Any) -> None:
-        """Add one row (a round, an exchange, a client); written at the next ``commit``."""
+    def add_row(self, **row: Any) -> dict[str, Any]:
+        """Add one row (a round, an exchange, a client); written at the next ``commit``.
+
+        Returns the stored row: what is added to it before that commit (a rejection, a weight
+        the strategy computed from all replies) is written with it.
+        """
         self.rows.append(row)
+        return row
 
     def commit(self, server_round: int, total_rounds: int, aggregate: Mapping[str, float] = ()) -> None:
         """Write rounds.csv and progress.json for everything up to ``server_round``.

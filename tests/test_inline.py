@@ -85,6 +85,7 @@ def test_fedavg_aggregates_deltas_weighted_by_sample_counts(task_identity) -> No
 
         def add_row(self, **row):
             self.rows.append(row)
+            return row
 
     rng = np.random.default_rng(0)
     model = make_mlp(3, 4, 2, seed=0)
@@ -120,6 +121,30 @@ def test_fedavg_aggregates_deltas_weighted_by_sample_counts(task_identity) -> No
     assert metrics["clients-used"] == 2
     assert "NaN" in pool.failed[2] and "shape" in pool.failed[3]
     assert pool._rows[2]["status"] == "rejected"
+
+
+def test_a_rejected_update_is_recorded_in_its_round_and_the_round_goes_on(tmp_path: Path) -> None:
+    """A NaN update (poisoned on its way back) is left out, and rounds.csv says whose and why."""
+
+    def poison(instruction: Message, reply: Message) -> None:
+        if instruction.metadata.message_type == "train" and instruction.metadata.group_id == "2":
+            if instruction.metadata.dst_node_id == first_node[0]:
+                arrays = to_numpy(reply.content["arrays"])
+                reply.content["arrays"] = to_record({k: np.full_like(v, np.nan) for k, v in arrays.items()})
+
+    first_node: list[int] = []
+
+    def remember(instruction: Message, reply: Message) -> None:
+        if instruction.metadata.message_type == "train" and not first_node:
+            first_node.append(instruction.metadata.dst_node_id)
+
+    summary = run(tmp_path, nodes=3, observers=[remember, poison], fraction=1.0, **{"num-rounds": 3})
+    assert summary["status"] == "completed"
+    train = [r for r in rows(tmp_path) if r["exchange"] == "train"]
+    bad = [r for r in train if r["status"] != "ok"]
+    assert len(bad) == 1 and bad[0]["round"] == "2" and bad[0]["status"] == "rejected"
+    assert "NaN" in bad[0]["error"]
+    assert sum(r["round"] == "3" and r["status"] == "ok" for r in train) == 3  # the next round has all
 
 
 def test_only_model_weights_and_scalars_leave_the_clients(tmp_path: Path) -> None:

@@ -272,10 +272,6 @@ def test_average_is_over_the_objective_rounds_only_and_F_G_are_worst_clients(tmp
         assert float(final[prefix + "G"]) == pytest.approx(max(v["g"] for v in values), rel=1e-12)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="server.pool.ClientPool.note updates its own row dict, not the copy RunStore.add_row stored",
-)
 def test_per_client_weights_are_in_the_results_rows(tmp_path: Path) -> None:
     run_inline({**QUAD, "num-rounds": 3, "results-dir": str(tmp_path), "run-name": "w"}, node_configs(3))
     with open(tmp_path / "w" / "rounds.csv", newline="") as f:
