@@ -194,9 +194,9 @@ def main() -> None:
         + markdown_table(["code", "share"], shares)
         + f"\n\nCheckpoint cadence, {short} iterations: CPU {every[0]:.1f} s with `checkpoint-every = 0` "
         f"(at the end only), {every[1]:.1f} s with the default `checkpoint-every = 1` "
-        f"({every[1] / every[0]:.1f}x): server/store.py rewrites the whole rounds.csv (one row per client "
-        "and round) and the checkpoint at every checkpoint, so a T-round run costs O(T^2 N). Long LSA "
-        "runs need a coarse `checkpoint-every`."
+        f"({every[1] / every[0]:.1f}x): every checkpoint writes checkpoint.pt (model, strategy state, "
+        "RNG) and progress.json, while rounds.csv is appended (a row per client and round), so the "
+        "cost per iteration stays constant over a long run; a coarse `checkpoint-every` saves the rest."
     )
     if latencies:
         body += (
