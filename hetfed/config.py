@@ -239,6 +239,7 @@ SCHEMA: dict[str, Key] = {
     "rl-heterogeneity": Key(0.5, "Safe RL: spread of the clients' physics", low=0.0, high=1.5),
     "rl-hidden": Key(0, "Safe RL: policy hidden units (0 = linear)", low=0),
     "rl-eval-episodes": Key(32, "Safe RL: evaluation episodes per client", low=1),
+    "rl-fall-cost": Key(False, "Safe RL: a fall also costs the steps left to the horizon"),
     "quadratic-dim": Key(3, "Quadratic test problem: dimension of w", low=1),
 }
 

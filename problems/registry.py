@@ -186,6 +186,7 @@ CONSTRAINED: dict[str, tuple[str, dict[str, str]]] = {
             "rl-heterogeneity": "heterogeneity",
             "rl-hidden": "hidden",
             "rl-eval-episodes": "eval_episodes",
+            "rl-fall-cost": "fall_cost",
         },
     ),
     "quadratic": ("problems.quadratic", {"quadratic-dim": "dim"}),

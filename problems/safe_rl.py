@@ -7,6 +7,9 @@ steps. Per step t the reward is CartPole's 1 and the safety cost is
     c_t = 1[ |x_{t+1}| > x_safe  or  |theta_{t+1}| > theta_safe ]
 
 on the state reached by the step (cart position x, pole angle theta in radians).
+With ``fall_cost`` (run config ``rl-fall-cost``) an episode that ends by a fall at
+step T < H also costs the H - T steps it did not live (a fallen pole is outside
+the safe zone), so letting the pole fall sooner no longer lowers the cost.
 For a softmax policy pi_w and H = horizon, both normalised by H so that they live
 on the scale of the other tasks' losses (the softmax weights depend on that scale):
 
@@ -62,6 +65,7 @@ class SafeRLConfig:
     heterogeneity: float = 0.5
     hidden: int = 0  # 0: linear softmax policy; > 0: one tanh hidden layer of this width
     eval_episodes: int = 32
+    fall_cost: bool = False  # a fall costs the steps left to the horizon
     instance_seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -84,6 +88,9 @@ class SafeRLConfig:
             isinstance(self.hidden, int) and self.hidden >= 0,
             "hidden",
             f"must be a non-negative integer, got {self.hidden!r}",
+        )
+        require(
+            isinstance(self.fall_cost, bool), "fall_cost", f"must be true or false, got {self.fall_cost!r}"
         )
         require(
             isinstance(self.eval_episodes, int) and self.eval_episodes >= 1,
@@ -171,7 +178,11 @@ def rollout(
     rng: np.random.Generator,
     num_episodes: int,
 ) -> Episodes:
-    """``num_episodes`` parallel episodes of the stochastic policy; all randomness from ``rng``."""
+    """``num_episodes`` parallel episodes of the stochastic policy; all randomness from ``rng``.
+
+    With ``config.fall_cost`` the step on which an episode falls (terminates before the
+    horizon) also carries the cost of the ``H - t - 1`` steps left.
+    """
     env = CartPoleVectorEnv(num_envs=num_episodes, max_episode_steps=config.horizon)
     physics.apply(env)
     obs, _ = env.reset(seed=int(rng.integers(2**31)))
@@ -182,16 +193,11 @@ def rollout(
             prob_right = torch.softmax(policy(torch.from_numpy(obs)), dim=-1)[:, 1].numpy()
             action = (rng.random(num_episodes) < prob_right).astype(np.int64)
             next_obs, reward, terminated, truncated, _ = env.step(action)
-            steps.append(
-                (
-                    obs,
-                    action,
-                    reward,
-                    safety_cost(next_obs, config.x_safe, config.theta_safe),
-                    next_obs,
-                    alive.copy(),
-                )
-            )
+            cost = safety_cost(next_obs, config.x_safe, config.theta_safe)
+            if config.fall_cost:
+                left = config.horizon - len(steps) - 1  # steps after this one, to the horizon
+                cost = cost + np.where(terminated & alive, left, 0).astype(np.float32)
+            steps.append((obs, action, reward, cost, next_obs, alive.copy()))
             alive &= ~(terminated | truncated)  # the env auto-resets afterwards; those steps are masked out
             obs = next_obs
     env.close()

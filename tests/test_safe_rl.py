@@ -81,6 +81,29 @@ def test_rollout_structure_and_documented_cost() -> None:
     assert torch.equal(ep.obs, again.obs) and torch.equal(ep.actions, again.actions)
 
 
+def test_fall_cost_charges_a_fall_the_steps_left_to_the_horizon() -> None:
+    """Same episodes (same rng) with and without ``fall_cost``: only the last step of an episode
+    that fell before the horizon costs more, by H minus its length; the evaluation's cost with it."""
+    params = {"horizon": 40, "x_safe": 0.5, "theta_safe": 0.1}
+    plain = sr.load_client(1, N, seed=0, **params)
+    falls = sr.load_client(1, N, seed=0, fall_cost=True, **params)
+    model = plain.make_model()
+    a = plain.sample_batch(np.random.default_rng(3), 16, model)
+    b = falls.sample_batch(np.random.default_rng(3), 16, model)
+    assert torch.equal(a.obs, b.obs) and torch.equal(a.mask, b.mask)
+    lengths = a.mask.numpy().sum(0)
+    assert (lengths < 40).any() and (lengths == 40).any()  # falls and survivors both occur
+    extra = (b.costs - a.costs).numpy() * a.mask.numpy()
+    for n, length in enumerate(lengths):
+        expected = np.zeros(len(extra))
+        expected[length - 1] = 40 - length  # 0 for an episode that reached the horizon
+        np.testing.assert_array_equal(extra[:, n], expected)
+    ea, eb = plain.evaluate(model), falls.evaluate(model)
+    assert eb["episode_length"] == ea["episode_length"] and eb["return"] == ea["return"]
+    assert eb["cost"] == pytest.approx(ea["cost"] + 40 - ea["episode_length"])
+    assert eb["g"] == pytest.approx(eb["cost"] / 40 - 0.05)
+
+
 def _tiny_episodes() -> sr.Episodes:
     gen = torch.Generator().manual_seed(0)
     obs = torch.randn(3, 2, 4, generator=gen)
@@ -173,6 +196,7 @@ def test_model_shared_between_server_and_clients() -> None:
         ({"hidden": -1}, "^hidden:"),
         ({"heterogeneity": 3.0}, "^heterogeneity:"),
         ({"gravity": 9.8}, "unknown parameter.*gravity"),
+        ({"fall_cost": 1}, "^fall_cost:"),
     ],
 )
 def test_bad_params_name_the_key(kwargs, match) -> None:
