@@ -82,6 +82,11 @@ def test_extras_table_averages_each_aggregate_over_seeds_per_output() -> None:
     assert rep._extras_table(rep.experiment("np-classification"), exp.settings[0], runs) == []
 
 
+def test_progress_line_of_a_run_without_an_averaged_model() -> None:
+    line = rep.progress_line({"aggregate": {"F": 0.5, "G": 0.25}})
+    assert line == ": avg F=nan G=nan | last F=0.5000 G=0.2500"
+
+
 def test_every_method_of_an_experiment_takes_the_same_gradient_evaluations() -> None:
     for name in ("np-classification", "fair-classification", "safe-rl"):
         exp = rep.experiment(name)
