@@ -81,3 +81,22 @@ def hetfed_cli(
         timeout=timeout,
         env=env,
     )
+
+
+def reproduce_quick(
+    experiment: str, tmp_path: Path, workers: int = 1, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """``hetfed reproduce <experiment> --quick``: runs in ``tmp_path/runs``, reports in ``tmp_path/out``."""
+    return hetfed_cli(
+        "reproduce",
+        experiment,
+        "--quick",
+        "--workers",
+        str(workers),
+        "--results-dir",
+        str(tmp_path / "runs"),
+        "--out",
+        str(tmp_path / "out"),
+        timeout=900,
+        env=env,
+    )

@@ -24,7 +24,7 @@ from problems.energy import ERCOT_ZONES, FEATURE_NAMES, PJM_FEATURES, generate_p
 from problems.ercot import fetch_ercot, load_ercot
 from problems.metrics import regret
 from problems.registry import STORM_DAYS, get_problem
-from tests.conftest import SHARED_DATA, hetfed_cli
+from tests.conftest import SHARED_DATA, hetfed_cli, reproduce_quick
 
 ENERGY = get_problem("energy")
 
@@ -204,19 +204,7 @@ def test_quick_energy_reproduction_writes_tables_json_and_plots(ercot_dir: Path,
     root = tmp_path / "data"
     root.mkdir()
     (root / "ercot").symlink_to(ercot_dir.resolve())
-    out = hetfed_cli(
-        "reproduce",
-        "energy",
-        "--quick",
-        "--workers",
-        "1",
-        "--results-dir",
-        str(tmp_path / "runs"),
-        "--out",
-        str(tmp_path / "out"),
-        timeout=900,
-        env={**os.environ, "HETFED_DATA_DIR": str(root)},
-    )
+    out = reproduce_quick("energy", tmp_path, env={**os.environ, "HETFED_DATA_DIR": str(root)})
     assert out.returncode == 0, out.stderr[-3000:]
     doc = (tmp_path / "out" / "energy.md").read_text()
     for heading in ("Table 5", "different market", "winter storm", "Cold start", "Acceptance checks"):

@@ -5,22 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import hetfed_cli
+from tests.conftest import reproduce_quick
 
 
 def test_quick_reproduction_writes_tables_json_and_plots(tmp_path: Path) -> None:
-    out = hetfed_cli(
-        "reproduce",
-        "knapsack",
-        "--quick",
-        "--workers",
-        "2",
-        "--results-dir",
-        str(tmp_path / "runs"),
-        "--out",
-        str(tmp_path / "out"),
-        timeout=900,
-    )
+    out = reproduce_quick("knapsack", tmp_path, workers=2)
     assert out.returncode == 0, out.stderr[-3000:]
     doc = (tmp_path / "out" / "knapsack.md").read_text()
     for heading in ("Table 3", "Table 4", "Table 9", "Table 14"):

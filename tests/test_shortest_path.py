@@ -14,7 +14,7 @@ from hetfed.config import validate
 from problems.polytope import PROJECTION_ACCURACY, GridFlowPolytope
 from problems.registry import get_problem
 from problems.shortest_path import ShortestPathParams, load_client, route_law
-from tests.conftest import hetfed_cli
+from tests.conftest import reproduce_quick
 from tests.test_polytope import kkt_residual, reference_projection
 
 
@@ -201,18 +201,7 @@ def test_bad_parameters_are_refused(bad: dict) -> None:
 
 
 def test_quick_reproduction_writes_tables_json_and_plots(tmp_path: Path) -> None:
-    out = hetfed_cli(
-        "reproduce",
-        "shortest-path",
-        "--quick",
-        "--workers",
-        "1",
-        "--results-dir",
-        str(tmp_path / "runs"),
-        "--out",
-        str(tmp_path / "out"),
-        timeout=900,
-    )
+    out = reproduce_quick("shortest-path", tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     doc = (tmp_path / "out" / "shortest-path.md").read_text()
     assert "Optimality gap % (Fed / +P)" in doc and "PyEPO" in doc
