@@ -17,7 +17,7 @@ features z-scored with the client's own training statistics:
 from __future__ import annotations
 
 import csv
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from problems.base import DecisionClientData, DecisionSplit, standardize
+from problems.datafile import DataFileError, at, empty_file, finite, missing_columns, row_length
 from problems.ercot import ErcotData, load_ercot
 
 HOURS = 24
@@ -56,6 +57,7 @@ _PJM_CONGESTION = tuple(f"congestion_{h}" for h in range(HOURS))
 PJM_COLUMNS: tuple[str, ...] = (
     "client_id", "date", *_PJM_LMP, *_PJM_CONGESTION, *PJM_FEATURES, "bess", "client_name",
 )
+_PJM_REQUIRED = ("client_id", "date", *_PJM_LMP, *PJM_FEATURES, "bess", "client_name")  # 36 columns read
 
 
 @dataclass(frozen=True)
@@ -148,19 +150,41 @@ def daily_prices(data: ErcotData, zone: str) -> tuple[np.ndarray, np.ndarray]:
     np.add.at(count, (day, hour), 1)
     np.add.at(firsts, (day, hour), ~repeated)
     dates = first + np.arange(n_days)
-    if (firsts > 1).any() or (count > 2).any():
-        bad = dates[((firsts > 1) | (count > 2)).any(axis=1)]
-        raise ValueError(f"zone {zone!r} has duplicated hours on {bad[:5]}")
+    line = data.row[rows] if data.row is not None else None
+    twice = (firsts > 1) | (count > 2)
+    if twice.any():
+        d, h = np.argwhere(twice)[0]
+        where = _rows_of(data.source, line, (day == d) & (hour == h), " and ")
+        raise DataFileError(f"{where}zone {zone!r} has duplicated hours on {dates[d]} "
+                            f"(hour ending {h + 1:02d}){_more(twice.any(axis=1).sum())}")
     missing = count == 0
-    if (missing.sum(axis=1) > 1).any():
-        bad = dates[missing.sum(axis=1) > 1]
-        raise ValueError(f"zone {zone!r} misses more than one hour (or the whole day) on {bad[:5]}")
+    short = missing.sum(axis=1) > 1
+    if short.any():
+        d = int(np.flatnonzero(short)[0])
+        where = _rows_of(data.source, line, day == d, "-")
+        raise DataFileError(f"{where}zone {zone!r} misses more than one hour on {dates[d]}: "
+                            f"{HOURS - int(missing[d].sum())} of {HOURS} hours{_more(short.sum())}")
     prices = np.divide(total, count, out=np.zeros_like(total), where=~missing)
     hours = np.arange(HOURS)
     for d in np.flatnonzero(missing.any(axis=1)):
         have = ~missing[d]
         prices[d, missing[d]] = np.interp(hours[missing[d]], hours[have], prices[d, have])
     return dates, prices
+
+
+def _rows_of(source: str, line: np.ndarray | None, mask: np.ndarray, joint: str) -> str:
+    """``file rows 5-28, column 'hour_ending': `` for the rows under ``mask`` (or the file alone)."""
+    if not source:
+        return ""
+    if line is None or not mask.any():
+        return f"{source}: "
+    lo, hi = int(line[mask].min()), int(line[mask].max())
+    rows = f"row {lo}" if lo == hi else f"rows {lo}{joint}{hi}"
+    return f"{source} {rows}, column 'hour_ending': "
+
+
+def _more(days: int) -> str:
+    return f" (and {days - 1} more days)" if days > 1 else ""
 
 
 def day_ahead_features(
@@ -277,37 +301,81 @@ def pjm_samples(path: str | Path, partition_id: int, num_partitions: int | None 
     Samples are that client's rows ordered by date: x = PJM_FEATURES (8), c = total_lmp_0..23 ($/MWh),
     quota D_j = bess (one value per client). Rows of other clients are not kept (the ids are read
     in a first pass). ``num_partitions`` (default: all clients in the file) must not exceed the count.
+    The file is checked as it is read (:mod:`problems.datafile`): an empty file, missing columns and
+    rows of another length than the header are refused, and so is every empty, non-numeric, NaN or
+    Inf cell of the client's rows, each with the file, row and column in one line.
     """
     path = Path(path)
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        absent = [col for col in ("client_id", "date", *_PJM_LMP, *PJM_FEATURES, "bess", "client_name")
-                  if col not in (reader.fieldnames or ())]
-        if absent:
-            raise ValueError(f"{path} lacks the PJM-layout columns {absent}")
-        ids = sorted({row["client_id"] for row in reader}, key=_id_key)
+    seen: set[str] = set()
+    for row, rec in _pjm_records(path):
+        if not rec["client_id"].strip():
+            raise DataFileError(f"{at(path, row, 'client_id')}: empty cell")
+        seen.add(rec["client_id"])
+    ids = sorted(seen, key=_id_key)
+    if not ids:
+        raise DataFileError(f"{path}: no data rows after the header")
     n_parts = len(ids) if num_partitions is None else num_partitions
     if not 1 <= n_parts <= len(ids):
         raise ValueError(f"num_partitions must be in 1..{len(ids)} (clients in {path}); got {num_partitions}")
     if not 0 <= partition_id < n_parts:
         raise ValueError(f"partition_id must be in 0..{n_parts - 1}; got {partition_id}")
-    with open(path, newline="") as f:
-        rows = [row for row in csv.DictReader(f) if row["client_id"] == ids[partition_id]]
-    rows.sort(key=lambda row: date.fromisoformat(row["date"]))
-    days = [row["date"] for row in rows]
-    if len(set(days)) != len(days):
-        raise ValueError(f"client_id {ids[partition_id]!r} has duplicated dates in {path}")
-    bess = {float(row["bess"]) for row in rows}
-    names = {row["client_name"] for row in rows}
+    client = ids[partition_id]
+    records = [(row, rec) for row, rec in _pjm_records(path) if rec["client_id"] == client]
+    first_row: dict[date, int] = {}
+    days, x, c, bess, names = [], [], [], set(), set()
+    for row, rec in records:
+        try:
+            day = date.fromisoformat(rec["date"].strip())
+        except ValueError:
+            where = at(path, row, "date")
+            raise DataFileError(f"{where}: {rec['date']!r} is not a date (YYYY-MM-DD)") from None
+        if day in first_row:
+            raise DataFileError(
+                f"{path} rows {first_row[day]} and {row}: duplicated dates "
+                f"({day} twice for client_id {client!r})"
+            )
+        first_row[day] = row
+        days.append(day)
+        x.append([finite(rec[col], path, row, col) for col in PJM_FEATURES])
+        c.append([finite(rec[col], path, row, col) for col in _PJM_LMP])
+        bess.add(finite(rec["bess"], path, row, "bess"))
+        names.add(rec["client_name"])
     if len(bess) != 1 or len(names) != 1:
-        raise ValueError(f"client_id {ids[partition_id]!r} must have one bess and one client_name; "
-                         f"got bess {sorted(bess)}, names {sorted(names)}")
+        raise DataFileError(f"{path}: client_id {client!r} must have one bess and one client_name; "
+                            f"got bess {sorted(bess)}, names {sorted(names)}")
     (quota,), (name,) = bess, names
     if not 0 < quota <= HOURS:
-        raise ValueError(f"bess of client_id {ids[partition_id]!r} must be in (0, {HOURS}]; got {quota}")
-    x = np.array([[float(row[col]) for col in PJM_FEATURES] for row in rows])
-    c = np.array([[float(row[col]) for col in _PJM_LMP] for row in rows])
-    return ClientSamples(name, quota, np.array(days, dtype="datetime64[D]"), x, c)
+        raise DataFileError(f"{path}: bess of client_id {client!r} must be in (0, {HOURS}]; got {quota}")
+    order = np.argsort(np.array(days, dtype="datetime64[D]"), kind="stable")
+    return ClientSamples(
+        name, quota, np.array(days, dtype="datetime64[D]")[order], np.array(x)[order], np.array(c)[order]
+    )
+
+
+def _pjm_records(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
+    """(row number, cells by column) of every data row of a PJM-layout CSV; the header is row 1.
+
+    Raises DataFileError for an empty file, missing PJM columns and a row whose length differs from
+    the header's (a day needs all its 24 hourly prices).
+    """
+    row = 1
+    try:
+        with open(path, newline="") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            if header is None:
+                raise empty_file(path, "a header row with the PJM-layout columns")
+            missing_columns(path, header, _PJM_REQUIRED)
+            for cells in reader:
+                row = reader.line_num
+                if not cells:
+                    continue  # a blank line
+                row_length(path, row, len(cells), len(header))
+                yield row, dict(zip(header, cells, strict=True))
+    except UnicodeDecodeError:
+        raise DataFileError(f"{at(path, row)}: not UTF-8 text") from None
+    except csv.Error as exc:
+        raise DataFileError(f"{at(path, row)}: {exc}") from None
 
 
 def _bump(hours: np.ndarray, centre: np.ndarray | float, width: float) -> np.ndarray:

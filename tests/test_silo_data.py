@@ -1,0 +1,203 @@
+"""Bad silo data (issue 14, item 5): the loaders name the file, row and column of what is wrong.
+
+Rows are numbered as a spreadsheet shows the file: the header is row 1.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import re
+from pathlib import Path
+
+import pytest
+
+from problems.datafile import DataFileError
+from problems.energy import PJM_COLUMNS, daily_prices, generate_pjm_like_csv, pjm_samples
+from problems.ercot import GAS_FILE, PRICE_COLUMNS, PRICE_FILE, load_ercot
+
+
+# --- PJM layout -------------------------------------------------------------------------------------
+def pjm_table(tmp_path: Path, n_zones: int = 2, n_days: int = 20) -> list[list[str]]:
+    """A small PJM-layout file's cells, header first."""
+    path = generate_pjm_like_csv(tmp_path / "source.csv", n_zones=n_zones, n_days=n_days, seed=0)
+    with open(path, newline="") as f:
+        return list(csv.reader(f))
+
+
+def write_csv(path: Path, table: list[list[str]]) -> Path:
+    with open(path, "w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows(table)
+    return path
+
+
+def with_cell(table: list[list[str]], client: str, column: str, value: str) -> tuple[list[list[str]], int]:
+    """A copy of ``table`` with ``column`` of the client's first row set to ``value``, and that row."""
+    out = [list(r) for r in table]
+    at = next(i for i, r in enumerate(out) if i and r[0] == client)
+    out[at][out[0].index(column)] = value
+    return out, at + 1
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("nan", "'nan' is not a finite number"),
+        ("inf", "'inf' is not a finite number"),
+        ("-Infinity", "'-Infinity' is not a finite number"),
+        ("", "empty cell"),
+        ("12,5x", "is not a number"),
+    ],
+)
+def test_pjm_bad_cells_name_file_row_and_column(tmp_path: Path, value: str, problem: str) -> None:
+    table, row = with_cell(pjm_table(tmp_path), "1", "total_lmp_7", value)
+    path = write_csv(tmp_path / "bad.csv", table)
+    with pytest.raises(DataFileError) as err:
+        pjm_samples(path, 1)
+    message = str(err.value)
+    assert message.startswith(f"{path} row {row}, column 'total_lmp_7': ") and problem in message
+    assert "\n" not in message
+    pjm_samples(path, 0)  # other clients' rows are not read
+
+
+def test_pjm_bad_feature_and_date_cells(tmp_path: Path) -> None:
+    table, row = with_cell(pjm_table(tmp_path), "0", "humidity_mean", "NaN")
+    with pytest.raises(DataFileError, match=rf"row {row}, column 'humidity_mean': 'NaN' is not a finite"):
+        pjm_samples(write_csv(tmp_path / "a.csv", table), 0)
+    table, row = with_cell(pjm_table(tmp_path), "0", "date", "2021-13-01")
+    with pytest.raises(DataFileError, match=rf"row {row}, column 'date': '2021-13-01' is not a date"):
+        pjm_samples(write_csv(tmp_path / "b.csv", table), 0)
+    table, row = with_cell(pjm_table(tmp_path), "1", "client_id", "")
+    with pytest.raises(DataFileError, match=rf"row {row}, column 'client_id': empty cell"):
+        pjm_samples(write_csv(tmp_path / "c.csv", table), 0)
+
+
+def test_pjm_missing_columns_are_listed_briefly(tmp_path: Path) -> None:
+    table = pjm_table(tmp_path)
+    drop = {"humidity_mean", "bess", "total_lmp_3"}
+    keep = [i for i, name in enumerate(table[0]) if name not in drop]
+    path = write_csv(tmp_path / "few.csv", [[r[i] for i in keep] for r in table])
+    with pytest.raises(DataFileError) as err:
+        pjm_samples(path, 0)
+    assert str(err.value) == f"{path}: missing 3 of 36 columns: total_lmp_3, humidity_mean, bess"
+    # a file of another layout: 36 missing, only the first 5 named
+    other = write_csv(tmp_path / "other.csv", [["a", "b"], ["1", "2"]])
+    with pytest.raises(DataFileError) as err:
+        pjm_samples(other, 0)
+    message = str(err.value)
+    assert message.startswith(f"{other}: missing 36 of 36 columns: client_id, date, total_lmp_0, ")
+    assert message.endswith(", ... (31 more)") and len(message) < 200 + len(str(other))
+
+
+def test_pjm_empty_files_get_a_short_message(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(DataFileError) as err:
+        pjm_samples(empty, 0)
+    assert str(err.value) == f"{empty}: empty file (expected a header row with the PJM-layout columns)"
+    header_only = write_csv(tmp_path / "header.csv", [list(PJM_COLUMNS)])
+    with pytest.raises(DataFileError) as err:
+        pjm_samples(header_only, 0)
+    assert str(err.value) == f"{header_only}: no data rows after the header"
+
+
+def test_pjm_a_day_with_missing_hours_names_its_row(tmp_path: Path) -> None:
+    table = pjm_table(tmp_path)
+    table[5] = table[5][:30]  # the day (row 6) stops after congestion_3
+    path = write_csv(tmp_path / "short.csv", table)
+    with pytest.raises(DataFileError) as err:
+        pjm_samples(path, 0)
+    assert str(err.value) == f"{path} row 6: 30 cells, the header has {len(PJM_COLUMNS)}"
+
+
+def test_pjm_duplicated_dates_name_both_rows(tmp_path: Path) -> None:
+    table = pjm_table(tmp_path)
+    path = write_csv(tmp_path / "twice.csv", [*table, table[1]])
+    with pytest.raises(
+        DataFileError, match=rf"{re.escape(str(path))} rows 2 and {len(table) + 1}: duplicated"
+    ):
+        pjm_samples(path, int(table[1][0]))
+
+
+# --- ERCOT layout -------------------------------------------------------------------------------------
+GAS_LINES = [
+    "Henry Hub Natural Gas Spot Price",
+    "Day,Henry Hub price",
+    "01/20/2021,2.5",
+    "01/01/2021,2.4",
+    "12/31/2020,2.3",
+]
+
+
+def ercot_dir(tmp_path: Path, rows: list[list[str]] | None = None, days: int = 10) -> Path:
+    """A tiny ERCOT folder: one zone, ``days`` complete days of January 2021 (or ``rows`` as given)."""
+    folder = tmp_path / "ercot"
+    folder.mkdir(parents=True, exist_ok=True)
+    if rows is None:
+        rows = [list(PRICE_COLUMNS)] + [
+            [f"01/{d:02d}/2021", f"{h:02d}:00", "N", "HB_WEST", f"{20 + h + d / 10:.2f}"]
+            for d in range(1, days + 1)
+            for h in range(1, 25)
+        ]
+    text = "".join(",".join(r) + "\n" for r in rows)
+    (folder / PRICE_FILE).write_bytes(gzip.compress(text.encode()))
+    (folder / GAS_FILE).write_bytes(gzip.compress(("\n".join(GAS_LINES) + "\n").encode()))
+    return folder
+
+
+def test_ercot_bad_price_cells_name_file_row_and_column(tmp_path: Path) -> None:
+    good = ercot_dir(tmp_path)
+    dates, prices = daily_prices(load_ercot(good, points=["HB_WEST"]), "HB_WEST")
+    assert prices.shape == (10, 24)
+    with gzip.open(good / PRICE_FILE, "rt") as f:
+        rows = [line.rstrip("\n").split(",") for line in f]
+    for value, problem in (
+        ("nan", "'nan' is not a finite number"),
+        ("inf", "'inf' is not a finite number"),
+        ("", "empty cell"),
+    ):
+        bad = [list(r) for r in rows]
+        bad[30][4] = value
+        folder = ercot_dir(tmp_path / value, bad) if value else ercot_dir(tmp_path / "empty", bad)
+        with pytest.raises(DataFileError) as err:
+            load_ercot(folder, points=["HB_WEST"])
+        assert str(err.value) == f"{folder / PRICE_FILE} row 31, column 'price': {problem}"
+    bad = [list(r) for r in rows]
+    bad[7][1] = "25:00"
+    folder = ercot_dir(tmp_path / "hour", bad)
+    with pytest.raises(DataFileError, match=r"row 8, column 'hour_ending': '25:00' is not an hour"):
+        load_ercot(folder, points=["HB_WEST"])
+
+
+def test_ercot_missing_columns_and_empty_files(tmp_path: Path) -> None:
+    folder = ercot_dir(
+        tmp_path, [["delivery_date", "hour_ending", "settlement_point"], ["01/01/2021", "01:00", "X"]]
+    )
+    with pytest.raises(DataFileError) as err:
+        load_ercot(folder)
+    assert str(err.value) == f"{folder / PRICE_FILE}: missing 2 of 5 columns: repeated_hour_flag, price"
+    folder = ercot_dir(tmp_path / "empty", [])
+    with pytest.raises(
+        DataFileError, match=r"ercot_dam_spp_2021_2022\.csv\.gz: empty file \(expected the header"
+    ):
+        load_ercot(folder)
+
+
+def test_ercot_a_day_with_missing_hours_names_file_and_rows(tmp_path: Path) -> None:
+    folder = ercot_dir(tmp_path)
+    with gzip.open(folder / PRICE_FILE, "rt") as f:
+        rows = [line.rstrip("\n").split(",") for line in f]
+    del rows[1 + 24 * 3 + 2 : 1 + 24 * 3 + 5]  # 01/04/2021 loses hours ending 03, 04, 05
+    folder = ercot_dir(tmp_path / "holey", rows)
+    with pytest.raises(DataFileError) as err:
+        daily_prices(load_ercot(folder, points=["HB_WEST"]), "HB_WEST")
+    assert str(err.value) == (
+        f"{folder / PRICE_FILE} rows 74-94, column 'hour_ending': zone 'HB_WEST' misses more than one hour "
+        "on 2021-01-04: 21 of 24 hours"
+    )
+    twice = [*rows[:10], rows[5], *rows[10:]]  # 01/01/2021 hour ending 05 twice
+    folder = ercot_dir(tmp_path / "twice", twice)
+    with pytest.raises(
+        DataFileError, match=r"rows 6 and 11, column 'hour_ending': zone 'HB_WEST' has duplicated"
+    ):
+        daily_prices(load_ercot(folder, points=["HB_WEST"]), "HB_WEST")
