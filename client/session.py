@@ -21,7 +21,15 @@ from problems.registry import get_problem
 
 
 class NodeConfigError(ValueError):
-    """A node's configuration (partition, data path) is unusable; the message names the node."""
+    """A node's configuration (partition, data path) is unusable; the message names the node.
+
+    Once the partition is known, messages start with ``partition <i> of <n>: ``, which the
+    server reads to leave that partition out (server.pool).
+    """
+
+
+class SiloDataError(NodeConfigError):
+    """This partition's data could not be loaded; the message names the partition and the file."""
 
 
 @dataclass
@@ -51,18 +59,22 @@ class ClientSession:
             raise NodeConfigError(f"{where}: partition-id {pid} is outside [0, num-partitions={n})")
         data_path = Path(str(nc["data-path"])) if nc.get("data-path") else None
         if data_path is not None and not data_path.exists():
-            raise NodeConfigError(f"{where} (partition {pid}): data-path '{data_path}' does not exist")
+            raise NodeConfigError(f"partition {pid} of {n}: data-path '{data_path}' does not exist")
         state_dir = Path(str(nc["state-dir"])) if nc.get("state-dir") else None
         return cls(dict(cfg), pid, n, data_path, state_dir, context.node_id, cfg_json)
 
     def data(self) -> Any:
-        """This partition's private data (cached per process)."""
-        return _load(
-            self.cfg_json or json.dumps(self.cfg, sort_keys=True),
-            self.partition_id,
-            self.num_partitions,
-            str(self.data_path) if self.data_path else "",
-        )
+        """This partition's private data (cached per process); a failure names the partition."""
+        try:
+            return _load(
+                self.cfg_json or json.dumps(self.cfg, sort_keys=True),
+                self.partition_id,
+                self.num_partitions,
+                str(self.data_path) if self.data_path else "",
+            )
+        except Exception as exc:  # any loader: bad file, bad partition, missing download
+            what = str(exc) if isinstance(exc, ValueError | OSError) else f"{type(exc).__name__}: {exc}"
+            raise SiloDataError(f"partition {self.partition_id} of {self.num_partitions}: {what}") from exc
 
     def state(self, context: Context, run_key: str) -> ClientState:
         """This client's persistent state for the run ``run_key``."""

@@ -11,9 +11,10 @@ and records one results row per client and exchange.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from flwr.app import ConfigRecord, Message, RecordDict
@@ -63,6 +64,7 @@ class ClientPool:
         self.run_name = ""
         self._node_to_partition: dict[int, int] = {}  # every node id a partition ever had
         self.failed: dict[int, str] = {}  # partition -> reason, for the last exchange
+        self.left_out: dict[str, str] = {}  # client name -> why it was left out at discovery
         self._sent: dict[str, int] = {}  # message id -> partition
         self._rows: dict[int, dict[str, Any]] = {}  # partition -> results row of the last exchange
 
@@ -70,30 +72,41 @@ class ClientPool:
     def connect(self, run_name: str) -> None:
         """Wait (bounded) for the required nodes, then learn each node's partition.
 
-        ``required`` = 0 means: as many as the nodes' ``num-partitions``.
+        ``required`` = 0 means: as many as the nodes' ``num-partitions``. A node that fails the
+        discovery query (bad data, no reply) is left out, with its reason in :attr:`left_out` and
+        a ``query.info`` row; the run goes on while ``required`` clients remain, else one line
+        names every partition left out.
         """
         deadline = time.time() + self.wait_timeout
         wanted = max(self.required, 1)
         while len(ids := list(self.grid.get_node_ids())) < wanted and time.time() < deadline:
             time.sleep(0.2)
-        infos = self._discover(ids, run_name)
-        expected = self.required or max(info["num-partitions"] for info in infos.values())
-        while len(infos) < expected and time.time() < deadline:
+        found = _Discovery()
+        self._discover(ids, run_name, found)
+        seen = set(ids)
+        while len(found.infos) < found.expected(self.required) and time.time() < deadline:
+            if found.hopeless(self.required):
+                break  # the partitions still to come cannot make up for the bad ones
             time.sleep(0.5)
-            new = [n for n in self.grid.get_node_ids() if n not in {i["node"] for i in infos.values()}]
-            if new:
-                infos.update(self._discover(new, run_name))
-        if len(infos) < expected:
-            missing = sorted(set(range(expected)) - set(infos))
-            raise FederationError(
-                f"only {len(infos)} of {expected} required clients connected after {self.wait_timeout:g} s "
-                f"(missing partition-id {missing[:10]}); start more SuperNodes or lower 'num-clients'"
-            )
+            new = [n for n in self.grid.get_node_ids() if n not in seen]
+            seen.update(new)
+            self._discover(new, run_name, found)
+        expected = found.expected(self.required)
+        if len(found.infos) < expected or not found.infos:
+            raise FederationError(found.shortfall(expected, self.wait_timeout))
+        infos = found.infos
         self.clients = {
             pid: ClientInfo(pid, i["node"], i["name"], i["num-examples"]) for pid, i in sorted(infos.items())
         }
         self.run_name = run_name
         self._node_to_partition = {c.node_id: pid for pid, c in self.clients.items()}
+        self.left_out = found.left_out()
+        for (pid, node), (name, reason) in zip(found.bad_keys(), self.left_out.items(), strict=True):
+            self.store.add_row(
+                round=0, exchange="query.info", **{"partition-id": "" if pid is None else pid},
+                client=name, status="failed", error=reason,
+            )
+            self.log(f"{name} is left out (node {node}): {reason}")
         self.log(f"{len(self.clients)} clients: " + ", ".join(c.name for c in self.clients.values()))
 
     def refresh(self) -> None:
@@ -106,12 +119,15 @@ class ClientPool:
         new = [n for n in self.grid.get_node_ids() if n not in known]
         if not new:
             return
+        found = _Discovery()
         try:
-            infos = self._discover(new, self.run_name)
+            self._discover(new, self.run_name, found)
         except FederationError as exc:
             self.log(f"a new node could not be identified: {exc}")
             return
-        for pid, i in infos.items():
+        for (_, node), (name, reason) in zip(found.bad_keys(), found.left_out().items(), strict=True):
+            self.log(f"{name} (node {node}) could not rejoin: {reason}")
+        for pid, i in found.infos.items():
             if pid in self.clients:
                 self.clients[pid] = ClientInfo(pid, i["node"], i["name"], i["num-examples"])
                 self._node_to_partition[i["node"]] = pid
@@ -119,9 +135,10 @@ class ClientPool:
             else:
                 self.log(f"node {i['node']} holds partition {pid}, which is not part of this run; ignored")
 
-    def _discover(self, node_ids: list[int], run_name: str) -> dict[int, dict[str, Any]]:
+    def _discover(self, node_ids: list[int], run_name: str, found: _Discovery) -> None:
+        """Ask ``node_ids`` for their partition; record the answers and the failures in ``found``."""
         if not node_ids:
-            return {}
+            return
         content = RecordDict({"config": ConfigRecord({"run-name": run_name})})
         msgs = [Message(content, dst_node_id=n, message_type="query.info", group_id="0") for n in node_ids]
         replies, refused = self._push_pull(msgs)
@@ -129,12 +146,20 @@ class ClientPool:
         for msg, reply in zip(msgs, replies, strict=True):
             node = msg.metadata.dst_node_id
             if reply is None:
-                raise FederationError(
-                    f"node {node} did not answer the discovery query within "
-                    f"{self.round_timeout:g} s ({refused.get(node, 'no reply')})"
+                found.lost[node] = (
+                    f"no answer to the discovery query within {self.round_timeout:g} s "
+                    f"({refused.get(node, 'no reply')})"
                 )
+                continue
             if reply.has_error():
-                raise FederationError(f"node {node} failed the discovery query: {_reason(reply)}")
+                claim = _claim(reply.error.reason)
+                if claim is None:
+                    found.lost[node] = _reason(reply)
+                else:
+                    pid, n, reason = claim
+                    found.bad[pid] = (node, reason)
+                    found.num_partitions.add(n)
+                continue
             info, metrics = reply.content["info"], reply.content["metrics"]
             pid = int(info["partition-id"])
             if pid in infos:
@@ -148,10 +173,11 @@ class ClientPool:
                 "num-partitions": int(info["num-partitions"]),
                 "num-examples": int(metrics["num-examples"]),
             }
-        counts = {i["num-partitions"] for i in infos.values()}
-        if len(counts) > 1:
-            raise FederationError(f"nodes disagree on num-partitions: {sorted(counts)}")
-        return infos
+            found.num_partitions.add(int(info["num-partitions"]))
+            found.bad.pop(pid, None)  # a node that failed before and now answers
+        found.infos.update(infos)
+        if len(found.num_partitions) > 1:
+            raise FederationError(f"nodes disagree on num-partitions: {sorted(found.num_partitions)}")
 
     # --- exchanges ---------------------------------------------------------------
     @property
@@ -213,7 +239,8 @@ class ClientPool:
                     self.store.audit(_traffic(server_round, kind, pid, reply.content))
             if pid in self.failed:
                 row.update(status="failed", error=self.failed[pid])
-                self.log(f"round {server_round} {kind}: {self.name(pid)} failed: {self.failed[pid]}")
+                who = f"{self.name(pid)} (partition {pid})"
+                self.log(f"round {server_round} {kind}: {who} failed: {self.failed[pid]}")
             self._rows[pid] = self.store.add_row(**row)  # reject() and note() complete this row
         return ok
 
@@ -222,7 +249,7 @@ class ClientPool:
         pid = self.partition_of(reply)
         self.failed[pid] = reason
         self._rows[pid].update(status="rejected", error=reason)
-        self.log(f"rejected the reply of {self.name(pid)}: {reason}")
+        self.log(f"rejected the reply of {self.name(pid)} (partition {pid}): {reason}")
 
     def note(self, partition_id: int, **values: Any) -> None:
         """Add strategy-computed columns (e.g. a weight) to the client's row of the last exchange."""
@@ -250,6 +277,71 @@ class ClientPool:
                 break
             time.sleep(POLL_INTERVAL)
         return out, refused
+
+
+@dataclass
+class _Discovery:
+    """What the discovery queries found: usable clients, bad partitions, unidentified nodes."""
+
+    infos: dict[int, dict[str, Any]] = field(default_factory=dict)  # partition -> its info
+    bad: dict[int, tuple[int, str]] = field(default_factory=dict)  # partition -> (node, reason)
+    lost: dict[int, str] = field(default_factory=dict)  # node (partition unknown) -> reason
+    num_partitions: set[int] = field(default_factory=set)
+
+    def expected(self, required: int) -> int:
+        """How many usable clients the run needs (0 while no node has told its num-partitions)."""
+        return required or max(self.num_partitions, default=0)
+
+    def hopeless(self, required: int) -> bool:
+        """Whether bad nodes leave too few partitions to reach ``required`` clients (no use waiting)."""
+        n, failures = max(self.num_partitions, default=0), len(self.bad) + len(self.lost)
+        return n > 0 and failures > 0 and n - failures < self.expected(required)
+
+    def bad_keys(self) -> list[tuple[int | None, int]]:
+        """(partition or None, node) of every failure, in the order of :meth:`left_out`."""
+        return [(pid, node) for pid, (node, _) in sorted(self.bad.items())] + [
+            (None, node) for node in sorted(self.lost)
+        ]
+
+    def left_out(self) -> dict[str, str]:
+        """Client name (``partition-<i>``, or ``node-<id>`` when the partition is unknown) -> reason."""
+        out = {f"partition-{pid}": reason for pid, (_, reason) in sorted(self.bad.items())}
+        out.update({f"node-{node}": reason for node, reason in sorted(self.lost.items())})
+        return out
+
+    def shortfall(self, expected: int, waited: float) -> str:
+        """One line: how many clients are usable, every partition left out and why, who is missing."""
+        if not self.infos and not self.bad and not self.lost:
+            return f"no client connected after {waited:g} s; start the SuperNodes or check the federation"
+        if not self.bad and not self.lost:
+            missing = sorted(set(range(expected)) - set(self.infos))
+            return (
+                f"only {len(self.infos)} of {expected} required clients connected after {waited:g} s "
+                f"(missing partition-id {missing[:10]}); start more SuperNodes or lower 'num-clients'"
+            )
+        reasons = "; ".join(f"{name}: {reason}" for name, reason in self.left_out().items())
+        missing = sorted(set(range(expected)) - set(self.infos) - set(self.bad))
+        absent = f"; missing partition-id {missing[:10]}" if missing else ""
+        return (
+            f"only {len(self.infos)} of {expected or '?'} required clients are usable, "
+            f"{len(self.bad) + len(self.lost)} left out ({reasons}){absent}; "
+            "fix their data or lower 'num-clients'"
+        )
+
+
+_CLAIM = re.compile(r"partition (\d+) of (\d+): (.*?)(?:'>)?\s*$", re.S)
+
+
+def _claim(reason: str) -> tuple[int, int, str] | None:
+    """(partition, num-partitions, message) of a client's error that names its partition, else None.
+
+    A client's data errors read ``partition <i> of <n>: <what is wrong>`` (client.session); Flower
+    wraps them as ``<class '...'>:<'...'>`` on every engine.
+    """
+    match = _CLAIM.search(reason)
+    if match is None:
+        return None
+    return int(match[1]), int(match[2]), " ".join(match[3].split())
 
 
 def _reason(reply: Message) -> str:

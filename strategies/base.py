@@ -107,7 +107,10 @@ class FederatedStrategy(Strategy):
                 store.commit(server_round, self.num_rounds, metrics)
                 store.save_checkpoint({"round": server_round, "strategy": self.state_dict()})
                 self.log(f"round {server_round}/{self.num_rounds} " + _fmt(metrics))
-        return self.finish()
+        summary = self.finish()
+        if pool.left_out:  # clients left out at discovery (bad data): failed from the start
+            summary = {**summary, "failed": {**pool.left_out, **summary.get("failed", {})}}
+        return summary
 
     def start(  # Flower's entry point, for users who drive a strategy themselves
         self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600, **_: Any

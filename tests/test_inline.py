@@ -196,7 +196,7 @@ def test_missing_clients_give_a_clear_error_and_keep_the_results(tmp_path: Path)
 def test_a_missing_data_path_names_the_node(tmp_path: Path) -> None:
     configs = node_configs(2)
     configs[1]["data-path"] = str(tmp_path / "nowhere")
-    with pytest.raises(FederationError, match=r"partition 1\): data-path '.*nowhere' does not exist"):
+    with pytest.raises(FederationError, match=r"partition-1: data-path '.*nowhere' does not exist"):
         run_inline({**FAST, "results-dir": str(tmp_path), "run-name": "r"}, configs)
 
 

@@ -1,4 +1,6 @@
-"""Bad silo data (issue 14, item 5): the loaders name the file, row and column of what is wrong.
+"""Bad silo data (issue 14, item 5): the loaders name the file, row and column of what is wrong, a
+bad silo is left out with its reason while enough clients remain, and otherwise one line names
+every bad partition.
 
 Rows are numbered as a spreadsheet shows the file: the header is row 1.
 """
@@ -7,14 +9,18 @@ from __future__ import annotations
 
 import csv
 import gzip
+import json
 import re
+import time
 from pathlib import Path
 
 import pytest
 
+from hetfed.engines.inline import node_configs, run_inline
 from problems.datafile import DataFileError
 from problems.energy import PJM_COLUMNS, daily_prices, generate_pjm_like_csv, pjm_samples
 from problems.ercot import GAS_FILE, PRICE_COLUMNS, PRICE_FILE, load_ercot
+from server.pool import FederationError
 
 
 # --- PJM layout -------------------------------------------------------------------------------------
@@ -201,3 +207,89 @@ def test_ercot_a_day_with_missing_hours_names_file_and_rows(tmp_path: Path) -> N
         DataFileError, match=r"rows 6 and 11, column 'hour_ending': zone 'HB_WEST' has duplicated"
     ):
         daily_prices(load_ercot(folder, points=["HB_WEST"]), "HB_WEST")
+
+
+# --- a federation with bad silos --------------------------------------------------------------------
+RUN = {
+    "problem": "energy-pjm",
+    "strategy": "fedrspo",
+    "loss": "rspo+",
+    "num-rounds": 2,
+    "personal-rounds": 1,
+    "local-epochs": 1,
+    "fraction": 1.0,
+}
+
+
+def silo_files(tmp_path: Path, bad: dict[int, str]) -> tuple[list[dict], dict[int, int]]:
+    """One PJM file per silo (3 clients, 40 days); ``bad`` maps a partition to what breaks its file:
+    ``nan`` (a NaN price in its own client's first row) or ``empty`` (an empty file)."""
+    table = pjm_table(tmp_path, n_zones=3, n_days=40)
+    configs = node_configs(3)
+    rows: dict[int, int] = {}
+    for pid, config in enumerate(configs):
+        path = tmp_path / f"silo-{pid}.csv"
+        if bad.get(pid) == "empty":
+            path.write_text("")
+        elif bad.get(pid) == "nan":
+            broken, rows[pid] = with_cell(table, str(pid), "total_lmp_5", "nan")
+            write_csv(path, broken)
+        else:
+            write_csv(path, table)
+        config["data-path"] = str(path)
+    return configs, rows
+
+
+def test_a_bad_silo_is_left_out_and_the_run_goes_on(tmp_path: Path) -> None:
+    configs, rows = silo_files(tmp_path, {1: "nan"})
+    summary = run_inline({**RUN, "num-clients": 2, "results-dir": str(tmp_path), "run-name": "r"}, configs)
+    reason = f"{tmp_path / 'silo-1.csv'} row {rows[1]}, column 'total_lmp_5': 'nan' is not a finite number"
+    assert summary["status"] == "completed"
+    assert sorted(summary["clients"]) == ["zone_00", "zone_02"]
+    assert summary["failed"] == {"partition-1": reason}
+    on_disk = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert on_disk["failed"] == {"partition-1": reason} and on_disk["aggregate"]["clients-reporting"] == 2
+    with open(tmp_path / "r" / "rounds.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    left_out = [r for r in table if r["status"] == "failed"]
+    assert [(r["round"], r["exchange"], r["partition-id"], r["client"], r["error"]) for r in left_out] == [
+        ("0", "query.info", "1", "partition-1", reason)
+    ]
+    assert {r["client"] for r in table if r["exchange"] == "train"} == {"zone_00", "zone_02"}
+    assert "partition-1" in (tmp_path / "r" / "report.md").read_text()
+
+
+def test_too_few_good_silos_stop_with_every_bad_partition_in_one_line(tmp_path: Path) -> None:
+    configs, rows = silo_files(tmp_path, {0: "nan", 2: "empty"})
+    started = time.time()
+    with pytest.raises(FederationError) as err:  # default num-clients: all 3 partitions
+        run_inline({**RUN, "node-wait-timeout": 60.0, "results-dir": str(tmp_path), "run-name": "r"}, configs)
+    assert time.time() - started < 30  # no waiting for node-wait-timeout: every partition answered
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("only 1 of 3 required clients are usable, 2 left out (partition-0: ")
+    assert f"partition-0: {tmp_path / 'silo-0.csv'} row {rows[0]}, column 'total_lmp_5': 'nan'" in message
+    assert f"partition-2: {tmp_path / 'silo-2.csv'}: empty file" in message
+    assert message.endswith("fix their data or lower 'num-clients'")
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert (
+        summary["status"] == "failed"
+        and "partition-0" in summary["error"]
+        and "partition-2" in summary["error"]
+    )
+
+
+@pytest.mark.parametrize(
+    "wrapped",
+    [
+        "<class 'client.session.SiloDataError'>:<'{}'>",  # SuperNode (deployment) and the inline engine
+        "<class 'flwr.clientapp.client_app.ClientAppException'>:<'\nException ClientAppException occurred. "
+        "Message: {}'>",  # Flower's simulation engine
+    ],
+)
+def test_the_server_reads_the_partition_from_a_client_error_on_every_engine(wrapped: str) -> None:
+    from server.pool import _claim
+
+    message = "partition 2 of 5: /silo/data.csv row 9, column 'bess': empty cell"
+    assert _claim(wrapped.format(message)) == (2, 5, "/silo/data.csv row 9, column 'bess': empty cell")
+    assert _claim(wrapped.format("node 7: node config needs integer 'partition-id'")) is None
