@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import time
 import traceback
 from logging import INFO
@@ -13,7 +14,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from hetfed.config import ConfigError, validate
 from server.pool import ClientPool
-from server.store import RunStore
+from server.store import RunStore, load_checkpoint_file, run_path
 from server.summary import report_markdown
 
 app = ServerApp()
@@ -29,63 +30,121 @@ def default_run_name(cfg: dict[str, Any]) -> str:
 
 
 def run_server(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
-    """One complete run on ``grid``; returns the summary written to summary.json.
+    """One complete run (or one more segment of a resumed run) on ``grid``; returns its summary.
 
     The config is validated before anything is sent; an existing results folder is
-    only reused with ``resume = true`` (and then continues from its checkpoint).
+    only reused with ``resume = true`` (and then continues from its checkpoint). A
+    run stopped by SIGINT/SIGTERM (KeyboardInterrupt, SystemExit) ends with status
+    ``interrupted``; its checkpoint and progress are those of its last completed round.
     """
     from strategies.registry import build_strategy  # imports torch; after validation
 
     cfg = validate(run_config)
     run_name = cfg["run-name"] or default_run_name(cfg)
     cfg["run-name"] = run_name
-    store = RunStore(cfg["results-dir"], run_name)
-    has_config = (store.path / "config.json").exists()
+    path = run_path(cfg["results-dir"], run_name)
+    has_config = (path / "config.json").exists()
     if has_config and not cfg["resume"]:
         raise ConfigError(
             f"run config 'run-name': results/{run_name} already exists; "
             "choose another run-name or set resume=true to continue it"
         )
-    if cfg["resume"] and store.load_checkpoint() is None:
-        raise ConfigError(f"run config 'resume': {store.path} has no checkpoint to resume from")
+    if cfg["resume"]:  # checked before anything is created: a refused resume leaves no folder
+        if not path.is_dir():
+            raise ConfigError(f"run config 'resume': no run folder {path}; no checkpoint to resume from")
+        if load_checkpoint_file(path / "checkpoint.pt") is None:
+            raise ConfigError(f"run config 'resume': {path} has no checkpoint to resume from")
+    store = RunStore(cfg["results-dir"], run_name)
     engine = cfg["engine"] or type(grid).__name__
     if not has_config:
         store.write_config(cfg, engine=engine)
-    strategy = build_strategy(cfg)
+    store.begin_segment(engine, resumed=cfg["resume"])
+    summary: dict[str, Any] = {}
+    status, error = "failed", "the run stopped before it started"
 
     def say(text: str) -> None:
         log(INFO, "[%s] %s", run_name, text)
 
-    pool = ClientPool(
-        grid,
-        store,
-        required=cfg["num-clients"],
-        wait_timeout=cfg["node-wait-timeout"],
-        round_timeout=cfg["round-timeout"],
-        audit=cfg["audit-traffic"],
-        log=say,
-    )
-    started = time.time()
     try:
+        strategy = build_strategy(cfg)
+        pool = ClientPool(
+            grid,
+            store,
+            required=cfg["num-clients"],
+            wait_timeout=cfg["node-wait-timeout"],
+            round_timeout=cfg["round-timeout"],
+            audit=cfg["audit-traffic"],
+            log=say,
+        )
         pool.connect(run_name)
         summary = strategy.run(pool, store)
         status, error = "completed", ""
+    except (KeyboardInterrupt, SystemExit) as exc:  # SIGINT / SIGTERM: stop cleanly, resumable
+        status, error = "interrupted", interrupt_reason(exc)
+        say(f"run interrupted ({error}); continue it with resume=true")
+        raise
     except Exception as exc:  # record what failed next to the results so far, then fail the run
-        summary, status, error = {}, "failed", f"{type(exc).__name__}: {exc}"
+        status, error = "failed", f"{type(exc).__name__}: {exc}"
         say("run failed: " + error + "\n" + traceback.format_exc())
         raise
     finally:
-        full = {
-            "run-name": run_name,
-            "status": status,
-            "error": error,
-            "strategy": cfg["strategy"],
-            "problem": cfg["problem"],
-            "engine": engine,
-            "seed": cfg["seed"],
-            "wall-time-s": round(time.time() - started, 3),
-            **summary,
-        }
-        store.write_summary(full, report_markdown(f"{run_name} ({status})", full))
+        full = finish_segment(store, cfg, engine, status, error, summary)
     say(f"done in {full['wall-time-s']:.1f} s; results in {store.path}")
     return full
+
+
+def interrupt_reason(exc: BaseException) -> str:
+    """``stopped by SIGTERM`` for an exception raised by a signal handler, else its type."""
+    signum = getattr(exc, "signum", None)
+    if signum is not None:
+        return f"stopped by {signal.Signals(signum).name}"
+    return "stopped by SIGINT" if isinstance(exc, KeyboardInterrupt) else f"stopped ({type(exc).__name__})"
+
+
+def finish_segment(
+    store: RunStore,
+    cfg: dict[str, Any],
+    engine: str,
+    status: str,
+    error: str,
+    summary: dict[str, Any],
+) -> dict[str, Any]:
+    """Close this segment and write summary.json / report.md over the whole run (every segment)."""
+    store.end_segment(status)
+    segments = [
+        {k: s.get(k) for k in ("segment", "engine", "started", "status", "wall-time-s")}
+        for s in store.segments()
+    ]
+    full = {
+        "run-name": store.run_name,
+        "status": status,
+        "error": error,
+        "strategy": cfg["strategy"],
+        "problem": cfg["problem"],
+        "engine": engine,
+        "seed": cfg["seed"],
+        "wall-time-s": round(sum(float(s["wall-time-s"] or 0.0) for s in segments), 3),
+        "segment": store.segment,
+        "segments": segments,
+        **summary,
+    }
+    store.write_summary(full, report_markdown(f"{store.run_name} ({status})", full))
+    return full
+
+
+def record_interrupted(results_dir: str, run_name: str, reason: str) -> dict[str, Any] | None:
+    """After a ServerApp process was stopped by force: end its open segment as ``interrupted``.
+
+    Returns the run's summary; None when the run had not started a segment. A segment that
+    ended by itself (completed, failed) keeps what it wrote.
+    """
+    path = run_path(results_dir, run_name)
+    if not (path / "segments.jsonl").exists() or not (path / "config.json").exists():
+        return None
+    store = RunStore(results_dir, run_name)
+    segments = store.segments()
+    if "status" in segments[-1]:
+        return store.read_json("summary.json")
+    store.segment = int(segments[-1]["segment"])
+    cfg = validate(store.read_config()["config"])
+    return finish_segment(store, cfg, str(segments[-1].get("engine", "")), "interrupted", reason, {})

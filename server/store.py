@@ -8,6 +8,9 @@
 - ``progress.json``: rounds done / total and the last aggregate metrics;
 - ``summary.json`` and ``report.md``: per-client and aggregate final metrics;
 - ``checkpoint.pt``: the server's state after the last completed round (resume);
+- ``segments.jsonl``: one line when a segment (the first run or a resume) starts, one when it ends;
+- ``summary.segment-<k>.json``, ``report.segment-<k>.md``: the summary and report segment k wrote,
+  kept when a later segment resumes the run;
 - ``traffic.jsonl`` (with ``audit-traffic``): the shape of every reply.
 
 Every file is written to a temporary name and renamed, so a crash leaves the
@@ -35,6 +38,17 @@ PACKAGES = ("hetfed", "flwr", "torch", "numpy", "scipy", "highspy", "osqp", "daq
 FIRST_COLUMNS = ("round", "exchange", "partition-id", "client", "status", "error")
 
 
+class StoreError(ValueError):
+    """A results folder or file that cannot be used (a damaged checkpoint, a missing run); names the file."""
+
+
+def run_path(root: str | os.PathLike, run_name: str) -> Path:
+    """``root/run_name``, resolved; the run name must be a plain folder name."""
+    if not run_name or "/" in run_name or run_name.startswith("."):
+        raise ValueError(f"results store: invalid run name {run_name!r}")
+    return Path(root).resolve() / run_name
+
+
 def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str]:
     """Installed versions of the packages a result depends on."""
     out = {"python": platform.python_version()}
@@ -50,11 +64,10 @@ class RunStore:
     """Writes the files of one run under ``root/run_name``."""
 
     def __init__(self, root: str | os.PathLike, run_name: str) -> None:
-        if not run_name or "/" in run_name or run_name.startswith("."):
-            raise ValueError(f"results store: invalid run name {run_name!r}")
         self.run_name = run_name
-        self.path = Path(root).resolve() / run_name
+        self.path = run_path(root, run_name)
         self.path.mkdir(parents=True, exist_ok=True)
+        self.segment = 0  # the segment this process writes (begin_segment); 0 = none
         self.rows: list[dict[str, Any]] = self._read_rows()
         self._columns: list[str] = list(FIRST_COLUMNS)  # the columns of rounds.csv on disk
         self._written = 0  # how many of self.rows rounds.csv holds
@@ -123,6 +136,7 @@ class RunStore:
                 "round": server_round,
                 "total": total_rounds,
                 "elapsed-s": round(time.time() - self.started, 3),
+                "segment": self.segment,
                 "aggregate": _finite(dict(aggregate)),
             },
         )
@@ -140,8 +154,85 @@ class RunStore:
         os.replace(tmp, self.path / "checkpoint.pt")
 
     def load_checkpoint(self) -> dict[str, Any] | None:
-        path = self.path / "checkpoint.pt"
-        return torch.load(path, weights_only=False) if path.exists() else None
+        """The last checkpoint, None if there is none; StoreError naming the file if it is damaged."""
+        return load_checkpoint_file(self.path / "checkpoint.pt")
+
+    # --- segments -------------------------------------------------------------
+    def begin_segment(self, engine: str, *, resumed: bool) -> int:
+        """Start a segment (the first run or a resume); returns its number (1, 2, ...).
+
+        A previous segment that never recorded its end (its process was killed) is closed as
+        ``killed`` with the time its last progress.json reported. The summary and report of the
+        previous segment are kept as ``summary.segment-<k>.json`` / ``report.segment-<k>.md``.
+        """
+        segments = self.segments()
+        if segments and "status" not in segments[-1]:
+            last = segments[-1]
+            progress = self.read_json("progress.json") or {}
+            wall = progress.get("elapsed-s") if progress.get("segment") == last["segment"] else None
+            self._append_segment({"segment": last["segment"], "status": "killed", "wall-time-s": wall})
+        elif not segments and resumed:
+            self._append_legacy_segment()
+        segments = self.segments()
+        for name, ext in (("summary", "json"), ("report", "md")):
+            src = self.path / f"{name}.{ext}"
+            if src.exists() and segments:
+                dst = self.path / f"{name}.segment-{segments[-1]['segment']}.{ext}"
+                n = 1
+                while dst.exists():
+                    n += 1
+                    dst = self.path / f"{name}.segment-{segments[-1]['segment']}-{n}.{ext}"
+                os.replace(src, dst)
+        self.segment = len(segments) + 1
+        self.started = time.time()
+        self._append_segment(
+            {
+                "segment": self.segment,
+                "engine": engine,
+                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
+                "started-unix": round(self.started, 3),
+            }
+        )
+        return self.segment
+
+    def end_segment(self, status: str, segment: int = 0) -> float:
+        """Record how segment ``segment`` (default: this process's) ended; returns its wall time."""
+        segment = segment or self.segment
+        start = next((s for s in self.segments() if s["segment"] == segment), {})
+        wall = round(time.time() - float(start.get("started-unix", self.started)), 3)
+        self._append_segment({"segment": segment, "status": status, "wall-time-s": wall})
+        return wall
+
+    def segments(self) -> list[dict[str, Any]]:
+        """Every segment so far: number, engine, started, status and wall-time-s once it ended."""
+        merged: dict[int, dict[str, Any]] = {}
+        path = self.path / "segments.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        for line in lines:
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short by a kill
+            merged.setdefault(int(entry["segment"]), {}).update(entry)
+        return [merged[k] for k in sorted(merged)]
+
+    def _append_segment(self, entry: Mapping[str, Any]) -> None:
+        with open(self.path / "segments.jsonl", "a") as f:
+            f.write(json.dumps(dict(entry)) + "\n")
+
+    def _append_legacy_segment(self) -> None:
+        """A run written before segments were recorded: its first segment from its summary/config."""
+        config, summary = self.read_json("config.json") or {}, self.read_json("summary.json") or {}
+        progress = self.read_json("progress.json") or {}
+        self._append_segment(
+            {
+                "segment": 1,
+                "engine": summary.get("engine") or config.get("engine", ""),
+                "started": config.get("created", ""),
+                "status": summary.get("status", "killed"),
+                "wall-time-s": summary.get("wall-time-s", progress.get("elapsed-s")),
+            }
+        )
 
     # --- summary --------------------------------------------------------------
     def write_summary(self, summary: Mapping[str, Any], report: str) -> None:
@@ -155,6 +246,12 @@ class RunStore:
             f.write(json.dumps(record) + "\n")
 
     # --- helpers --------------------------------------------------------------
+    def read_json(self, name: str) -> Any:
+        try:
+            return json.loads((self.path / name).read_text())
+        except (OSError, json.JSONDecodeError):
+            return None
+
     def _read_rows(self) -> list[dict[str, Any]]:
         path = self.path / "rounds.csv"
         if not path.exists():
@@ -169,6 +266,23 @@ class RunStore:
         tmp = self.path / f".{name}.tmp"
         tmp.write_text(text)
         os.replace(tmp, self.path / name)
+
+
+def load_checkpoint_file(path: Path) -> dict[str, Any] | None:
+    """A checkpoint written by :meth:`RunStore.save_checkpoint`; None if absent, StoreError if damaged."""
+    if not path.exists():
+        return None
+    try:
+        state = torch.load(path, weights_only=False)
+    except Exception as exc:  # torch raises many kinds (EOFError, UnpicklingError, RuntimeError)
+        why = (str(exc).strip().splitlines() or ["unreadable"])[0][:120]
+        raise StoreError(
+            f"checkpoint {path} is damaged ({type(exc).__name__}: {why}); "
+            "it cannot be resumed (restore it from a backup or start a new run)"
+        ) from None
+    if not isinstance(state, dict) or "round" not in state or "strategy" not in state:
+        raise StoreError(f"checkpoint {path} is not a hetfed checkpoint (no round and strategy state)")
+    return state
 
 
 def _finite(obj: Any) -> Any:

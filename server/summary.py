@@ -67,6 +67,14 @@ def report_markdown(title: str, summary: Mapping[str, Any], columns: list[str] |
         lines += ["", "Aggregate: " + ", ".join(f"{k} = {_fmt(v)}" for k, v in extra.items())]
     if summary.get("failed"):
         lines += ["", "Failures:"] + [f"- {k}: {v}" for k, v in summary["failed"].items()]
+    if len(summary.get("segments", [])) > 1:
+        lines += ["", "Segments (the run was resumed):"] + [
+            f"- {g['segment']}: {g['engine']}, started {g['started']}, "
+            f"{_fmt(g['wall-time-s'])} s, {g['status']}"
+            for g in summary["segments"]
+        ]
+    if summary.get("error"):
+        lines += ["", f"Stopped: {summary['error']}"]
     return "\n".join(lines) + "\n"
 
 

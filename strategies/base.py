@@ -22,6 +22,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from hetfed.records import to_numpy, to_record
+from server.interrupts import deferred
 from server.pool import ClientPool
 from server.store import RunStore
 
@@ -81,8 +82,9 @@ class FederatedStrategy(Strategy):
         else:
             self.summary()
             self.setup()
-            store.commit(0, self.num_rounds)
-            store.save_checkpoint({"round": 0, "strategy": self.state_dict()})
+            with deferred():  # an interrupt never splits rounds.csv from the checkpoint
+                store.commit(0, self.num_rounds)
+                store.save_checkpoint({"round": 0, "strategy": self.state_dict()})
             first = 1
         for server_round in range(first, self.num_rounds + 1):
             pool.refresh()  # a restarted SuperNode is back under a new node id
@@ -104,8 +106,9 @@ class FederatedStrategy(Strategy):
             )
             every = int(self.cfg.get("checkpoint-every", 1))
             if server_round == self.num_rounds or (every and server_round % every == 0):
-                store.commit(server_round, self.num_rounds, metrics)
-                store.save_checkpoint({"round": server_round, "strategy": self.state_dict()})
+                with deferred():
+                    store.commit(server_round, self.num_rounds, metrics)
+                    store.save_checkpoint({"round": server_round, "strategy": self.state_dict()})
                 self.log(f"round {server_round}/{self.num_rounds} " + _fmt(metrics))
         summary = self.finish()
         if pool.left_out:  # clients left out at discovery (bad data): failed from the start
