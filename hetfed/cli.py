@@ -4,35 +4,178 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
-from hetfed.config import SCHEMA, ConfigError, parse_assignments, to_toml
+from hetfed.config import SCHEMA, ConfigError, parse_assignments, to_toml, validate
 from hetfed.federation_cli import add_federation_parser
 
 ENGINES = ("inline", "simulation", "deployment")
 
 
+RUN_DEFAULTS: dict[str, Any] = {
+    "engine": "inline",
+    "nodes": 4,
+    "data_path": None,
+    "federation_dir": ".hetfed/federation",
+    "timeout": 3600.0,
+}
+SET_BY_RUN = {"engine": "--engine", "results-dir": "--results-dir", "resume": "--resume", "launch": "--nodes"}
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from hetfed.engines.runner import run_experiment
+    """``hetfed run``: check every argument, then run (or resume) one experiment."""
+    from hetfed.engines.runner import RunInterrupted, run_experiment, signals_raise
+    from server.app import default_run_name
 
     overrides = parse_assignments(args.set or [])
+    for key, flag in SET_BY_RUN.items():
+        if key in overrides:
+            raise ConfigError(f"--set {key}: set by `hetfed run`; use {flag}")
     if args.resume:
-        recorded = json.loads((Path(args.results_dir) / args.resume / "config.json").read_text())["config"]
-        keep = {k: v for k, v in recorded.items() if k in SCHEMA and k not in ("engine", "results-dir")}
-        overrides = {**keep, **overrides, "run-name": args.resume, "resume": True}
-    summary = run_experiment(
-        args.engine,
-        overrides,
-        nodes=args.nodes,
-        results_dir=Path(args.results_dir),
-        federation_dir=Path(args.federation_dir),
-        timeout=args.timeout,
-    )
-    run_dir = Path(args.results_dir) / summary["run-name"]
+        settings, overrides = resume_settings(args, overrides)
+    else:
+        settings = {k: v if (v := getattr(args, k)) is not None else d for k, d in RUN_DEFAULTS.items()}
+    check_run_args(settings, overrides, Path(args.results_dir))
+    cfg = validate({**overrides, "engine": settings["engine"]})
+    name = overrides.setdefault("run-name", cfg["run-name"] or default_run_name(cfg))
+    run_dir = Path(args.results_dir).resolve() / name
+    try:
+        with signals_raise():
+            summary = run_experiment(
+                settings["engine"],
+                overrides,
+                nodes=settings["nodes"],
+                results_dir=Path(args.results_dir),
+                federation_dir=Path(settings["federation_dir"]),
+                timeout=settings["timeout"],
+                data_path=settings["data_path"],
+            )
+    except RunInterrupted as exc:
+        print(f"hetfed: {exc.describe(run_dir)}", file=sys.stderr)
+        return 128 + exc.signum
     print((run_dir / "report.md").read_text())
     print(f"status: {summary['status']}; results in {run_dir}")
     return 0 if summary["status"] == "completed" else 1
+
+
+def resume_settings(
+    args: argparse.Namespace, overrides: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The engine, nodes, paths and run config recorded in ``results/<run>/config.json``.
+
+    A flag or ``--set`` that differs from what the run recorded is refused (a resumed run
+    continues the same run); ``--timeout`` may differ (it bounds this segment only).
+    """
+    from server.store import StoreError, load_checkpoint_file, run_path  # imports torch
+
+    name = args.resume
+    run_dir = run_path(args.results_dir, name)
+    if not run_dir.is_dir():
+        runs = sorted(c.parent.name for c in run_dir.parent.glob("*/config.json"))
+        hint = f" (runs there: {', '.join(runs[:5])}{', ...' if len(runs) > 5 else ''})" if runs else ""
+        raise StoreError(f"--resume {name}: no run folder {run_dir}{hint}")
+    config_path = run_dir / "config.json"
+    try:
+        recorded = json.loads(config_path.read_text())
+        config = dict(recorded["config"])
+    except FileNotFoundError:
+        raise StoreError(f"--resume {name}: {config_path} is missing; not a hetfed run folder") from None
+    except (ValueError, KeyError, TypeError):
+        raise StoreError(f"--resume {name}: {config_path} is damaged (no JSON run config)") from None
+    checkpoint = load_checkpoint_file(run_dir / "checkpoint.pt")
+    if checkpoint is None:
+        raise StoreError(f"--resume {name}: {run_dir} has no checkpoint.pt to resume from")
+    try:
+        status = json.loads((run_dir / "summary.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        status = None
+    if status == "completed" and int(checkpoint["round"]) >= int(config.get("num-rounds", 0)):
+        raise StoreError(f"--resume {name}: the run already completed ({run_dir / 'summary.json'})")
+    try:
+        launch = json.loads(config.get("launch") or "{}")
+    except ValueError:
+        raise StoreError(f"--resume {name}: {config_path} has a damaged 'launch' record") from None
+    engine = config.get("engine") or recorded.get("engine")
+    recorded_settings = {
+        "engine": engine if engine in ENGINES else None,
+        "nodes": launch.get("nodes") or config.get("num-clients") or None,
+        "data_path": launch.get("data-path") or None,
+        "federation_dir": launch.get("federation-dir") or None,
+        "timeout": launch.get("timeout"),
+    }
+    settings: dict[str, Any] = {}
+    for key, default in RUN_DEFAULTS.items():
+        given, known = getattr(args, key), recorded_settings[key]
+        flag = "--" + key.replace("_", "-")
+        if given is not None and known is not None and key != "timeout" and not _same(key, given, known):
+            raise ConfigError(
+                f"{flag} {given} conflicts with the {known} recorded by run {name} ({config_path}); "
+                "a resumed run keeps its settings: drop the flag"
+            )
+        value = given if given is not None else known
+        if value is None and key in ("engine", "nodes"):
+            raise ConfigError(f"--resume {name}: {config_path} does not record the {key}; give {flag}")
+        settings[key] = value if value is not None else default
+    for key, value in overrides.items():
+        if key in config and config[key] != value:
+            raise ConfigError(
+                f"--set {key}={value!r} conflicts with {key} = {config[key]!r} recorded by run {name} "
+                f"({config_path}); a resumed run keeps its config"
+            )
+    keep = {k: v for k, v in config.items() if k in SCHEMA and k not in ("engine", "results-dir")}
+    return settings, {**keep, **overrides, "run-name": name, "resume": True}
+
+
+def _same(key: str, given: Any, known: Any) -> bool:
+    if key in ("federation_dir", "data_path"):
+        return str(Path(str(given)).resolve()) == str(Path(str(known)).resolve())
+    return bool(given == known)
+
+
+def check_run_args(settings: dict[str, Any], overrides: dict[str, Any], results_dir: Path) -> None:
+    """Refuse, with one line, every argument that cannot run, before anything starts."""
+    engine, nodes, timeout = settings["engine"], settings["nodes"], settings["timeout"]
+    if engine in ("inline", "simulation") and nodes < 1:
+        raise ConfigError(f"--nodes {nodes}: must be >= 1 (the number of clients)")
+    if engine == "deployment" and nodes is not None and nodes < 1:
+        raise ConfigError(f"--nodes {nodes}: must be >= 1 (the federation's SuperNodes)")
+    required = overrides.get("num-clients", 0)
+    if engine in ("inline", "simulation") and required > nodes:
+        raise ConfigError(f"--set num-clients={required}: more than the {nodes} clients of --nodes {nodes}")
+    if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
+        raise ConfigError(f"--timeout {timeout}: must be > 0 seconds")
+    if results_dir.exists() and not results_dir.is_dir():
+        raise ConfigError(f"--results-dir {results_dir}: exists and is not a folder")
+    parent = next((p for p in [results_dir.resolve(), *results_dir.resolve().parents] if p.exists()), None)
+    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"--results-dir {results_dir}: {parent} is not a writable folder")
+    fed_dir = settings["federation_dir"]
+    if engine != "deployment" and fed_dir != RUN_DEFAULTS["federation_dir"]:
+        raise ConfigError(f"--federation-dir {fed_dir}: only for --engine deployment")
+    data_path = settings["data_path"]
+    if data_path is not None:
+        if engine != "inline":
+            raise ConfigError(
+                f"--data-path: only for --engine inline ({engine}: give each node's data to "
+                "`hetfed federation up --data-path`)"
+                if engine == "deployment"
+                else "--data-path: only for --engine inline (Flower's simulated nodes hold no data path)"
+            )
+        try:
+            paths = [Path(data_path.format(partition=i)) for i in range(nodes)]
+        except (KeyError, IndexError, ValueError):
+            raise ConfigError(f"--data-path {data_path}: only {{partition}} may appear in braces") from None
+        missing = [i for i, p in enumerate(paths) if not p.exists()]
+        if missing:
+            raise ConfigError(
+                f"--data-path {data_path}: {paths[missing[0]]} does not exist "
+                f"(partition {', '.join(map(str, missing[:10]))}{', ...' if len(missing) > 10 else ''} "
+                f"of {nodes})"
+            )
 
 
 def cmd_config(args: argparse.Namespace) -> int:
@@ -91,14 +234,36 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hetfed", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run one experiment on an engine")
-    run.add_argument("--engine", choices=ENGINES, default="inline")
-    run.add_argument("--nodes", type=int, default=4, help="clients (inline, simulation)")
+    run = sub.add_parser(
+        "run",
+        help="run one experiment on an engine",
+        description="Run one experiment, or continue one with --resume. Every argument is checked "
+        "before anything starts; a refused run leaves no results folder. SIGINT (Ctrl-C) or SIGTERM "
+        "stops the run cleanly: its checkpoint and progress are those of the last completed round, "
+        "summary.json says status 'interrupted', the exit code is 130 / 143, and --resume continues it.",
+        epilog="--resume RUN_NAME continues results-dir/RUN_NAME from its checkpoint with the engine, "
+        "nodes, data path, federation dir and run config recorded in its config.json; a flag or --set "
+        "that differs from the recorded value is refused (--timeout may differ: it bounds this segment). "
+        "The resumed run's summary.json covers the whole run (wall-time-s = the sum of its segments, "
+        "'segments' = each segment's engine, start time, wall time and status); the summary and report "
+        "of earlier segments are kept as summary.segment-<k>.json and report.segment-<k>.md.",
+    )
+    run.add_argument("--engine", choices=ENGINES, help="inline (default), simulation or deployment")
+    run.add_argument("--nodes", type=int, help="clients (inline, simulation; default 4), >= 1")
     run.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a run-config key")
-    run.add_argument("--results-dir", default="results")
-    run.add_argument("--resume", metavar="RUN_NAME", help="continue results/RUN_NAME from its checkpoint")
-    run.add_argument("--federation-dir", default=".hetfed/federation", help="(deployment) where `up` ran")
-    run.add_argument("--timeout", type=float, default=3600, help="seconds before giving up on the run")
+    run.add_argument(
+        "--results-dir", default="results", help="where results/<run-name>/ goes (default results)"
+    )
+    run.add_argument("--resume", metavar="RUN_NAME", help="continue results-dir/RUN_NAME (see below)")
+    run.add_argument(
+        "--data-path",
+        metavar="PATH",
+        help="(inline) each node's data; {partition} is replaced by the partition id; must exist",
+    )
+    run.add_argument(
+        "--federation-dir", help="(deployment) where `hetfed federation up` ran (default .hetfed/federation)"
+    )
+    run.add_argument("--timeout", type=float, help="seconds before giving up on the run (default 3600), > 0")
     run.set_defaults(func=cmd_run)
 
     add_federation_parser(sub)
@@ -121,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (ConfigError, FileNotFoundError, RuntimeError, ValueError) as exc:
+    except (ConfigError, FileNotFoundError, RuntimeError, ValueError) as exc:  # StoreError is a ValueError
         print(f"hetfed: error: {exc}", file=sys.stderr)
         return 2
 

@@ -95,6 +95,9 @@ SCHEMA: dict[str, Key] = {
     "run-name": Key("", "Name of the results folder results-dir/<run-name>; empty = generated"),
     "results-dir": Key("results", "Where runs write their results (relative to the ServerApp's cwd)"),
     "engine": Key("", "Engine label recorded with the results (set by `hetfed run`)", choices=ENGINES),
+    "launch": Key(
+        "", "How `hetfed run` launched the run (JSON: nodes, data-path, federation-dir); --resume reads it"
+    ),
     "seed": Key(42, "Master seed: data generation, model init, client sampling, batch order", low=0),
     "strategy": Key("fedavg", "Server-side algorithm", choices=STRATEGIES),
     "problem": Key("knapsack", "Task each client solves on its own data", choices=PROBLEMS),

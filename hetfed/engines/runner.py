@@ -10,20 +10,64 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import tempfile
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hetfed.config import validate
+from hetfed.config import ConfigError, validate
 from hetfed.engines.flower import FlowerProcessError, LocalFlower
 from hetfed.federation import DEFAULT_DIR, FederationInfo
+from server.interrupts import raise_or_defer
 
 APP_DIR = Path(__file__).resolve().parents[2]  # the folder with pyproject.toml (the Flower app)
 
 
 class RunFailed(RuntimeError):
     """The run finished but did not complete."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived during a run (raised by :func:`signals_raise`'s handler)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    def describe(self, run_dir: Path) -> str:
+        """One line: what stopped, where the run got to, how to continue it."""
+        name = signal.Signals(self.signum).name
+        try:
+            progress = json.loads((run_dir / "progress.json").read_text())
+        except (OSError, ValueError):
+            return f"interrupted by {name} before round 1 of {run_dir.name}; nothing to resume"
+        return (
+            f"interrupted by {name} after round {progress['round']}/{progress['total']} of "
+            f"{run_dir.name} (summary, checkpoint and progress in {run_dir}); "
+            f"continue it with `hetfed run --resume {run_dir.name}`"
+        )
+
+
+@contextmanager
+def signals_raise() -> Iterator[None]:
+    """SIGINT and SIGTERM raise :class:`RunInterrupted` (once; later ones wait for the cleanup)."""
+    fired: list[int] = []
+
+    def handler(signum: int, _frame: Any) -> None:
+        if not fired:
+            fired.append(signum)
+            raise_or_defer(RunInterrupted(signum))  # not while a round's files are being written
+
+    saved = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in saved.items():
+            signal.signal(sig, old)
 
 
 def prepare(overrides: Mapping[str, Any], engine: str, results_dir: Path) -> dict[str, Any]:
@@ -48,28 +92,93 @@ def run_experiment(
     federation_dir: Path = DEFAULT_DIR,
     timeout: float = 3600,
     echo: Any = print,
+    data_path: str | None = None,
 ) -> dict[str, Any]:
-    """Run one experiment; returns its summary (summary.json). Raises RunFailed if it failed."""
+    """Run one experiment; returns its summary (summary.json). Raises RunFailed if it failed.
+
+    How the run was launched (nodes, data path, federation dir, timeout) is recorded in its
+    config (key ``launch``, kept in config.json), from which ``hetfed run --resume`` continues it.
+    A resumed run (``resume = true``) passes the ``launch`` it recorded.
+    """
+    overrides = dict(overrides)
+    if engine == "deployment":
+        info = FederationInfo.load(federation_dir)
+        if overrides.get("resume") and nodes and nodes != info.nodes:
+            raise ConfigError(
+                f"the federation in {federation_dir} has {info.nodes} SuperNodes; "
+                f"run {overrides.get('run-name')} was recorded with {nodes}"
+            )
+        if nodes and nodes != info.nodes:
+            echo(f"note: the running federation has {info.nodes} SuperNodes (not {nodes})")
+        nodes = info.nodes
+    launch = {"nodes": nodes, "data-path": data_path or "", "timeout": timeout}
+    if engine == "deployment":
+        launch["federation-dir"] = str(Path(federation_dir).resolve())
+    overrides.setdefault("launch", json.dumps(launch))
     run_config = prepare(overrides, engine, results_dir)
     run_dir = Path(run_config["results-dir"]) / run_config["run-name"]
     if engine == "inline":
         from hetfed.engines.inline import node_configs, run_inline
 
-        return run_inline(run_config, node_configs(nodes))
+        configs = node_configs(nodes)
+        if data_path:
+            for c in configs:
+                c["data-path"] = str(Path(data_path.format(partition=c["partition-id"])).resolve())
+        return run_inline(run_config, configs)
     if engine == "simulation":
         with tempfile.TemporaryDirectory(prefix="hetfed-sim-") as tmp:
             flower = LocalFlower(Path(tmp), simulation=True)
             try:
                 flower.start_superlink(cwd=APP_DIR)
                 return _submit_and_wait(flower, run_config, run_dir, nodes, timeout, echo)
+            except KeyboardInterrupt as exc:  # the ServerApp runs in Flower's process: stop it, then record
+                from server.app import interrupt_reason, record_interrupted
+
+                flower.stop()
+                end_processes_of(flower.home)
+                record_interrupted(run_config["results-dir"], run_config["run-name"], interrupt_reason(exc))
+                raise
             finally:
                 flower.stop()
+                end_processes_of(flower.home)
     if engine == "deployment":
-        info = FederationInfo.load(federation_dir)
-        if nodes and nodes != info.nodes:
-            echo(f"note: the running federation has {info.nodes} SuperNodes (not {nodes})")
-        return _submit_and_wait(info.flower(), run_config, run_dir, info.nodes, timeout, echo)
+        return _submit_and_wait(info.flower(), run_config, run_dir, nodes, timeout, echo)
     raise ValueError(f"unknown engine {engine!r}; choose inline, simulation or deployment")
+
+
+def end_processes_of(flwr_home: Path, timeout: float = 15) -> None:
+    """End every process whose environment has ``FLWR_HOME=flwr_home``: SIGTERM, then SIGKILL.
+
+    Flower's SuperExec and the simulation process it starts run in their own sessions, so
+    stopping the SuperLink's process group leaves them to notice on their own; a run must not
+    keep writing its results after ``hetfed run`` reported it stopped.
+    """
+    marker = f"FLWR_HOME={Path(flwr_home).resolve()}".encode()
+
+    def alive() -> list[int]:
+        pids = []
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                env = (proc / "environ").read_bytes().split(b"\0")
+                state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if marker in env and state != "Z" and int(proc.name) != os.getpid():
+                pids.append(int(proc.name))
+        return pids
+
+    pids = alive()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        end = time.time() + timeout
+        while (pids := alive()) and time.time() < end:
+            time.sleep(0.2)
+        if not pids:
+            return
 
 
 def _submit_and_wait(
