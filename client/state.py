@@ -6,7 +6,9 @@ module globals do not persist, and a restarted SuperNode starts with an empty
 ``context.state``. :class:`ClientState` therefore stores named groups of arrays
 and scalar values in ``context.state`` and, when the node config sets
 ``state-dir``, mirrors every group to ``<state-dir>/<run-key>/<group>.npz|.json``
-and restores from there when ``context.state`` is empty.
+and restores from there when ``context.state`` is empty. Arrays are stored as NumPy
+(``.npz``), values as JSON, so a NumPy-only client never imports torch; only the optimizer
+helpers import it.
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from flwr.app import ConfigRecord, Context
 
 from hetfed.records import to_numpy, to_record
+
+if TYPE_CHECKING:
+    import torch
 
 _ARRAYS = "arrays:"
 _VALUES = "values:"
@@ -88,6 +92,8 @@ class ClientState:
 
 def optimizer_to_state(optimizer: torch.optim.Optimizer) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Split an optimizer's state_dict into arrays (moments, steps) and JSON values (groups)."""
+    import torch  # only clients with torch models call this; the LSA clients never import torch
+
     sd = optimizer.state_dict()
     arrays = {
         f"{idx}.{name}": value.detach().cpu().numpy().copy() if isinstance(value, torch.Tensor) else value
@@ -101,6 +107,8 @@ def optimizer_from_state(
     optimizer: torch.optim.Optimizer, arrays: Mapping[str, np.ndarray], values: Mapping[str, Any]
 ) -> None:
     """Inverse of :func:`optimizer_to_state`: load the saved state into ``optimizer``."""
+    import torch
+
     state: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in arrays.items():
         idx, name = key.split(".", 1)

@@ -1,12 +1,20 @@
-"""Conversions between NumPy/torch arrays and Flower's ArrayRecord (what crosses the wire)."""
+"""Conversions between NumPy/torch arrays and Flower's ArrayRecord (what crosses the wire).
+
+torch is never imported here: a tensor can only exist once something else imported torch,
+so a NumPy-only client (the LSA strategies) runs without it.
+"""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from flwr.app import Array, ArrayRecord
+
+if TYPE_CHECKING:
+    import torch
 
 
 def to_record(arrays: Mapping[str, np.ndarray | torch.Tensor]) -> ArrayRecord:
@@ -20,6 +28,7 @@ def to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
 
 
 def _numpy(value: np.ndarray | torch.Tensor) -> np.ndarray:
-    if isinstance(value, torch.Tensor):
+    torch_module = sys.modules.get("torch")
+    if torch_module is not None and isinstance(value, torch_module.Tensor):
         return value.detach().cpu().numpy().copy()
     return np.array(value)
