@@ -3,6 +3,9 @@
 The server never loads client data: it only needs the model, derived from the run
 config alone: its input/output sizes (:attr:`ProblemSpec.model_dims`, decision
 problems) or the model itself (:attr:`ProblemSpec.make_model`, constrained tasks).
+
+Problem modules are imported when a spec's function first needs them, so looking up a
+problem imports only that problem (the Garnet LSA task: NumPy, no torch, no SciPy).
 """
 
 from __future__ import annotations
@@ -13,15 +16,15 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from hetfed.config import ConfigError
-from problems import energy, garnet, knapsack, shortest_path
-from problems.base import DecisionClientData, DecisionSplit
-from problems.ercot import load_ercot
+
+if TYPE_CHECKING:
+    from problems import garnet, knapsack, shortest_path
+    from problems.base import DecisionClientData
 
 RunConfig = Mapping[str, Any]
 
@@ -39,6 +42,8 @@ class ProblemSpec:
 
 def knapsack_params(cfg: RunConfig) -> knapsack.KnapsackParams:
     """The knapsack generator's parameters from the run config."""
+    from problems import knapsack
+
     return knapsack.KnapsackParams(
         num_items=cfg["num-items"],
         num_features=cfg["num-features"],
@@ -55,6 +60,8 @@ def knapsack_params(cfg: RunConfig) -> knapsack.KnapsackParams:
 
 def shortest_path_params(cfg: RunConfig) -> shortest_path.ShortestPathParams:
     """The grid shortest-path generator's parameters from the run config."""
+    from problems import shortest_path
+
     return shortest_path.ShortestPathParams(
         grid_size=cfg["grid-size"],
         num_features=cfg["num-features"],
@@ -76,6 +83,8 @@ STORM_DAYS = (np.datetime64("2021-02-12"), np.datetime64("2021-02-20"))
 
 def energy_zones(cfg: RunConfig) -> tuple[str, ...]:
     """The ERCOT zones of the run, partition i taking the i-th: ``energy-zones`` or all of ERCOT_ZONES."""
+    from problems import energy
+
     text = str(cfg["energy-zones"]).strip()
     if not text:
         return energy.ERCOT_ZONES
@@ -92,6 +101,10 @@ def energy_zones(cfg: RunConfig) -> tuple[str, ...]:
 def restrict_training(data: DecisionClientData, keep: np.ndarray) -> DecisionClientData:
     """``data`` with only the training rows where ``keep`` is true (features keep the z-scoring of
     the whole training split; validation and test splits unchanged)."""
+    import torch
+
+    from problems.base import DecisionSplit
+
     if keep.all():
         return data
     if not keep.any():
@@ -111,6 +124,9 @@ def last_days(n: int, days: int) -> np.ndarray:
 @functools.lru_cache(maxsize=64)
 def _ercot_client(zone: str, pid: int, path: str, exclude_storm: bool, train_days: int) -> DecisionClientData:
     """Cached per process on the data options (not the run name): the CSV scan costs ~1 s per zone."""
+    from problems import energy
+    from problems.ercot import load_ercot
+
     samples = energy.zone_samples(load_ercot(path or None, points=[zone]), zone)
     data = samples.to_client_data(pid)
     train_dates = samples.dates[: len(data.train)]
@@ -138,18 +154,45 @@ def pjm_client(cfg: RunConfig, pid: int, n: int, path: Path | None) -> DecisionC
     """Partition ``pid`` of a PJM-layout CSV (the node's ``data-path``), see problems.energy."""
     if path is None:
         raise ValueError("problem 'energy-pjm' needs a node data-path: a CSV in the PJM layout (PJM_COLUMNS)")
+    from problems import energy
+
     data = energy.load_pjm_client(path, pid, n)
     return restrict_training(data, last_days(len(data.train), cfg["energy-train-days"]))
 
 
 def ercot_dims(cfg: RunConfig) -> tuple[int, int]:
     """Model sizes of the ERCOT task; checks ``energy-zones`` on the server before round 1."""
+    from problems import energy
+
     energy_zones(cfg)
     return len(energy.FEATURE_NAMES), energy.HOURS
 
 
+def pjm_dims(cfg: RunConfig) -> tuple[int, int]:
+    """Model sizes of a PJM-layout task."""
+    from problems import energy
+
+    return len(energy.PJM_FEATURES), energy.HOURS
+
+
+def knapsack_client(cfg: RunConfig, pid: int, n: int, path: Path | None) -> DecisionClientData:
+    """Partition ``pid`` of the generated knapsack task."""
+    from problems import knapsack
+
+    return knapsack.load_client(knapsack_params(cfg), cfg["seed"], pid)
+
+
+def shortest_path_client(cfg: RunConfig, pid: int, n: int, path: Path | None) -> DecisionClientData:
+    """Partition ``pid`` of the generated grid shortest-path task."""
+    from problems import shortest_path
+
+    return shortest_path.load_client(shortest_path_params(cfg), cfg["seed"], pid)
+
+
 def garnet_agent(cfg: RunConfig, partition_id: int) -> garnet.GarnetAgent:
     """Agent ``partition_id`` of the Garnet federation the run config describes (ALGORITHMS.md 3)."""
+    from problems import garnet
+
     return garnet.make_agent(
         partition_id,
         cfg["garnet-seed"] if cfg["garnet-seed"] >= 0 else cfg["seed"],
@@ -224,7 +267,7 @@ PROBLEMS: dict[str, ProblemSpec] = {
     "knapsack": ProblemSpec(
         name="knapsack",
         family="decision",
-        load_client=lambda cfg, pid, n, path: knapsack.load_client(knapsack_params(cfg), cfg["seed"], pid),
+        load_client=knapsack_client,
         model_dims=lambda cfg: (cfg["num-features"], cfg["num-items"]),
     ),
     "energy": ProblemSpec(name="energy", family="decision", load_client=ercot_client, model_dims=ercot_dims),
@@ -232,14 +275,12 @@ PROBLEMS: dict[str, ProblemSpec] = {
         name="energy-pjm",
         family="decision",
         load_client=pjm_client,
-        model_dims=lambda cfg: (len(energy.PJM_FEATURES), energy.HOURS),
+        model_dims=pjm_dims,
     ),
     "shortest-path": ProblemSpec(
         name="shortest-path",
         family="decision",
-        load_client=lambda cfg, pid, n, path: shortest_path.load_client(
-            shortest_path_params(cfg), cfg["seed"], pid
-        ),
+        load_client=shortest_path_client,
         model_dims=lambda cfg: (cfg["num-features"], shortest_path_params(cfg).num_edges),
     ),
     "garnet": ProblemSpec(
