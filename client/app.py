@@ -3,39 +3,55 @@
 Each strategy has a client class (``CLIENTS``) whose methods handle the message
 types it lists in ``handles`` (``query.info`` -> ``query_info``). The node's own
 partition comes from its node config; the run config is identical to the server's.
+
+A client class is imported on the first message of its strategy, so a node imports
+only what its run needs: the LSA clients (NumPy) never import torch.
 """
 
 from __future__ import annotations
 
-import torch
+import functools
+import sys
+from pkgutil import resolve_name
+from typing import Any
+
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from client.constrained import ConstrainedClient
-from client.decision_client import DecisionClient
-from client.lsa import FedLSAClient, PFLSAClient, SCAFFLSAClient, SingleLSAClient
 from client.session import ClientSession
 
-# Strategy name -> client class. Every class handles "query.info".
-CLIENTS = {
-    **dict.fromkeys(("fedavg", "fedrspo", "local-only"), DecisionClient),
-    "pflsa": PFLSAClient,
-    "fedlsa": FedLSAClient,
-    "scafflsa": SCAFFLSAClient,
-    "single-lsa": SingleLSAClient,
+# Strategy name -> its client class, "module:attribute". Every class handles "query.info".
+CLIENTS: dict[str, str] = {
+    **dict.fromkeys(("fedavg", "fedrspo", "local-only"), "client.decision_client:DecisionClient"),
+    "pflsa": "client.lsa:PFLSAClient",
+    "fedlsa": "client.lsa:FedLSAClient",
+    "scafflsa": "client.lsa:SCAFFLSAClient",
+    "single-lsa": "client.lsa:SingleLSAClient",
     **dict.fromkeys(
-        ("softmax-switching", "penalty", "primal-dual", "fedavg-unconstrained", "crpo"), ConstrainedClient
+        ("softmax-switching", "penalty", "primal-dual", "fedavg-unconstrained", "crpo"),
+        "client.constrained:ConstrainedClient",
     ),
 }
 
-# Small models: one thread is faster and leaves the other core to the other clients.
-torch.set_num_threads(1)
+# Every message type some client class handles (the union of their ``handles``, checked by a
+# test): registered up front, without importing the classes.
+MESSAGE_TYPES = ("query.info", "query.calibrate", "query.fg", "train", "train.personalize", "evaluate")
 
 app = ClientApp()
 
 
 class FaultDrill(RuntimeError):
     """Raised on purpose (node config ``fail-round``) to rehearse a failing silo."""
+
+
+@functools.cache
+def client_class(strategy: str) -> Any:
+    """The client class of ``strategy``, imported on first use."""
+    cls = resolve_name(CLIENTS[strategy])
+    if "torch" in sys.modules:
+        # Small models: one thread is faster and leaves the other core to the other clients.
+        sys.modules["torch"].set_num_threads(1)
+    return cls
 
 
 def handle(message: Message, context: Context) -> Message:
@@ -46,7 +62,7 @@ def handle(message: Message, context: Context) -> Message:
             f"fault drill: node {context.node_id} fails round {fail_round} (node config fail-round)"
         )
     session = ClientSession.from_context(context)
-    client_cls = CLIENTS[session.cfg["strategy"]]
+    client_cls = client_class(session.cfg["strategy"])
     kind = message.metadata.message_type
     if kind not in client_cls.handles:
         raise ValueError(f"strategy {session.cfg['strategy']!r} has no client handler for {kind!r}")
@@ -56,8 +72,7 @@ def handle(message: Message, context: Context) -> Message:
 
 def _register(app: ClientApp) -> None:
     categories = {"train": app.train, "evaluate": app.evaluate, "query": app.query}
-    kinds = sorted({kind for cls in CLIENTS.values() for kind in cls.handles})
-    for kind in kinds:
+    for kind in MESSAGE_TYPES:
         category, _, action = kind.partition(".")
         categories[category](action or "default")(handle)
 
