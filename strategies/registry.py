@@ -3,39 +3,39 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pkgutil import resolve_name
 from typing import Any
 
-from client.models import make_mlp, model_record
 from hetfed.config import ConfigError
 from problems.registry import get_problem
 from strategies.base import FederatedStrategy
-from strategies.constrained_baselines import (
-    FederatedPenalty,
-    FederatedPrimalDual,
-    ParallelCRPO,
-    UnconstrainedFedAvg,
-)
-from strategies.fedavg import FedAvg
-from strategies.fedlsa import SCAFFLSA, FedLSA
-from strategies.fedrspo import FedRSPO, LocalOnly, check_config
-from strategies.lsa import SingleLSA
-from strategies.pflsa import PFLSA
-from strategies.softmax_switching import SoftmaxSwitching
+
+# Strategy name -> its class, "module:attribute", imported when a run builds it (an LSA run
+# imports neither the torch models nor the decision and constrained strategies).
 
 # Strategies of decision-focused tasks (ALGORITHMS.md 1): features -> LP costs, MLP models.
-DECISION = {"fedavg": FedAvg, "fedrspo": FedRSPO, "local-only": LocalOnly}
+DECISION = {
+    "fedavg": "strategies.fedavg:FedAvg",
+    "fedrspo": "strategies.fedrspo:FedRSPO",
+    "local-only": "strategies.fedrspo:LocalOnly",
+}
 
 # Strategies of constrained tasks (ALGORITHMS.md 2): the model comes from the task's make_model.
 CONSTRAINED = {
-    "softmax-switching": SoftmaxSwitching,
-    "penalty": FederatedPenalty,
-    "primal-dual": FederatedPrimalDual,
-    "fedavg-unconstrained": UnconstrainedFedAvg,
-    "crpo": ParallelCRPO,
+    "softmax-switching": "strategies.softmax_switching:SoftmaxSwitching",
+    "penalty": "strategies.constrained_baselines:FederatedPenalty",
+    "primal-dual": "strategies.constrained_baselines:FederatedPrimalDual",
+    "fedavg-unconstrained": "strategies.constrained_baselines:UnconstrainedFedAvg",
+    "crpo": "strategies.constrained_baselines:ParallelCRPO",
 }
 
 # Strategies of linear systems from samples (ALGORITHMS.md 3): clients keep their own parameters.
-LSA = {"pflsa": PFLSA, "fedlsa": FedLSA, "scafflsa": SCAFFLSA, "single-lsa": SingleLSA}
+LSA = {
+    "pflsa": "strategies.pflsa:PFLSA",
+    "fedlsa": "strategies.fedlsa:FedLSA",
+    "scafflsa": "strategies.fedlsa:SCAFFLSA",
+    "single-lsa": "strategies.lsa:SingleLSA",
+}
 
 
 def build_strategy(cfg: Mapping[str, Any]) -> FederatedStrategy:
@@ -49,11 +49,18 @@ def build_strategy(cfg: Mapping[str, Any]) -> FederatedStrategy:
             f"but {spec.name!r} is a {spec.family} problem"
         )
     if name in DECISION:
+        from client.models import make_mlp, model_record
+        from strategies.fedrspo import check_config
+
         check_config(cfg)
         in_dim, out_dim = spec.model_dims(cfg)
-        return DECISION[name](cfg, model_record(make_mlp(in_dim, cfg["hidden"], out_dim, seed=cfg["seed"])))
+        return resolve_name(DECISION[name])(
+            cfg, model_record(make_mlp(in_dim, cfg["hidden"], out_dim, seed=cfg["seed"]))
+        )
     if name in CONSTRAINED:
-        return CONSTRAINED[name](cfg, model_record(spec.make_model(cfg)))
+        from client.models import model_record
+
+        return resolve_name(CONSTRAINED[name])(cfg, model_record(spec.make_model(cfg)))
     if name in LSA:
-        return LSA[name](cfg)
+        return resolve_name(LSA[name])(cfg)
     raise ValueError(f"unknown strategy {name!r}")
