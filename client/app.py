@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import time
 from pkgutil import resolve_name
 from typing import Any
 
@@ -44,6 +45,23 @@ class FaultDrill(RuntimeError):
     """Raised on purpose (node config ``fail-round``) to rehearse a failing silo."""
 
 
+def fault_drills(message: Message, context: Context) -> None:
+    """The node config's fault drills for this message's round.
+
+    ``fail-round = r``: raise in round r (a failing silo). ``stall-round = r``: sleep
+    ``stall-seconds`` (default 60) in round r before working (a straggler; or a silo
+    whose ClientApp is killed mid-task).
+    """
+    node, server_round = context.node_config, message.metadata.group_id
+    partition = node.get("partition-id", f"node {context.node_id}")
+    if str(node.get("stall-round", "")) == server_round:
+        time.sleep(float(node.get("stall-seconds", 60)))
+    if str(node.get("fail-round", "")) == server_round:
+        raise FaultDrill(
+            f"fault drill: partition {partition} fails round {server_round} (node config fail-round)"
+        )
+
+
 @functools.cache
 def client_class(strategy: str) -> Any:
     """The client class of ``strategy``, imported on first use."""
@@ -56,11 +74,7 @@ def client_class(strategy: str) -> Any:
 
 def handle(message: Message, context: Context) -> Message:
     """Run the handler of this message's type on this node's client."""
-    fail_round = context.node_config.get("fail-round")
-    if fail_round is not None and message.metadata.group_id == str(fail_round):
-        raise FaultDrill(
-            f"fault drill: node {context.node_id} fails round {fail_round} (node config fail-round)"
-        )
+    fault_drills(message, context)
     session = ClientSession.from_context(context)
     client_cls = client_class(session.cfg["strategy"])
     kind = message.metadata.message_type

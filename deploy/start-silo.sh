@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Start one silo's SuperNode of a federation across machines, in the foreground (systemd runs this).
 # usage: deploy/start-silo.sh ENV_FILE [--print]
-#   ENV_FILE: see deploy/silo.env.example. --print shows the Flower command without running it.
+#   ENV_FILE: see deploy/silo.env.example. --print shows the SuperNode command without running it.
 set -euo pipefail
 ENV_FILE=${1:?usage: start-silo.sh ENV_FILE [--print]}
 shift
@@ -11,7 +11,8 @@ source "$ENV_FILE"
 set +a
 args=(federation silo --superlink "${HETFED_SUPERLINK:?HETFED_SUPERLINK is not set in $ENV_FILE}"
       --partition-id "${HETFED_PARTITION_ID:?}" --num-partitions "${HETFED_NUM_PARTITIONS:?}"
-      --state-dir "${HETFED_STATE_DIR:?}" --port "${HETFED_PORT:-9094}")
+      --state-dir "${HETFED_STATE_DIR:?}" --port "${HETFED_PORT:-9094}"
+      --runtime "${HETFED_RUNTIME:-warm}")
 if [[ -n "${HETFED_CA:-}" ]]; then
   args+=(--ca "$HETFED_CA")
 else

@@ -28,6 +28,7 @@ from hetfed.credentials import TlsFiles, certificate_names, write_node_key
 from hetfed.engines.flower import (
     BIN,
     CONNECTION,
+    DEFAULT_RUNTIME,
     LocalFlower,
     flower_env,
     is_loopback,
@@ -35,6 +36,7 @@ from hetfed.engines.flower import (
     stop_process_groups,
     superlink_args,
     supernode_args,
+    supernode_command,
 )
 
 DEFAULT_DIR = Path(".hetfed") / "federation"
@@ -124,11 +126,14 @@ def federation_up(
     port: int = 0,
     tls_dir: Path | None = None,
     node_auth: bool = False,
+    runtime: str = DEFAULT_RUNTIME,
 ) -> FederationInfo:
     """Start a SuperLink (cwd ``app_dir``) and ``nodes`` SuperNodes; wait until all are online.
 
     With ``tls_dir`` the SuperLink serves HTTPS with its certificates; with ``node_auth``
     each SuperNode gets a key pair under ``root/keys`` that is registered before it starts.
+    ``runtime`` is the SuperNodes' ClientApp runtime (``warm``: a long-lived worker each;
+    ``stock``: Flower's process per message).
     """
     if nodes < 1:
         raise ValueError(f"--nodes must be >= 1, got {nodes}")
@@ -142,7 +147,7 @@ def federation_up(
     for i, cfg in enumerate(configs):  # refuse before starting anything
         if "data-path" in cfg and not Path(cfg["data-path"]).exists():
             raise FileNotFoundError(f"SuperNode {i}: data-path '{cfg['data-path']}' does not exist")
-    flower = LocalFlower(root, link_port=port, tls=tls, node_auth=node_auth)
+    flower = LocalFlower(root, link_port=port, tls=tls, node_auth=node_auth, runtime=runtime)
     try:
         flower.start_superlink(cwd=app_dir)
         for i, cfg in enumerate(configs):
@@ -262,8 +267,13 @@ def silo_host(
     state_dir: Path,
     data_path: Path | None = None,
     port: int = 9094,
+    runtime: str = DEFAULT_RUNTIME,
 ) -> HostCommand:
-    """The SuperNode command of one silo: its partition, data, state and key; HTTPS unless on loopback."""
+    """The SuperNode command of one silo: its partition, data, state and key; HTTPS unless on loopback.
+
+    ``runtime`` ``warm`` runs ``hetfed-supernode`` with a long-lived ClientApp worker;
+    ``stock`` runs Flower's own SuperNode exactly as installed.
+    """
     host, _ = split_address(superlink)
     if ca is None and not is_loopback(host):
         raise ValueError(
@@ -288,7 +298,7 @@ def silo_host(
         port=port,
     )
     # Flower's own files (FABs) stay in the silo's state folder; ".flwr" is never a run's state key.
-    return HostCommand([str(BIN / "flower-supernode"), *args], flower_env(state / ".flwr"), state)
+    return HostCommand(supernode_command(runtime, args), flower_env(state / ".flwr"), state)
 
 
 def register_keys(flower: LocalFlower, public_keys: Sequence[Path], wait: float = 0) -> list[str]:

@@ -28,12 +28,13 @@ def cmd_up(args: argparse.Namespace) -> int:
         port=args.port,
         tls_dir=Path(args.tls_dir) if args.tls_dir else None,
         node_auth=args.node_auth,
+        runtime=args.runtime,
     )
     scheme = "https" if info.tls_dir else "http"
     auth = ", node authentication on" if info.node_auth else ""
     print(
         f"federation up: SuperLink {scheme}://{info.host}:{info.link_port}, {info.nodes} SuperNodes online"
-        f"{auth} (logs in {info.root})"
+        f"{auth}, {args.runtime} ClientApp runtime (logs in {info.root})"
     )
     print("run an experiment on it with either of:")
     print(f"  hetfed run --engine deployment --federation-dir {args.dir} --set num-rounds=3")
@@ -139,6 +140,7 @@ def cmd_silo(args: argparse.Namespace) -> int:
         state_dir=Path(args.state_dir),
         data_path=Path(args.data_path) if args.data_path else None,
         port=args.port,
+        runtime=args.runtime,
     )
     print(shlex.join(command.argv), flush=True)
     if not args.print:
@@ -157,6 +159,19 @@ def cmd_compose(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_runtime_argument(parser: argparse.ArgumentParser) -> None:
+    from hetfed.engines.flower import DEFAULT_RUNTIME, RUNTIMES
+
+    parser.add_argument(
+        "--runtime",
+        choices=RUNTIMES,
+        default=DEFAULT_RUNTIME,
+        help="ClientApp runtime of the SuperNode: warm (one long-lived worker, waits that follow the "
+        "work; stock Flower if its self-test fails) or stock (a Flower ClientApp process per message); "
+        f"default {DEFAULT_RUNTIME}",
+    )
+
+
 def add_federation_parser(sub: argparse._SubParsersAction) -> None:
     """The ``federation`` subcommand and its actions."""
     fed = sub.add_parser("federation", help="start, secure and inspect federations (local, across machines)")
@@ -170,6 +185,7 @@ def add_federation_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--port", type=int, default=0, help="SuperLink port (default: a free port)")
     up.add_argument("--tls-dir", help="serve HTTPS with ca.crt, server.pem, server.key from `certs`")
     up.add_argument("--node-auth", action="store_true", help="make, register and use a key per SuperNode")
+    _add_runtime_argument(up)
     up.set_defaults(func=cmd_up)
 
     down = actions.add_parser("down", help="stop the federation started by `up`")
@@ -229,6 +245,7 @@ def add_federation_parser(sub: argparse._SubParsersAction) -> None:
     silo.add_argument("--data-path", help="this silo's private data (problems that read files)")
     silo.add_argument("--state-dir", default="/var/lib/hetfed/silo", help="client state kept across restarts")
     silo.add_argument("--port", type=int, default=9094, help="local Runtime API port of the SuperNode")
+    _add_runtime_argument(silo)
     silo.add_argument("--print", action="store_true", help="print the Flower command instead of running it")
     silo.set_defaults(func=cmd_silo)
 

@@ -314,3 +314,6 @@ def test_tls_and_node_auth_federation_across_namespaces(hosts: Hosts, tmp_path: 
         assert all(shape in shapes for shape in entry["arrays"].values()), entry
         assert set(entry["metrics"].values()) <= {"int", "float"}, entry
     assert superlink.poll() is None, (tmp_path / "l.log").read_text()[-2000:]
+    for i in range(2):  # the silos served the run with the warm ClientApp runtime (a worker each)
+        log = (tmp_path / f"silo{i}.log").read_text()
+        assert "warm ClientApp runtime" in log and "hetfed warm worker" in log, log[-2000:]

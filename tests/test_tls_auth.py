@@ -30,6 +30,7 @@ from flwr.supernode.cli.flower_supernode import _parse_args_run_supernode, _try_
 from hetfed.credentials import TlsFiles, write_certificates, write_node_key
 from hetfed.engines.flower import _http_ok
 from hetfed.federation import federation_down, silo_host, superlink_host
+from hetfed.runtime.supernode import split_runtime
 from tests.conftest import REPO, hetfed_cli
 
 DEPLOY = REPO / "deploy"
@@ -131,7 +132,9 @@ def test_silo_command_connects_with_its_key_partition_and_state(tmp_path: Path) 
         state_dir=tmp_path / "state",
         data_path=tmp_path / "data",
     )
-    args = _parse_args_run_supernode().parse_args(cmd.argv[1:])
+    runtime, flower_args = split_runtime(cmd.argv[1:])
+    assert Path(cmd.argv[0]).name == "hetfed-supernode" and runtime == "warm"
+    args = _parse_args_run_supernode().parse_args(flower_args)
     assert (args.superlink, args.insecure, args.auth_supernode_private_key) == (
         "superlink.example.org:8000",
         False,
@@ -183,6 +186,7 @@ def test_start_scripts_map_their_env_files_to_the_commands(tmp_path: Path) -> No
                 "HETFED_PARTITION_ID": 1,
                 "HETFED_NUM_PARTITIONS": 4,
                 "HETFED_STATE_DIR": tmp_path / "state",
+                "HETFED_RUNTIME": "stock",
             },
         ),
     ):
@@ -204,7 +208,10 @@ def test_start_scripts_map_their_env_files_to_the_commands(tmp_path: Path) -> No
             assert (args.port, args.host, args.enable_supernode_auth) == (8765, "0.0.0.0", True)
             assert args.ssl_certfile == str(tls.cert)
         else:
-            args = _parse_args_run_supernode().parse_args(argv[1:])
+            runtime, flower_args = split_runtime(argv[1:])
+            assert Path(argv[0]).name == "hetfed-supernode"
+            assert runtime == values.get("HETFED_RUNTIME", "warm")
+            args = _parse_args_run_supernode().parse_args(flower_args)
             assert (args.superlink, args.root_certificates) == ("superlink.example.org:8443", str(tls.ca))
             assert args.auth_supernode_private_key == str(key) and args.port == 9094
             assert parse_config_args([args.node_config])["partition-id"] == 1

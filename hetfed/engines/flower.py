@@ -36,6 +36,8 @@ from hetfed.credentials import TlsFiles
 
 CONNECTION = "hetfed"
 BIN = Path(sys.executable).parent  # flwr, flower-superlink, ... of this environment
+RUNTIMES = ("warm", "stock")  # ClientApp runtime of a SuperNode (hetfed.runtime)
+DEFAULT_RUNTIME = "warm"
 
 
 class FlowerProcessError(RuntimeError):
@@ -137,6 +139,17 @@ def supernode_args(
     return [*args, "--node-config", node_config_string(node_config)]
 
 
+def supernode_command(runtime: str, args: list[str]) -> list[str]:
+    """The SuperNode command line: ``hetfed-supernode --runtime warm|stock <flower-supernode args>``.
+
+    ``warm``: one long-lived ClientApp worker and adaptive waits (hetfed.runtime), stock
+    Flower when its self-test fails; ``stock``: ``flower-supernode`` exactly as installed.
+    """
+    if runtime not in RUNTIMES:
+        raise ValueError(f"--runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+    return [str(BIN / "hetfed-supernode"), "--runtime", runtime, *args]
+
+
 def superexec_args(*, runtime_api: str, ca: str | os.PathLike | None) -> list[str]:
     """``flower-superexec`` arguments for an executor of ServerApps or ClientApps (process isolation)."""
     security = ["--root-certificates", str(ca)] if ca else ["--insecure"]
@@ -158,7 +171,8 @@ class LocalFlower:
 
     ``host:link_port`` is where the flwr CLI and SuperNodes reach the SuperLink; ``ca``
     verifies its certificate (``None``: plain HTTP). ``tls`` (the SuperLink's own
-    files) and ``node_auth`` matter only to :meth:`start_superlink`.
+    files) and ``node_auth`` matter only to :meth:`start_superlink`; ``runtime`` is the
+    ClientApp runtime of the SuperNodes started here (``warm`` or ``stock``).
     """
 
     root: Path
@@ -168,6 +182,7 @@ class LocalFlower:
     ca: Path | None = None
     tls: TlsFiles | None = None
     node_auth: bool = False
+    runtime: str = DEFAULT_RUNTIME
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -230,7 +245,7 @@ class LocalFlower:
             port=free_port(),
             max_retries=10,
         )
-        self.spawn(f"supernode-{index}", [str(BIN / "flower-supernode"), *args])
+        self.spawn(f"supernode-{index}", supernode_command(self.runtime, args))
 
     def register(self, public_key: Path, name: str = "") -> int:
         """``flwr supernode register``: admit the SuperNode holding this key; returns its node id."""

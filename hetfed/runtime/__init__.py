@@ -1,0 +1,18 @@
+"""The warm ClientApp runtime of a SuperNode (``hetfed-supernode --runtime warm``).
+
+Flower 1.42 starts one ``flwr-clientapp`` process per message (Python, torch and the
+app imported anew, the silo's data loaded anew) and sleeps in fixed places (idle pull
+3 s, reply waits 0.5 s, object-pull backoff from 1 s). The warm runtime keeps Flower's
+SuperNode and its semantics and changes only who runs the ClientApp and how long the
+SuperNode waits:
+
+- :mod:`hetfed.runtime.worker`: one long-lived worker per SuperNode claims the
+  SuperNode's ClientApp tasks on its Runtime API and runs the same ClientApp callable
+  in-process, with Flower's own task-input, reply and task-output calls;
+- :mod:`hetfed.runtime.waits`: the SuperNode's waits, short while messages flow and
+  back at Flower's own values when idle;
+- :mod:`hetfed.runtime.supernode`: the launcher: self-test, waits, Flower's own
+  ``flower-supernode`` in-process with ``--isolation process``, and the supervised worker;
+- :mod:`hetfed.runtime.internals`: the self-test of every Flower internal the above
+  relies on; any miss -> stock Flower, said in one line.
+"""

@@ -1,0 +1,161 @@
+"""Self-test of the Flower internals the warm runtime relies on (all of Flower 1.42.0).
+
+The warm runtime reaches past Flower's public API in a few places: the sleeps inside
+the SuperNode's main loop, the keyword defaults of the object-pull backoff, the
+ClientApp process's task-input / reply / task-output helpers, the Runtime API client
+and messages, and the SuperNode's in-memory task tokens (to answer a task at once when
+its worker dies). :func:`missing_internals` checks each before anything is patched;
+the launcher runs stock Flower when the list is not empty.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+FLOWER_VERSION = "1.42.0"  # the only release these internals were read in
+
+# Literal sleeps of flwr.supernode.start_client_internal (idle pull; reply and object waits).
+IDLE_SLEEP = 3
+REPLY_SLEEP = 0.5
+
+
+def _attr(path: str) -> Any:
+    """``package.module:attr.sub`` -> the object (ImportError / AttributeError if absent)."""
+    module, _, attrs = path.partition(":")
+    obj: Any = importlib.import_module(module)
+    for name in filter(None, attrs.split(".")):
+        obj = getattr(obj, name)
+    return obj
+
+
+def _source_has(path: str, *snippets: str) -> Callable[[], bool]:
+    return lambda: all(s in inspect.getsource(_attr(path)) for s in snippets)
+
+
+def _kwdefaults(path: str, *names: str) -> Callable[[], bool]:
+    return lambda: all(n in (_attr(path).__kwdefaults__ or {}) for n in names)
+
+
+def _version() -> bool:
+    return bool(_attr("flwr.supercore.version:package_version") == FLOWER_VERSION)
+
+
+def _module_time() -> bool:
+    import time
+
+    return _attr("flwr.supernode.start_client_internal:time") is time
+
+
+def _fields(path: str, *names: str) -> Callable[[], bool]:
+    return lambda: all(n in _attr(path).DESCRIPTOR.fields_by_name for n in names)
+
+
+# (what it is, how to check it). Names are those of Flower 1.42.0.
+CHECKS: list[tuple[str, Callable[[], bool]]] = [
+    (f"flwr version {FLOWER_VERSION}", _version),
+    ("start_client_internal uses module `time`", _module_time),
+    (
+        f"start_client_internal sleeps {IDLE_SLEEP} s idle and {REPLY_SLEEP} s for replies",
+        _source_has(
+            "flwr.supernode.start_client_internal",
+            f"time.sleep({IDLE_SLEEP})",
+            f"time.sleep({REPLY_SLEEP})",
+            "run_id = _pull_and_store_message(",
+        ),
+    ),
+    (
+        "start_client_internal._pull_and_store_message",
+        lambda: callable(_attr("flwr.supernode.start_client_internal:_pull_and_store_message")),
+    ),
+    (
+        "pull_objects / pull_and_inflate_object_from_tree backoff keywords",
+        lambda: (
+            _kwdefaults(
+                "flwr.supercore.inflatable.inflatable_utils:pull_objects", "initial_backoff", "backoff_cap"
+            )()
+            and _kwdefaults(
+                "flwr.supercore.inflatable.inflatable_utils:pull_and_inflate_object_from_tree",
+                "initial_backoff",
+                "backoff_cap",
+            )()
+        ),
+    ),
+    (
+        "Runtime API defaults",
+        lambda: (
+            isinstance(_attr("flwr.supercore.constant:UVICORN_DEFAULT_HOST"), str)
+            and isinstance(_attr("flwr.supercore.constant:SUPERNODE_UVICORN_DEFAULT_PORT"), int)
+        ),
+    ),
+    ("flower_supernode entry point", lambda: callable(_attr("flwr.supernode.cli:flower_supernode"))),
+    ("isolation mode `process`", lambda: _attr("flwr.common.constant:ISOLATION_MODE_PROCESS") == "process"),
+    ("NodeStateFactory.state", lambda: callable(_attr("flwr.supernode.nodestate:NodeStateFactory.state"))),
+    (
+        "InMemoryNodeState task tokens (task_token_store, lock_task_store, active_until)",
+        _source_has(
+            "flwr.supercore.corestate.in_memory_corestate",
+            "self.task_token_store: dict[int, TokenRecord]",
+            "self.lock_task_store",
+            "record.active_until < current",
+        ),
+    ),
+    (
+        "run_clientapp helpers pull_task_input / push_message / push_task_output",
+        lambda: all(
+            callable(_attr(f"flwr.supernode.runtime.run_clientapp:{n}"))
+            for n in ("pull_task_input", "push_message", "push_task_output")
+        ),
+    ),
+    (
+        "RuntimeHttpClient calls",
+        lambda: all(
+            hasattr(_attr("flwr.supercore.runtime:RuntimeHttpClient"), n)
+            for n in (
+                "from_server_address",
+                "AcquireTask",
+                "PullTaskInput",
+                "PullMessages",
+                "SendTaskHeartbeat",
+                "close",
+            )
+        ),
+    ),
+    ("Runtime API messages", _fields("flwr.proto.runtime_pb2:AcquireTaskRequest", "supported_task_types")),
+    ("TaskType.CLIENT_APP", lambda: bool(_attr("flwr.supercore.constant:TaskType.CLIENT_APP"))),
+    (
+        "runtime interceptors, retry invoker, heartbeat sender",
+        lambda: all(
+            callable(_attr(p))
+            for p in (
+                "flwr.supercore.interceptors:RuntimeTokenHttpInterceptor",
+                "flwr.supercore.interceptors:RuntimeVersionHttpInterceptor",
+                "flwr.supercore.retry:make_simple_http_retry_invoker",
+                "flwr.supercore.heartbeat:HeartbeatSender",
+                "flwr.supercore.heartbeat:make_task_heartbeat_fn_http",
+            )
+        ),
+    ),
+    (
+        "FAB install and ClientApp loader",
+        lambda: (
+            callable(_attr("flwr.cli.install:install_from_fab"))
+            and callable(_attr("flwr.clientapp.utils:get_load_client_app_fn"))
+        ),
+    ),
+]
+
+
+def missing_internals() -> list[str]:
+    """The description of every check that fails (empty: the warm runtime may run)."""
+    missing = []
+    for what, check in CHECKS:
+        try:
+            ok = check()
+        except Exception:  # an import or attribute that is gone is a miss, whatever it raises
+            ok = False
+        if not ok:
+            missing.append(what)
+    return missing

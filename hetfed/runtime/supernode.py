@@ -1,0 +1,237 @@
+"""``hetfed-supernode``: Flower's own SuperNode, with a warm ClientApp runtime or stock.
+
+    hetfed-supernode [--runtime warm|stock] <flower-supernode arguments>
+
+``stock`` replaces this process with ``flower-supernode`` (subprocess isolation: a
+``flwr-clientapp`` process per message; nothing patched). ``warm`` (the default) first
+runs the self-test of :mod:`hetfed.runtime.internals`; if anything is missing it says
+so in one line and runs stock. Otherwise it
+
+1. installs the adaptive waits of :mod:`hetfed.runtime.waits` in this process,
+2. starts a :class:`WorkerSupervisor` thread that runs one :mod:`hetfed.runtime.worker`
+   and restarts it when it exits (a task the dead worker held is answered at once
+   with Flower's own "ClientApp crashed" error, by expiring its task token),
+3. runs Flower's ``flower-supernode`` entry point in-process with ``--isolation
+   process`` (the SuperNode then starts no executor of its own).
+
+TLS and node authentication of the SuperNode-SuperLink link are Flower's, unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from logging import ERROR, INFO, WARNING
+from pathlib import Path
+
+from hetfed.runtime.internals import IDLE_SLEEP, REPLY_SLEEP, missing_internals
+
+RUNTIMES = ("warm", "stock")
+IDLE_FAST = 0.1  # s between SuperLink pulls right after a message (grows x1.5 per empty pull to 3 s)
+REPLY_FAST = 0.01  # s between checks for the worker's reply (grows to 0.5 s; the worker also signals)
+BIN = Path(sys.executable).parent
+
+
+def split_runtime(argv: list[str]) -> tuple[str, list[str]]:
+    """(``--runtime`` value, the remaining arguments for Flower); an unknown runtime is one line."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--runtime", default="warm")
+    ours, rest = parser.parse_known_args(argv)
+    if ours.runtime not in RUNTIMES:
+        raise SystemExit(
+            f"hetfed-supernode: --runtime must be one of {', '.join(RUNTIMES)}, got {ours.runtime!r}"
+        )
+    return ours.runtime, rest
+
+
+def with_isolation(argv: list[str], mode: str) -> list[str]:
+    """``argv`` with ``--isolation mode`` (any given isolation replaced)."""
+    out, skip = [], False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if arg == "--isolation":
+            skip = i + 1 < len(argv)
+            continue
+        if arg.startswith("--isolation="):
+            continue
+        out.append(arg)
+    return [*out, "--isolation", mode]
+
+
+def runtime_api(argv: list[str]) -> tuple[str, str | None]:
+    """Where the worker reaches this SuperNode's Runtime API: (host:port, CA file or None)."""
+    from flwr.supercore.constant import SUPERNODE_UVICORN_DEFAULT_PORT, UVICORN_DEFAULT_HOST
+
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--host", default=UVICORN_DEFAULT_HOST)
+    parser.add_argument("--port", type=int, default=SUPERNODE_UVICORN_DEFAULT_PORT)
+    parser.add_argument("--ssl-ca-certfile")
+    opts, _ = parser.parse_known_args(argv)
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "[::]": "::1"}.get(opts.host, opts.host)
+    host = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"{host}:{opts.port}", opts.ssl_ca_certfile
+
+
+class WorkerSupervisor(threading.Thread):
+    """Keeps one warm worker running; relays its busy/done reports to the SuperNode loop.
+
+    ``reply_ready`` is set whenever the worker finished a task (the SuperNode's reply
+    wait returns at once); ``expire_task(task_id)`` is called when the worker died
+    holding a task. Restarts back off from 0.5 s to 30 s while the worker keeps dying
+    within 10 s of its start.
+    """
+
+    def __init__(
+        self,
+        runtime_api_address: str,
+        ca_file: str | None,
+        reply_ready: threading.Event,
+        expire_task: Callable[[int], None],
+    ) -> None:
+        super().__init__(name="hetfed-worker-supervisor", daemon=True)
+        self.address, self.ca_file = runtime_api_address, ca_file
+        self.reply_ready, self.expire_task = reply_ready, expire_task
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        self.worker: subprocess.Popen | None = None
+        self.restarts = 0
+
+    def wake(self) -> None:
+        """A message arrived: let the worker claim it now."""
+        try:
+            os.write(self.wake_w, b"w")
+        except BlockingIOError:  # the pipe is full of wake-ups already
+            pass
+
+    def run(self) -> None:
+        from flwr.supercore import log
+
+        delay = 0.5
+        while True:
+            started = time.monotonic()
+            code, held = self._run_worker()
+            if held is not None:
+                self.expire_task(held)
+            self.reply_ready.set()
+            self.restarts += 1
+            delay = 0.5 if time.monotonic() - started > 10 else min(30.0, delay * 2)
+            task = (
+                f" while running task {held} (answered with Flower's ClientApp-crashed error)" if held else ""
+            )
+            log(ERROR, "hetfed warm worker exited with code %s%s; restarting it in %.1f s", code, task, delay)
+            time.sleep(delay)
+
+    def _run_worker(self) -> tuple[int, int | None]:
+        """Run one worker until it exits: (exit code, the task it held or None)."""
+        status_r, status_w = os.pipe()
+        argv = [sys.executable, "-m", "hetfed.runtime.worker", "--runtime-api-address", self.address]
+        argv += [
+            "--wake-fd",
+            str(self.wake_r),
+            "--status-fd",
+            str(status_w),
+            "--parent-pid",
+            str(os.getpid()),
+        ]
+        if self.ca_file:
+            argv += ["--root-certificates", self.ca_file]
+        self.worker = subprocess.Popen(argv, pass_fds=(self.wake_r, status_w))
+        os.close(status_w)
+        held: int | None = None
+        with os.fdopen(status_r, "rb") as status:
+            for line in status:
+                kind, _, task = line.decode().strip().partition(" ")
+                if kind == "busy":
+                    held = int(task)
+                elif kind == "done":
+                    held = None
+                    self.reply_ready.set()
+        return self.worker.wait(), held
+
+
+def node_state_expirer() -> Callable[[int], None]:
+    """Capture the SuperNode's NodeState; return ``expire(task_id)``: its token expires now.
+
+    Flower then does what it does for a ClientApp process that stopped sending
+    heartbeats: the task is marked failed and the message gets an Error reply
+    (``CLIENT_APP_CRASHED``), at the SuperNode's next look at its replies.
+    """
+    from flwr.supernode.nodestate import NodeStateFactory
+
+    states: list = []
+    original = NodeStateFactory.state
+
+    def state(self: NodeStateFactory):  # type: ignore[no-untyped-def]
+        instance = original(self)
+        if not states:
+            states.append(instance)
+        return instance
+
+    NodeStateFactory.state = state  # type: ignore[method-assign]
+
+    def expire(task_id: int) -> None:
+        if not states:
+            return
+        node_state = states[0]
+        with node_state.lock_task_store:
+            record = node_state.task_token_store.get(task_id)
+            if record is not None:
+                record.active_until = datetime.datetime.now(
+                    tz=record.active_until.tzinfo
+                ) - datetime.timedelta(seconds=1)
+
+    return expire
+
+
+def run_warm(flower_args: list[str]) -> None:
+    """Flower's SuperNode in this process with adaptive waits and a supervised warm worker."""
+    from flwr.supercore import log
+    from flwr.supernode.cli import flower_supernode
+
+    from hetfed.runtime import waits
+
+    args = with_isolation(flower_args, "process")
+    address, ca_file = runtime_api(args)
+    reply_ready = threading.Event()
+    supervisor = WorkerSupervisor(address, ca_file, reply_ready, node_state_expirer())
+    waits.install(
+        idle=waits.Backoff(IDLE_FAST, IDLE_SLEEP),
+        reply=waits.Backoff(REPLY_FAST, REPLY_SLEEP),
+        reply_ready=reply_ready,
+        on_message=supervisor.wake,
+    )
+    supervisor.start()
+    log(INFO, "hetfed-supernode: warm ClientApp runtime (one long-lived worker, adaptive waits)")
+    sys.argv = ["flower-supernode", *args]
+    flower_supernode()
+
+
+def main(argv: list[str] | None = None) -> None:
+    runtime, flower_args = split_runtime(list(sys.argv[1:] if argv is None else argv))
+    if runtime == "warm":
+        missing = missing_internals()
+        if missing:
+            from flwr.supercore import log
+
+            log(
+                WARNING,
+                "hetfed-supernode: warm runtime off, running stock Flower; missing or changed "
+                "Flower internals: %s",
+                "; ".join(missing),
+            )
+            runtime = "stock"
+    if runtime == "stock":  # Flower exactly as installed (its default isolation: subprocess)
+        os.execv(str(BIN / "flower-supernode"), ["flower-supernode", *flower_args])
+    run_warm(flower_args)
+
+
+if __name__ == "__main__":
+    main()

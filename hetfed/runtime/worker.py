@@ -1,0 +1,270 @@
+"""The long-lived ClientApp worker of one SuperNode (``python -m hetfed.runtime.worker``).
+
+It does what Flower's ``flower-superexec`` + one ``flwr-clientapp`` process per message
+do, in one process that stays up: claim a ClientApp task on the SuperNode's Runtime API
+(``AcquireTask``), pull its input with Flower's own ``pull_task_input``, run the app's
+ClientApp callable in-process, push the reply and the context with Flower's own
+``push_message`` / ``push_task_output``, and send task heartbeats meanwhile. The app
+is loaded once per build (FAB hash), so its imports and the silo's loaded data stay
+warm between messages. When the app raises, the reply is Flower's Error message
+(``CLIENT_APP_RAISED_EXCEPTION``, or ``LOAD_CLIENT_APP_EXCEPTION`` when loading it fails).
+
+A task of a different build than the one loaded is served by a fresh interpreter: the
+worker re-executes itself with the task's token and its already pulled input, so no
+module of the old build is left in memory.
+
+With ``--wake-fd`` (started by :mod:`hetfed.runtime.supernode`) the worker waits on a
+pipe that the SuperNode writes to when a message arrives, and polls once per second
+(Flower's SuperExec interval) otherwise; without it (an executor in another container)
+it polls with a :class:`~hetfed.runtime.waits.Backoff`. ``--status-fd`` reports
+``busy <task-id>`` / ``done <task-id>`` lines to the supervisor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import select
+import sys
+import tempfile
+import threading
+import time
+from logging import ERROR, INFO, WARNING
+from pathlib import Path
+from typing import Any
+
+import httpx
+from flwr.app import Context, Message
+from flwr.app.error import Error
+from flwr.cli.install import install_from_fab
+from flwr.clientapp.client_app import ClientApp, LoadClientAppError
+from flwr.clientapp.utils import get_load_client_app_fn
+from flwr.common.constant import ErrorCode, SubStatus
+from flwr.proto.runtime_pb2 import AcquireTaskRequest, PullTaskInputRequest, PullTaskInputResponse
+from flwr.supercore import log
+from flwr.supercore.constant import TaskType
+from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
+from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
+from flwr.supercore.retry import make_simple_http_retry_invoker
+from flwr.supercore.run import Run
+from flwr.supercore.runtime import RuntimeHttpClient
+from flwr.supernode.runtime.run_clientapp import pull_task_input, push_message, push_task_output
+
+from hetfed.runtime.waits import Backoff, shorten_object_pull_backoff
+
+WAKE_POLL = 1.0  # s between polls when the SuperNode wakes us (Flower's SuperExec task poll interval)
+EXTERNAL_POLL = Backoff(fast=0.02, slow=1.0)  # without a wake pipe
+
+
+def runtime_client(address: str, certificates: bytes | None, interceptors: list[Any]) -> RuntimeHttpClient:
+    """A Runtime API client of the SuperNode at ``address`` (HTTPS verified with ``certificates``)."""
+    return RuntimeHttpClient.from_server_address(
+        server_address=address,
+        insecure=certificates is None,
+        root_certificates=certificates,
+        interceptors=interceptors,
+        retry_invoker=make_simple_http_retry_invoker(),
+    )
+
+
+class _TaskInputReplay:
+    """A Runtime client whose ``PullTaskInput`` answers with input already pulled (after a re-exec)."""
+
+    def __init__(self, client: RuntimeHttpClient, task_input: PullTaskInputResponse) -> None:
+        self._client, self._task_input = client, task_input
+
+    def PullTaskInput(self, _request: PullTaskInputRequest) -> PullTaskInputResponse:  # noqa: N802
+        return self._task_input
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+class Worker:
+    """Claims and runs this SuperNode's ClientApp tasks, one at a time, forever."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.address: str = args.runtime_api_address
+        self.certificates = Path(args.root_certificates).read_bytes() if args.root_certificates else None
+        self.control = runtime_client(
+            self.address, self.certificates, [RuntimeVersionHttpInterceptor(component_name="SuperExec")]
+        )
+        self.fab_hash: str | None = None
+        self.app: ClientApp | None = None
+
+    # --- the loop ---------------------------------------------------------------------
+    def run_forever(self) -> None:
+        log(INFO, "hetfed warm worker %d: serving the ClientApp tasks of %s", os.getpid(), self.address)
+        if self.args.task_input:  # re-executed for a new app build: first the task we hold
+            path = Path(self.args.task_input)
+            task_input = PullTaskInputResponse.FromString(path.read_bytes())
+            path.unlink()
+            self.serve(self.args.token, self.args.task_id, task_input)
+        while True:
+            claimed = self.acquire()
+            if claimed is not None:
+                self.serve(*claimed)
+                EXTERNAL_POLL.reset()
+                continue  # a round may hold more messages for this node
+            self.wait()
+
+    def acquire(self) -> tuple[str, int] | None:
+        """Claim a pending ClientApp task: (token, task id), or None."""
+        request = AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP])
+        try:
+            res = self.control.AcquireTask(request)
+        except httpx.HTTPError as err:  # the SuperNode's Runtime API is not up (yet): try again later
+            log(WARNING, "hetfed warm worker: Runtime API %s not reachable (%s)", self.address, err)
+            time.sleep(WAKE_POLL)
+            return None
+        if res.HasField("task") and res.token:
+            return res.token, int(res.task.task_id)
+        return None
+
+    def wait(self) -> None:
+        """Until the SuperNode says a message arrived, or the next poll is due."""
+        if self.args.wake_fd is None:
+            time.sleep(EXTERNAL_POLL.next())
+            return
+        ready, _, _ = select.select([self.args.wake_fd], [], [], WAKE_POLL)
+        if ready:
+            os.read(self.args.wake_fd, 4096)  # drain: one poll answers every wake-up so far
+
+    # --- one task ---------------------------------------------------------------------
+    def serve(self, token: str, task_id: int, task_input: PullTaskInputResponse | None = None) -> None:
+        """Run one ClientApp task as ``flwr-clientapp`` would (reply, context, status, heartbeats)."""
+        self._status(f"busy {task_id}")
+        client = runtime_client(
+            self.address,
+            self.certificates,
+            [
+                RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
+                RuntimeTokenHttpInterceptor(token),
+            ],
+        )
+        heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
+        heartbeat.start()
+        message: Message | None = None
+        context: Context | None = None
+        reply: Message | None = None
+        sub_status, details = SubStatus.FAILED, "ClientApp task failed due to unknown reason"
+        try:
+            if task_input is None:
+                task_input = client.PullTaskInput(PullTaskInputRequest())
+                if self.fab_hash is not None and task_input.fab.hash_str != self.fab_hash:
+                    heartbeat.stop()
+                    self._reexec(token, task_id, task_input)  # does not return
+            message, context, run, fab = pull_task_input(_TaskInputReplay(client, task_input))
+            app = self._load(run, fab.hash_str, fab.content)
+            reply = app(message=message, context=context)
+            sub_status, details = SubStatus.COMPLETED, ""
+        except Exception as ex:  # the same Error reply as Flower's run_clientapp
+            code, details = ErrorCode.CLIENT_APP_RAISED_EXCEPTION, f"{type(ex)}:<'{ex}'>"
+            if isinstance(ex, LoadClientAppError):
+                code, details = (
+                    ErrorCode.LOAD_CLIENT_APP_EXCEPTION,
+                    ("An exception was raised when attempting to load `ClientApp`"),
+                )
+            log(ERROR, "ClientApp raised an exception", exc_info=ex)
+            if message is not None:
+                reply = Message(Error(code=code, reason=details), reply_to=message)
+        finally:
+            try:
+                if reply is not None and context is not None:
+                    push_message(client, reply, context)
+            except Exception as ex:
+                log(ERROR, "Failed to push reply message", exc_info=ex)
+            finally:
+                push_task_output(client, context, sub_status, details)
+                if heartbeat.is_running:
+                    heartbeat.stop()
+                client.close()
+                self._status(f"done {task_id}")
+
+    def _load(self, run: Run, fab_hash: str, fab_content: bytes) -> ClientApp:
+        """The run's ClientApp, installed and imported once per app build."""
+        if self.app is None:
+            install_from_fab(fab_content, skip_prompt=True)
+            self.app = get_load_client_app_fn("", None, True)(run.fab_id, run.fab_version, fab_hash)
+            self.fab_hash = fab_hash
+            log(
+                INFO,
+                "hetfed warm worker: loaded app %s %s (FAB %s)",
+                run.fab_id,
+                run.fab_version,
+                fab_hash[:12],
+            )
+        return self.app
+
+    def _reexec(self, token: str, task_id: int, task_input: PullTaskInputResponse) -> None:
+        """Serve a task of a new app build in a fresh interpreter (same pid, same pipes)."""
+        fd, path = tempfile.mkstemp(prefix="hetfed-task-", suffix=".pb")
+        with os.fdopen(fd, "wb") as f:
+            f.write(task_input.SerializeToString())
+        log(INFO, "hetfed warm worker: new app build %s, restarting", task_input.fab.hash_str[:12])
+        argv = [sys.executable, "-m", "hetfed.runtime.worker", *_own_flags(self.args)]
+        argv += ["--token", token, "--task-id", str(task_id), "--task-input", path]
+        os.execv(sys.executable, argv)
+
+    def _status(self, line: str) -> None:
+        if self.args.status_fd is not None:
+            os.write(self.args.status_fd, f"{line}\n".encode())
+
+
+def _own_flags(args: argparse.Namespace) -> list[str]:
+    """The flags this worker was started with, without the one-task ones."""
+    flags = ["--runtime-api-address", args.runtime_api_address]
+    for name in ("root_certificates", "wake_fd", "status_fd", "parent_pid"):
+        if getattr(args, name) is not None:
+            flags += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+    return flags
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """Exit when the SuperNode that started us is gone (its SIGKILL does not reach us)."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _forget_hetfed_modules() -> None:
+    """Let the app build's own copy of ``hetfed`` be imported, as in a fresh ``flwr-clientapp``.
+
+    This worker runs from the installed hetfed; the ClientApp must see the modules of
+    the FAB it runs (which may differ), so the installed ones are dropped from
+    ``sys.modules`` (the worker keeps its references; it imports nothing more of hetfed).
+    """
+    for name in [n for n in sys.modules if n == "hetfed" or n.startswith("hetfed.")]:
+        del sys.modules[name]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m hetfed.runtime.worker", description=__doc__.splitlines()[0])
+    p.add_argument("--runtime-api-address", required=True, help="the SuperNode's Runtime API, host:port")
+    p.add_argument("--root-certificates", help="CA of the Runtime API's certificate (if it serves HTTPS)")
+    p.add_argument("--wake-fd", type=int, help="pipe the SuperNode writes to when a message arrives")
+    p.add_argument("--status-fd", type=int, help="pipe for busy/done lines to the supervisor")
+    p.add_argument("--parent-pid", type=int, help="exit when this process is gone")
+    p.add_argument("--token", help=argparse.SUPPRESS)
+    p.add_argument("--task-id", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--task-input", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.parent_pid is not None:
+        _exit_with_parent(args.parent_pid)
+    shorten_object_pull_backoff()
+    worker = Worker(args)
+    _forget_hetfed_modules()
+    worker.run_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,268 @@
+"""The warm ClientApp runtime (hetfed.runtime): its parts, and real SuperNodes running it.
+
+Against real processes: a warm federation gives the inline engine's and a stock
+federation's per-client metrics; a worker killed mid-task costs that round's reply
+only (Flower's ClientApp-crashed error, at once) and the restarted worker serves the
+next round; a raising ClientApp gives an error reply; a new app build is served by a
+fresh interpreter; a SuperNode whose Flower internals differ runs stock and says so.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hetfed.engines.flower import LocalFlower
+from hetfed.engines.inline import node_configs, run_inline
+from hetfed.engines.runner import prepare
+from hetfed.federation import node_config
+from hetfed.runtime import internals
+from hetfed.runtime.supernode import runtime_api, split_runtime, with_isolation
+from hetfed.runtime.waits import Backoff, SuperNodeClock
+from tests.conftest import REPO
+
+SMALL = {"n-train": 40, "n-test": 30, "local-epochs": 1, "num-items": 10, "fraction": 1.0, "seed": 5}
+
+
+# --- parts ------------------------------------------------------------------------------
+def test_backoff_is_fast_after_work_and_grows_geometrically_back_to_the_stock_wait() -> None:
+    b = Backoff(fast=0.1, slow=3.0, factor=1.5)
+    assert [b.next(), b.next()] == [3.0, 3.0]  # idle from the start: Flower's own interval
+    b.reset()
+    waits = [b.next() for _ in range(12)]
+    assert waits == pytest.approx([min(3.0, 0.1 * 1.5**k) for k in range(12)])
+    assert waits[-1] == 3.0
+    b.reset()
+    assert b.next() == 0.1
+    with pytest.raises(ValueError, match="0 < fast <= slow"):
+        Backoff(fast=2.0, slow=1.0)
+
+
+def test_the_supernode_clock_replaces_only_flowers_two_literal_sleeps() -> None:
+    idle, reply, ready = Backoff(0.001, 0.004, 2.0), Backoff(0.001, 0.004, 2.0), threading.Event()
+    clock = SuperNodeClock(idle, reply, ready)
+    idle.reset()
+    clock.sleep(internals.IDLE_SLEEP)
+    assert idle.next() == 0.002  # the idle backoff was used (and advanced) instead of 3 s
+    ready.set()
+    clock.sleep(internals.REPLY_SLEEP)
+    assert not ready.is_set()  # the worker's "done" ended the reply wait and was consumed
+    assert reply.next() == 0.004  # ... and the reply backoff advanced, from its idle start
+    assert clock.monotonic() > 0 and clock.time() > 0  # everything else is module time
+
+
+def test_runtime_flags_and_isolation() -> None:
+    assert split_runtime(["--superlink", "h:1", "--runtime", "stock"]) == ("stock", ["--superlink", "h:1"])
+    assert split_runtime(["--insecure"]) == ("warm", ["--insecure"])
+    with pytest.raises(SystemExit, match="--runtime must be one of warm, stock, got 'hot'"):
+        split_runtime(["--runtime", "hot"])
+    assert with_isolation(["--insecure", "--isolation", "subprocess", "--port", "9"], "process") == [
+        "--insecure",
+        "--port",
+        "9",
+        "--isolation",
+        "process",
+    ]
+    assert with_isolation(["--isolation=subprocess"], "process") == ["--isolation", "process"]
+    assert runtime_api(["--insecure"]) == ("127.0.0.1:9094", None)  # Flower's defaults
+    assert runtime_api(["--host", "0.0.0.0", "--port", "7", "--ssl-ca-certfile", "ca.crt"]) == (
+        "127.0.0.1:7",
+        "ca.crt",
+    )
+
+
+def test_the_self_test_passes_on_flower_1_42_and_names_what_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert internals.missing_internals() == []
+    import flwr.supernode.runtime.run_clientapp as run_clientapp
+    import flwr.supernode.start_client_internal as sci
+
+    monkeypatch.delattr(run_clientapp, "push_task_output")
+    monkeypatch.setattr(sci, "time", object())
+    assert internals.missing_internals() == [
+        "start_client_internal uses module `time`",
+        "run_clientapp helpers pull_task_input / push_message / push_task_output",
+    ]
+
+
+# --- real processes ---------------------------------------------------------------------
+def read_rows(run_dir: Path) -> list[dict]:
+    with open(run_dir / "rounds.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def start_federation(
+    root: Path, runtime: str, nodes: int, extra: dict[int, dict] | None = None
+) -> LocalFlower:
+    flower = LocalFlower(root, runtime=runtime)
+    flower.start_superlink(cwd=REPO)
+    for i in range(nodes):
+        flower.start_supernode(
+            i, {**node_config(i, nodes, flower.root, None, None), **(extra or {}).get(i, {})}
+        )
+    flower.wait_for_nodes(nodes)
+    return flower
+
+
+def run_to_end(flower: LocalFlower, app_dir: Path, cfg: dict, timeout: float = 900) -> dict:
+    run_id = flower.submit(app_dir, cfg)
+    status = flower.wait_run(run_id, timeout=timeout)
+    assert status == "finished:completed", flower.run_log(run_id)[-3000:]
+    return json.loads((Path(cfg["results-dir"]) / cfg["run-name"] / "summary.json").read_text())
+
+
+def worker_pids(supernode: subprocess.Popen) -> list[int]:
+    """The warm worker processes started by this SuperNode."""
+    out = subprocess.run(
+        ["ps", "-o", "pid=,args=", "--ppid", str(supernode.pid)], capture_output=True, text=True
+    )
+    return [int(line.split()[0]) for line in out.stdout.splitlines() if "hetfed.runtime.worker" in line]
+
+
+@pytest.mark.deployment
+def test_warm_stock_and_inline_give_the_same_per_client_metrics(tmp_path: Path) -> None:
+    overrides = {
+        **SMALL,
+        "strategy": "fedrspo",
+        "loss": "rspo+",
+        "eta-o": 1.0,
+        "num-rounds": 2,
+        "personal-rounds": 1,
+    }
+    inline = run_inline(
+        {**overrides, "results-dir": str(tmp_path / "inline"), "run-name": "x"}, node_configs(2)
+    )
+    results = {}
+    for runtime in ("warm", "stock"):
+        flower = start_federation(tmp_path / runtime, runtime, 2)
+        try:
+            cfg = prepare({**overrides, "run-name": runtime}, "deployment", tmp_path / "results")
+            results[runtime] = run_to_end(flower, REPO, cfg)
+        finally:
+            flower.stop()
+        log = (tmp_path / runtime / "supernode-0.log").read_text()
+        assert ("hetfed warm worker" in log) == (runtime == "warm"), log[-2000:]
+    for runtime, summary in results.items():
+        assert sorted(summary["clients"]) == sorted(inline["clients"]) == ["client-00", "client-01"]
+        for name, metrics in inline["clients"].items():
+            assert "per-relative-regret" in metrics
+            for key, value in metrics.items():
+                assert summary["clients"][name][key] == pytest.approx(value, rel=1e-6), (runtime, name, key)
+
+
+@pytest.fixture(scope="module")
+def drills(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFlower]:
+    """3 warm SuperNodes: node 1 stalls 120 s in round 2 (its worker is killed), node 2 raises in round 3."""
+    root = tmp_path_factory.mktemp("warm")
+    flower = start_federation(
+        root / "fed", "warm", 3, {1: {"stall-round": 2, "stall-seconds": 120}, 2: {"fail-round": 3}}
+    )
+    try:
+        yield flower
+    finally:
+        flower.stop()
+
+
+@pytest.mark.deployment
+def test_a_killed_worker_fails_only_its_task_and_the_restarted_worker_serves_the_next_round(
+    drills: LocalFlower, tmp_path: Path
+) -> None:
+    node = drills.processes["supernode-1"]
+    log = drills.root / "supernode-1.log"
+    (first,) = worker_pids(node)
+    cfg = prepare(
+        {**SMALL, "num-rounds": 4, "run-name": "kill", "round-timeout": 300.0}, "deployment", tmp_path
+    )
+    run_id = drills.submit(REPO, cfg)
+    end = time.time() + 300
+    while "ROUND 2]" not in log.read_text() and time.time() < end:  # node 1 has round 2's message
+        time.sleep(0.2)
+    time.sleep(1.0)  # ... and its worker is inside the 120 s stall
+    os.kill(first, signal.SIGKILL)
+    started = time.time()
+    assert drills.wait_run(run_id, timeout=600) == "finished:completed", drills.run_log(run_id)[-3000:]
+    assert time.time() - started < 100  # answered at once, not after the stall or a heartbeat timeout
+
+    rows = {(r["round"], r["client"]): r for r in read_rows(tmp_path / "kill") if r["exchange"] == "train"}
+    assert rows[("2", "client-01")]["status"] == "failed"
+    assert "ClientApp stopped responding" in rows[("2", "client-01")]["error"], rows[("2", "client-01")]
+    assert rows[("3", "client-01")]["status"] == rows[("4", "client-01")]["status"] == "ok"  # restarted
+    assert rows[("3", "client-02")]["status"] == "failed"  # the raising ClientApp: an Error reply
+    assert "fault drill" in rows[("3", "client-02")]["error"]
+    assert all(rows[(str(r), "client-00")]["status"] == "ok" for r in range(1, 5))
+    (second,) = worker_pids(node)
+    assert second != first
+    text = log.read_text()
+    assert "hetfed warm worker exited with code -9 while running task" in text
+    summary = json.loads((tmp_path / "kill" / "summary.json").read_text())
+    assert sorted(summary["clients"]) == ["client-00", "client-01", "client-02"]
+
+
+@pytest.mark.deployment
+def test_a_new_app_build_is_served_by_a_fresh_interpreter(drills: LocalFlower, tmp_path: Path) -> None:
+    """A one-line change (a canary written when client/app.py is imported) is a new FAB hash."""
+    app = tmp_path / "app"
+    files = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    for name in files:
+        if (REPO / name).is_file() and not name.startswith(("docs/", "tests/")):
+            (app / name).parent.mkdir(parents=True, exist_ok=True)
+            (app / name).write_bytes((REPO / name).read_bytes())
+    canary = tmp_path / "canary"
+    with open(app / "client" / "app.py", "a") as f:
+        f.write(f"\n__import__('pathlib').Path({str(canary)!r}).write_text(str(__import__('os').getpid()))\n")
+    node = drills.processes["supernode-0"]
+    (before,) = worker_pids(node)
+    overrides = {**SMALL, "num-rounds": 1}
+    run_to_end(drills, app, prepare({**overrides, "run-name": "build-b"}, "deployment", tmp_path))
+    assert canary.exists()  # the new build's code ran on the silos ...
+    assert int(canary.read_text()) in {
+        pid for n in range(3) for pid in worker_pids(drills.processes[f"supernode-{n}"])
+    }
+    (after,) = worker_pids(node)
+    assert after == before  # ... in the same worker process, re-executed (same pid)
+    assert "new app build" in (drills.root / "supernode-0.log").read_text()
+    canary.unlink()
+    run_to_end(drills, REPO, prepare({**overrides, "run-name": "build-a"}, "deployment", tmp_path))
+    assert not canary.exists()  # back on the original build: no module of build B was left loaded
+
+
+@pytest.mark.deployment
+def test_a_supernode_whose_flower_internals_differ_runs_stock_and_says_so(tmp_path: Path) -> None:
+    """A sitecustomize stands in for a Flower release that reorganised start_client_internal."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import time, types\n"
+        "import flwr.supernode.start_client_internal as sci\n"
+        "sci.time = types.SimpleNamespace(sleep=time.sleep, time=time.time, monotonic=time.monotonic)\n"
+    )
+    flower = LocalFlower(tmp_path / "fed", runtime="warm")
+    try:
+        flower.start_superlink(cwd=REPO)
+        flower.start_supernode(0, node_config(0, 2, flower.root, None, None))
+        flower.env = {**flower.env, "PYTHONPATH": str(site)}  # only SuperNode 1 sees the change
+        flower.start_supernode(1, node_config(1, 2, flower.root, None, None))
+        flower.wait_for_nodes(2)
+        cfg = prepare({**SMALL, "num-rounds": 1, "run-name": "mixed"}, "deployment", tmp_path / "results")
+        summary = run_to_end(flower, REPO, cfg)
+    finally:
+        flower.stop()
+    assert sorted(summary["clients"]) == ["client-00", "client-01"]
+    stock = (flower.root / "supernode-1.log").read_text()
+    lines = [ln for ln in stock.splitlines() if "warm runtime off" in ln]
+    assert len(lines) == 1 and "start_client_internal uses module `time`" in lines[0], stock[-2000:]
+    assert "hetfed warm worker" not in stock
+    assert "hetfed warm worker" in (flower.root / "supernode-0.log").read_text()
