@@ -1,6 +1,7 @@
 # hetfed: the two commands of the README, and a few helpers.
-#   make demo  - create .venv, install, start a local deployment of 4 SuperNodes, run the knapsack
-#                federation for a few rounds, print the per-client table, stop the federation
+#   make demo  - create .venv, install, start a local deployment of 4 SuperNodes (warm ClientApp
+#                runtime), run FedRSPO+ (RSPO+ loss) on the knapsack task: 5 federated rounds and
+#                personalization, print the per-client table, stop the federation
 #   make test  - create .venv if needed, lint, run the test suite
 
 PYTHON ?= python3
@@ -24,7 +25,8 @@ demo: install
 	-@$(BIN)/hetfed federation down --dir $(DEMO) >/dev/null 2>&1
 	$(BIN)/hetfed federation up --nodes 4 --dir $(DEMO)
 	$(BIN)/hetfed run --engine deployment --federation-dir $(DEMO) \
-	    --set num-rounds=3 --set fraction=0.5 --set local-epochs=1 --set run-name=demo-$$(date +%Y%m%d-%H%M%S); \
+	    --set strategy=fedrspo --set loss=rspo+ --set eta-o=1.0 --set num-rounds=5 --set fraction=0.5 \
+	    --set local-epochs=1 --set run-name=demo-$$(date +%Y%m%d-%H%M%S); \
 	  status=$$?; $(BIN)/hetfed federation down --dir $(DEMO); exit $$status
 
 lint: install
