@@ -13,6 +13,7 @@ from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 
 from hetfed.config import ConfigError, validate
+from hetfed.runtime.waits import shorten_object_pull_backoff
 from server.pool import ClientPool
 from server.store import RunStore, load_checkpoint_file, run_path
 from server.summary import report_markdown
@@ -22,6 +23,8 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
+    # Replies reach the SuperLink before their arrays; Flower would retry their pull after 1 s.
+    shorten_object_pull_backoff()
     run_server(grid, context.run_config)
 
 

@@ -21,8 +21,11 @@ from typing import Any
 
 from hetfed.runtime.internals import IDLE_SLEEP, REPLY_SLEEP
 
-# Object pulls retry a missing object after this many seconds, doubling up to Flower's cap.
+# Object pulls retry a missing object after PULL_INITIAL_BACKOFF s, doubling up to PULL_BACKOFF_CAP
+# (Flower: 1 s up to 10 s). They happen only while a message is in flight, its objects still on
+# their way: a short cap keeps the latency after they arrive short.
 PULL_INITIAL_BACKOFF = 0.02
+PULL_BACKOFF_CAP = 0.2
 
 
 class Backoff:
@@ -98,10 +101,18 @@ def install(
     shorten_object_pull_backoff()
 
 
-def shorten_object_pull_backoff(initial: float = PULL_INITIAL_BACKOFF) -> None:
-    """First retry of a not-yet-available object after ``initial`` s (Flower: 1 s); Flower's cap kept."""
+def shorten_object_pull_backoff(initial: float = PULL_INITIAL_BACKOFF, cap: float = PULL_BACKOFF_CAP) -> bool:
+    """Retry a not-yet-available object after ``initial`` s, doubling up to ``cap`` (Flower: 1 s, 10 s).
+
+    A message reaches the other side before its objects (arrays) do, so the first pull
+    of them often finds nothing. Returns False, changing nothing, where Flower's pull
+    helpers have no such keyword.
+    """
     from flwr.supercore.inflatable import inflatable_utils
 
-    for fn in (inflatable_utils.pull_objects, inflatable_utils.pull_and_inflate_object_from_tree):
-        assert fn.__kwdefaults__ is not None  # checked by the self-test
-        fn.__kwdefaults__["initial_backoff"] = initial
+    helpers = (inflatable_utils.pull_objects, inflatable_utils.pull_and_inflate_object_from_tree)
+    if not all({"initial_backoff", "backoff_cap"} <= set(fn.__kwdefaults__ or {}) for fn in helpers):
+        return False
+    for fn in helpers:
+        fn.__kwdefaults__.update(initial_backoff=initial, backoff_cap=cap)  # type: ignore[union-attr]
+    return True
