@@ -48,15 +48,15 @@ class FaultDrill(RuntimeError):
 def fault_drills(message: Message, context: Context) -> None:
     """The node config's fault drills for this message's round.
 
-    ``fail-round = r``: raise in round r (a failing silo). ``stall-round = r``: sleep
-    ``stall-seconds`` (default 60) in round r before working (a straggler; or a silo
+    ``fail-round = r`` (or ``"r1,r2"``): raise in round r (a failing silo). ``stall-round = r``:
+    sleep ``stall-seconds`` (default 60) in round r before working (a straggler; or a silo
     whose ClientApp is killed mid-task).
     """
     node, server_round = context.node_config, message.metadata.group_id
     partition = node.get("partition-id", f"node {context.node_id}")
     if str(node.get("stall-round", "")) == server_round:
         time.sleep(float(node.get("stall-seconds", 60)))
-    if str(node.get("fail-round", "")) == server_round:
+    if server_round in str(node.get("fail-round", "")).replace(",", " ").split():
         raise FaultDrill(
             f"fault drill: partition {partition} fails round {server_round} (node config fail-round)"
         )

@@ -12,6 +12,10 @@ iteration, so every engine, a repeated round and a resumed run draw the same sam
 
 A client's state after each round (its parameter, last residual, control variate) lives in
 :class:`RoundLog`, in the node's ``ClientState`` (on disk with a node ``state-dir``).
+
+An agent that missed rounds (the server's message then carries ``last-round = k``) sat them
+out: it continues from its state after round k, as the server continued with its reply of
+round k (strategies/lsa.py).
 """
 
 from __future__ import annotations
@@ -37,9 +41,10 @@ class RoundLog:
     """A client's LSA state after recent rounds, so every round starts from the one before it.
 
     Round ``r`` starts from the state after round ``r - 1``. Kept: the last two rounds (a
-    repeated round after a lost reply) and the last two multiples of ``checkpoint-every`` (the
-    server resumes from its last checkpoint, which may be one cadence back if it died while
-    writing it). Round 0 is the initial state and never stored.
+    repeated round after a lost reply) and, at each of the last two multiples of
+    ``checkpoint-every``, the latest round kept then (the server resumes from its last
+    checkpoint, which may be one cadence back if it died while writing it; an agent that
+    missed rounds continues from an earlier one). Round 0 is the initial state and never stored.
 
     Stored as one ``ClientState`` value group (``rounds`` and, per field, the rows of all kept
     rounds as one flat list of floats): a float64 survives the round trip through Python
@@ -73,17 +78,28 @@ class RoundLog:
             )
         return self.entries[server_round]
 
-    def record(self, server_round: int, fields: dict[str, np.ndarray]) -> None:
-        """Store the state after ``server_round`` and forget what no resume can need."""
+    def record(self, server_round: int, fields: dict[str, np.ndarray], start: int | None = None) -> None:
+        """Store the state after ``server_round`` (continued from round ``start``, default the one before).
+
+        Forgets what no repeat or resume can need.
+        """
         self.entries[server_round] = fields
-        marks = sorted(r for r in self.entries if self.every and r % self.every == 0)[-2:]
-        self.entries = {r: f for r, f in sorted(self.entries.items()) if r >= server_round - 1 or r in marks}
+        # At each of the last two checkpoints, the latest state kept (an agent behind at a
+        # checkpoint continues from an earlier round); the round this one continued from.
+        last = server_round // self.every * self.every if self.every else 0
+        marks = {max((r for r in self.entries if r <= m), default=0) for m in (last - self.every, last) if m}
+        keep = marks | {server_round - 1 if start is None else start}
+        self.entries = {r: f for r, f in sorted(self.entries.items()) if r >= server_round - 1 or r in keep}
         self.state.set_values(
             self.GROUP,
             {
                 "rounds": list(self.entries),
                 **{
-                    name: np.concatenate([f[name] for f in self.entries.values()]).tolist() for name in fields
+                    # a field older rounds lack (state of an older hetfed) is NaN there
+                    name: np.concatenate(
+                        [f.get(name, np.full_like(fields[name], np.nan)) for f in self.entries.values()]
+                    ).tolist()
+                    for name in fields
                 },
             },
         )
@@ -125,6 +141,11 @@ class LSAClient:
     def log(self, config: ConfigRecord) -> RoundLog:
         state = self.session.state(self.context, str(config["run-name"]))
         return RoundLog(state, self.cfg["checkpoint-every"])
+
+    @staticmethod
+    def last_round(config: ConfigRecord, default: int) -> int:
+        """The round whose state this message continues from: ``last-round`` if the agent missed rounds."""
+        return int(config["last-round"]) if "last-round" in config else default
 
     def received(self, content: RecordDict, key: str) -> np.ndarray:
         """The server's array ``key``, checked: shape (d,) and finite."""
@@ -169,15 +190,17 @@ class PFLSAClient(LSAClient):
         config = content["config"]
         t = int(config["server-round"])
         log = self.log(config)
-        theta = self.step(content, log.after(t - 1))
+        done = self.last_round(config, t - 1)
+        theta = self.step(content, log.after(done))
         g = self.residual(theta, t)
-        log.record(t, {"theta": theta, "g": g})
+        log.record(t, {"theta": theta, "g": g}, start=done)
         metrics = self.metrics(theta, bool(config["report"]))
         return RecordDict({"arrays": to_record({"g": g}), "metrics": metrics})
 
     def evaluate(self, content: RecordDict) -> RecordDict:
         config = content["config"]
-        theta = self.step(content, self.log(config).after(int(config["server-round"])))
+        done = self.last_round(config, int(config["server-round"]))
+        theta = self.step(content, self.log(config).after(done))
         self.keep_final(config, theta)
         return RecordDict({"metrics": self.metrics(theta, True)})
 
@@ -192,7 +215,11 @@ class LocalStepsClient(LSAClient):
     FedLSA / SCAFFLSA start from the shared parameter the server sends and reply with the
     local one; single-agent LSA starts from its own stored parameter and sends nothing.
     SCAFFLSA's control variate (xi_c = 0 in round 1) is first updated with the new shared
-    parameter: ``xi_c <- xi_c + (theta_shared - theta_c^{local}) / (eta H)``.
+    parameter: ``xi_c <- xi_c + (theta_shared - theta_c^{local}) / (eta H)``. After m missed
+    rounds, in each of which the server repeated its last local step
+    ``delta_c = theta_c^{local} - theta_c^{start}``, it is
+    ``xi_c + (theta_shared - theta_c^{local} - m delta_c) / (eta H)``: the sum of the updates of
+    the rounds it missed, so that sum_c xi_c stays 0.
     """
 
     shared: ClassVar[bool] = True
@@ -208,15 +235,24 @@ class LocalStepsClient(LSAClient):
         r, eta, steps = int(config["server-round"]), float(config["eta"]), int(config["local-steps"])
         stateful = self.control_variates or not self.shared
         log = self.log(config) if stateful else None
-        prev = log.after(r - 1) if log is not None else None
+        done = self.last_round(config, r - 1)
+        prev = log.after(done) if log is not None else None
         theta = start = self.start(content, prev)
         xi = np.zeros(self.agent.dim)
         if self.control_variates and prev is not None:
             xi = prev["xi"] + (start - prev["theta"]) / (eta * steps)
+            if done < r - 1:  # the rounds it missed, each with its last local step repeated
+                if not np.all(np.isfinite(prev.get("start", np.nan))):
+                    raise ValueError(
+                        f"client state: round {r} continues from round {done}, whose start parameter "
+                        "this client did not keep (state written by an older hetfed)"
+                    )
+                xi = xi - (r - 1 - done) * (prev["theta"] - prev["start"]) / (eta * steps)
         for h in range(1, steps + 1):
             theta = theta - eta * (self.residual(theta, (r - 1) * steps + h) - xi)
         if log is not None:
-            log.record(r, {"theta": theta, "xi": xi} if self.control_variates else {"theta": theta})
+            fields = {"theta": theta, "xi": xi, "start": start} if self.control_variates else {"theta": theta}
+            log.record(r, fields, start=done)
         reply: dict[str, Any] = {"metrics": self.metrics(start, bool(config["report"]))}
         if self.shared:
             reply["arrays"] = to_record({"theta": theta})
@@ -227,7 +263,8 @@ class LocalStepsClient(LSAClient):
         if self.shared:
             theta = self.received(content, "theta")
         else:
-            theta = self.start(content, self.log(config).after(int(config["server-round"])))
+            done = self.last_round(config, int(config["server-round"]))
+            theta = self.start(content, self.log(config).after(done))
             self.keep_final(config, theta)
         return RecordDict({"metrics": self.metrics(theta, True)})
 

@@ -9,6 +9,12 @@ FedLSA converges to one shared point (``(sum_c A_bar_c)^{-1} sum_c b_bar_c`` for
 it is biased when the agents' solutions theta_c* differ. SCAFFLSA corrects the local steps by
 control variates kept on the clients (:class:`client.lsa.LocalStepsClient`); its server is
 FedLSA's.
+
+A missing agent (our extension, see :mod:`strategies.lsa`) repeats its last local step: its
+stand-in is ``theta^{r-1} + (theta_c^{k,H} - theta^{k-1})`` from the last round k it completed
+(the rule of MIFA, Gu et al. 2021, for unavailable devices). A SCAFFLSA agent then updates its
+control variate as if it had sent that stand-in in every round it missed
+(:class:`client.lsa.LocalStepsClient`), so the control variates still sum to zero.
 """
 
 from __future__ import annotations
@@ -32,6 +38,17 @@ class FedLSA(LSAStrategy):
     def __init__(self, cfg: Mapping[str, Any]) -> None:
         dim = get_problem(cfg["problem"]).model_dims(cfg)[0]
         super().__init__(cfg, to_record({"theta": np.zeros(dim)}))
+
+    def remember(self, value: np.ndarray, start: np.ndarray | None) -> np.ndarray:
+        """The agent's local step of this round, ``theta_c^{r,H} - theta^{r-1}``."""
+        assert start is not None
+        return value - start
+
+    def stand_in(self, server_round: int, pid: int, start: np.ndarray | None) -> np.ndarray | None:
+        """The agent's last local step, repeated from this round's shared parameter."""
+        step = super().stand_in(server_round, pid, start)
+        assert start is not None and step is not None
+        return start + step
 
 
 class SCAFFLSA(FedLSA):

@@ -13,6 +13,14 @@ the clients report ``sq-error = ||theta_c - theta_c*||^2`` of the parameter the 
 from (iteration ``(r - 1) H``); the server row gets ``iteration`` and ``mean-sq-error`` (the
 mean over clients). After the last round an ``evaluate`` exchange reports the error at
 iteration ``T H``, which ``finish`` returns per client.
+
+A missing agent (no reply, an error, a rejected reply) is our extension, not the papers':
+its last usable reply stands in for it (:meth:`LSAStrategy.stand_in`: PF-LSA's g_c^{k},
+FedLSA/SCAFFLSA's last local step theta_c^{k,H} - theta^{k-1} added to the current
+theta), its results row gets ``stale-round = k`` and the server row ``stale-clients``.
+The agent sits out the rounds it missed: its next message carries ``last-round = k`` and
+it continues from its state after round k. With no earlier reply (round 1), or no
+usable reply at all in a round, the run stops with one line.
 """
 
 from __future__ import annotations
@@ -64,6 +72,8 @@ class LSAStrategy(FederatedStrategy):
         super().__init__(cfg, initial_arrays)
         self.dim = get_problem(cfg["problem"]).model_dims(cfg)[0]
         self.final: dict[str, Any] = {}
+        self.behind: dict[int, int] = {}  # partition that missed rounds -> the last round it completed
+        self.last_value: dict[int, np.ndarray] = {}  # partition -> what stands in for it (stand_in)
 
     @property
     def local_steps(self) -> int:
@@ -87,11 +97,18 @@ class LSAStrategy(FederatedStrategy):
     def broadcast(
         self, server_round: int, kind: str, arrays: ArrayRecord | None, config: ConfigRecord
     ) -> list[Message]:
-        """The same content for every partition (the arrays object is shared, not copied)."""
-        content = {"config": config} if arrays is None else {"config": config, "arrays": arrays}
-        return [
-            self.pool.message(pid, kind, RecordDict(content), server_round) for pid in self.pool.partitions
-        ]
+        """The same content for every partition (the arrays object is shared, not copied).
+
+        An agent that missed rounds also gets ``last-round``: the round whose state it continues from.
+        """
+        messages = []
+        for pid in self.pool.partitions:
+            cfg = config
+            if pid in self.behind:
+                cfg = ConfigRecord({**config, "last-round": self.behind[pid]})
+            content = {"config": cfg} if arrays is None else {"config": cfg, "arrays": arrays}
+            messages.append(self.pool.message(pid, kind, RecordDict(content), server_round))
+        return messages
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord | None, config: ConfigRecord, grid: Grid
@@ -111,16 +128,51 @@ class LSAStrategy(FederatedStrategy):
                 usable[pid], values[pid] = reply.content, value
             else:
                 self.pool.reject(reply, problem)
-        self.require_all(server_round, "train", usable)
+        self.require_some(server_round, "train", usable)
+        start = self.arrays[self.broadcast_key].numpy() if self.arrays is not None else None
+        stale = [pid for pid in self.pool.partitions if pid not in usable]
+        for pid in stale:
+            values[pid] = self.stand_in(server_round, pid, start)
+            self.behind.setdefault(pid, server_round - 1)
+            self.pool.note(pid, **{"stale-round": self.behind[pid]})
+            self.log(
+                f"round {server_round}: {self.pool.name(pid)} is missing; it continues from round "
+                f"{self.behind[pid]}" + (", whose reply stands in for it" if self.reply_key else "")
+            )
+        for pid in usable:
+            self.behind.pop(pid, None)
+            if self.reply_key is not None:
+                self.last_value[pid] = self.remember(values[pid], start)
         arrays = None
         if self.reply_key is not None:
             arrays = to_record({self.broadcast_key: np.mean([values[pid] for pid in sorted(values)], axis=0)})
+        metrics: dict[str, float | int] = {}
         errors = [float(c["metrics"]["sq-error"]) for c in usable.values() if "sq-error" in c["metrics"]]
-        if not errors:
-            return arrays, None
-        return arrays, MetricRecord(
-            {"iteration": self.iteration(server_round), "mean-sq-error": float(np.mean(errors))}
-        )
+        if errors:
+            metrics = {"iteration": self.iteration(server_round), "mean-sq-error": float(np.mean(errors))}
+        if stale:
+            metrics["stale-clients"] = len(stale)
+        return arrays, MetricRecord(metrics) if metrics else None
+
+    def remember(self, value: np.ndarray, start: np.ndarray | None) -> np.ndarray:
+        """What to keep of an agent's reply for the rounds it may miss (default: the reply itself)."""
+        return value
+
+    def stand_in(self, server_round: int, pid: int, start: np.ndarray | None) -> np.ndarray | None:
+        """The reply that stands in for a missing agent: its last one (PF-LSA's g_c^{k}).
+
+        Stops the run (FederationError) when the agent has sent nothing usable yet.
+        """
+        if self.reply_key is None:
+            return None
+        if pid not in self.last_value:
+            raise FederationError(
+                f"{type(self).__name__}: round {server_round} train lost {self.pool.name(pid)} "
+                f"({self.pool.failed.get(pid, 'no reply')}), which has no earlier update to continue "
+                "with. Fix the client and rerun with resume = true: the run continues from its last "
+                "checkpoint"
+            )
+        return self.last_value[pid]
 
     def reply_array(self, content: RecordDict) -> tuple[np.ndarray | None, str | None]:
         """The reply's array ``reply_key`` (deserialised once), or why it cannot be used."""
@@ -147,11 +199,16 @@ class LSAStrategy(FederatedStrategy):
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         usable = {self.pool.partition_of(reply): reply.content for reply in replies}
-        self.require_all(server_round, "evaluate", usable)
+        self.require_some(server_round, "evaluate", usable)
         per_client = {
             self.pool.name(pid): {"sq-error": float(c["metrics"]["sq-error"])} for pid, c in usable.items()
         }
-        self.final = summarize(per_client)
+        failed = {
+            self.pool.name(pid): self.pool.failed.get(pid, "no reply")
+            for pid in self.pool.partitions
+            if pid not in usable
+        }
+        self.final = summarize(per_client, failed)
         self.final["aggregate"]["iteration"] = self.iteration(server_round + 1)
         return MetricRecord(
             {
@@ -160,28 +217,34 @@ class LSAStrategy(FederatedStrategy):
             }
         )
 
-    def require_all(self, server_round: int, kind: str, usable: Mapping[int, RecordDict]) -> None:
-        """Stop the run (FederationError) unless every client's reply is in ``usable``."""
-        missing = [pid for pid in self.pool.partitions if pid not in usable]
-        if missing:
-            reasons = "; ".join(
-                f"{self.pool.name(p)}: {self.pool.failed.get(p, 'no reply')}" for p in missing
-            )
-            raise FederationError(
-                f"{type(self).__name__} needs every client in every round; round {server_round} {kind} "
-                f"lost {reasons}. Fix the client(s) and rerun with resume = true: the run continues "
-                "from its last checkpoint"
-            )
+    def require_some(self, server_round: int, kind: str, usable: Mapping[int, RecordDict]) -> None:
+        """Stop the run (FederationError) when no client's reply in ``usable`` can be used."""
+        if usable:
+            return
+        reasons = "; ".join(
+            f"{self.pool.name(p)}: {self.pool.failed.get(p, 'no reply')}" for p in self.pool.partitions
+        )
+        raise FederationError(
+            f"{type(self).__name__}: round {server_round} {kind} has no usable reply ({reasons}). "
+            "Fix the client(s) and rerun with resume = true: the run continues from its last checkpoint"
+        )
 
     def finish(self) -> dict[str, Any]:
         return self.final
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "final": self.final}
+        return {
+            **super().state_dict(),
+            "final": self.final,
+            "behind": dict(self.behind),
+            "last-value": {pid: v.copy() for pid, v in self.last_value.items()},
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.final = state["final"]
+        self.behind = {int(k): int(v) for k, v in state.get("behind", {}).items()}
+        self.last_value = {int(k): np.asarray(v) for k, v in state.get("last-value", {}).items()}
 
     def summary(self) -> None:
         self.log(

@@ -13,11 +13,22 @@ With ``g_c = A_c theta_c - b_c`` evaluated on agent c's own draw:
 
 Every algorithm draws from the oracle once per local iteration, in this order.
 Run ``python tests/lsa_reference.py`` to print the Garnet measurements of the spec.
+
+A missing agent (hetfed's extension, not the papers'; ``missing`` = (round, agent) pairs,
+rounds 1-based) sits the round out and its last reply stands in for it:
+
+* PF-LSA (round = iteration t): ``g_c^t = g_c^{t-1}`` in the mean, and theta_c does not move in
+  iteration t (its next step starts from theta_c^{t-1} with its own g_c^{t-1});
+* FedLSA / SCAFFLSA (round r): its local parameter is ``theta^{r-1} + delta_c``, ``delta_c`` the
+  local step ``theta_c^{k,H} - theta^{k-1}`` of the last round k it took part in; SCAFFLSA updates
+  its xi_c with that stand-in like every other agent's.
+
+An agent missing before it ever replied has no last reply: ValueError.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
@@ -87,39 +98,84 @@ def single_lsa(oracle: Oracle, theta0: np.ndarray, eta: float, n_iter: int) -> n
     return pflsa(oracle, theta0, eta, 1.0, n_iter)
 
 
-def pflsa(oracle: Oracle, theta0: np.ndarray, eta: float, beta: float, n_iter: int) -> np.ndarray:
-    """PF-LSA: ``theta_c <- theta_c - eta beta g_c - eta (1 - beta) mean(g)``. Returns [n_iter + 1, N, d]."""
+def pflsa(
+    oracle: Oracle,
+    theta0: np.ndarray,
+    eta: float,
+    beta: float,
+    n_iter: int,
+    missing: Collection[tuple[int, int]] = (),
+) -> np.ndarray:
+    """PF-LSA: ``theta_c <- theta_c - eta beta g_c - eta (1 - beta) mean(g)``. Returns [n_iter + 1, N, d].
+
+    ``thetas[t - 1]`` is the parameter iteration t evaluates its residual at; with ``missing``
+    (iteration, agent) pairs, the rule of the module docs.
+    """
     if not 0.0 <= beta <= 1.0:
         raise ValueError(f"beta must lie in [0, 1]; got {beta}")
     thetas = np.empty((n_iter + 1, *np.shape(theta0)))
     thetas[0] = theta0
+    g_last: np.ndarray | None = None
     for t in range(n_iter):
         g = _residuals(oracle, thetas[t])
+        for c in _absent(missing, t + 1):
+            if g_last is None:
+                raise ValueError(f"agent {c} misses iteration 1: it has no earlier update")
+            g[c] = g_last[c]
         thetas[t + 1] = thetas[t] - eta * beta * g - eta * (1.0 - beta) * g.mean(axis=0)
+        for c in _absent(missing, t + 2):  # it sits out iteration t + 2: it does not move
+            thetas[t + 1, c] = thetas[t, c]
+        g_last = g
     return thetas
 
 
+def _absent(missing: Collection[tuple[int, int]], server_round: int) -> list[int]:
+    """The agents missing in ``server_round``."""
+    return sorted(c for r, c in missing if r == server_round)
+
+
 def fedlsa(
-    oracle: Oracle, theta0: np.ndarray, eta: float, n_local: int, n_rounds: int, n_agents: int
+    oracle: Oracle,
+    theta0: np.ndarray,
+    eta: float,
+    n_local: int,
+    n_rounds: int,
+    n_agents: int,
+    missing: Collection[tuple[int, int]] = (),
 ) -> np.ndarray:
     """FedLSA: H = ``n_local`` local LSA steps from the shared theta, then averaging.
 
     Returns the shared theta after each round, [n_rounds + 1, d] (round r ends at iteration r H).
+    ``missing``: (round, agent) pairs, the rule of the module docs.
     """
     shared, _ = _rounds(
-        oracle, theta0, eta, n_local, n_rounds, np.zeros((n_agents, np.size(theta0))), update_xi=False
+        oracle,
+        theta0,
+        eta,
+        n_local,
+        n_rounds,
+        np.zeros((n_agents, np.size(theta0))),
+        update_xi=False,
+        missing=missing,
     )
     return shared
 
 
 def scafflsa(
-    oracle: Oracle, theta0: np.ndarray, eta: float, n_local: int, n_rounds: int, xi0: np.ndarray
+    oracle: Oracle,
+    theta0: np.ndarray,
+    eta: float,
+    n_local: int,
+    n_rounds: int,
+    xi0: np.ndarray,
+    missing: Collection[tuple[int, int]] = (),
 ) -> tuple[np.ndarray, np.ndarray]:
     """SCAFFLSA from control variates ``xi0`` [N, d] (zeros in the paper).
 
     Returns the shared theta after each round [n_rounds + 1, d] and the final xi [N, d].
+    ``missing``: (round, agent) pairs, the rule of the module docs.
     """
-    return _rounds(oracle, theta0, eta, n_local, n_rounds, xi0, update_xi=True)
+    return _rounds(oracle, theta0, eta, n_local, n_rounds, xi0, update_xi=True, missing=missing)
 
 
 def _rounds(
@@ -130,15 +186,28 @@ def _rounds(
     n_rounds: int,
     xi0: np.ndarray,
     update_xi: bool,
+    missing: Collection[tuple[int, int]] = (),
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Rounds of H local steps on ``g_c - xi_c`` then averaging; xi frozen unless ``update_xi``."""
+    """Rounds of H local steps on ``g_c - xi_c`` then averaging; xi frozen unless ``update_xi``.
+
+    An agent of ``missing`` repeats its last local step (the module docs).
+    """
     shared = np.empty((n_rounds + 1, np.size(theta0)))
     shared[0] = theta0
     xi = np.array(xi0, dtype=float)
+    delta = np.full(xi.shape, np.nan)  # each agent's last local step
     for r in range(n_rounds):
         local = np.broadcast_to(shared[r], xi.shape).copy()
         for _ in range(n_local):
             local -= eta * (_residuals(oracle, local) - xi)
+        absent = _absent(missing, r + 1)
+        for c in range(len(local)):
+            if c not in absent:
+                delta[c] = local[c] - shared[r]
+            elif np.isnan(delta[c]).any():
+                raise ValueError(f"agent {c} misses round {r + 1}: it has no earlier update")
+            else:
+                local[c] = shared[r] + delta[c]
         shared[r + 1] = local.mean(axis=0)
         if update_xi:
             xi += (shared[r + 1] - local) / (eta * n_local)
