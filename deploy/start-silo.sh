@@ -20,4 +20,10 @@ else
 fi
 [[ -z "${HETFED_KEY:-}" ]] || args+=(--key "$HETFED_KEY")
 [[ -z "${HETFED_DATA_PATH:-}" ]] || args+=(--data-path "$HETFED_DATA_PATH")
+# App pinning: the SuperNode runs only the app builds approved with `hetfed federation approve`.
+if [[ "${HETFED_ANY_APP:-0}" == 1 ]]; then
+  args+=(--any-app)
+elif [[ -n "${HETFED_APPROVED_APPS:-}" ]]; then
+  args+=(--approved-apps "$HETFED_APPROVED_APPS")
+fi  # else: HETFED_STATE_DIR/approved-apps
 exec "${HETFED_BIN:-hetfed}" "${args[@]}" "$@"

@@ -127,13 +127,15 @@ def federation_up(
     tls_dir: Path | None = None,
     node_auth: bool = False,
     runtime: str = DEFAULT_RUNTIME,
+    approved_apps: Path | None = None,
 ) -> FederationInfo:
     """Start a SuperLink (cwd ``app_dir``) and ``nodes`` SuperNodes; wait until all are online.
 
     With ``tls_dir`` the SuperLink serves HTTPS with its certificates; with ``node_auth``
     each SuperNode gets a key pair under ``root/keys`` that is registered before it starts.
     ``runtime`` is the SuperNodes' ClientApp runtime (``warm``: a long-lived worker each;
-    ``stock``: Flower's process per message).
+    ``stock``: Flower's process per message). With ``approved_apps`` (an allow-list of
+    FAB hashes, see ``approve``) every SuperNode runs only the app builds listed there.
     """
     if nodes < 1:
         raise ValueError(f"--nodes must be >= 1, got {nodes}")
@@ -144,10 +146,16 @@ def federation_up(
     if node_auth and tls is None:
         raise ValueError("--node-auth needs --tls-dir: Flower authenticates SuperNodes only over TLS")
     configs = [node_config(i, nodes, root, data_path, state_dir) for i in range(nodes)]
+    if approved_apps is not None:
+        approved_apps = _approved_apps_file(approved_apps)
+        for cfg in configs:
+            cfg["approved-apps"] = str(approved_apps)  # the ClientApp reports what its silo approved
     for i, cfg in enumerate(configs):  # refuse before starting anything
         if "data-path" in cfg and not Path(cfg["data-path"]).exists():
             raise FileNotFoundError(f"SuperNode {i}: data-path '{cfg['data-path']}' does not exist")
-    flower = LocalFlower(root, link_port=port, tls=tls, node_auth=node_auth, runtime=runtime)
+    flower = LocalFlower(
+        root, link_port=port, tls=tls, node_auth=node_auth, runtime=runtime, approved_apps=approved_apps
+    )
     try:
         flower.start_superlink(cwd=app_dir)
         for i, cfg in enumerate(configs):
@@ -268,11 +276,14 @@ def silo_host(
     data_path: Path | None = None,
     port: int = 9094,
     runtime: str = DEFAULT_RUNTIME,
+    approved_apps: Path | None = None,
 ) -> HostCommand:
     """The SuperNode command of one silo: its partition, data, state and key; HTTPS unless on loopback.
 
     ``runtime`` ``warm`` runs ``hetfed-supernode`` with a long-lived ClientApp worker;
-    ``stock`` runs Flower's own SuperNode exactly as installed.
+    ``stock`` runs Flower's own SuperNode exactly as installed. ``approved_apps`` is the
+    silo's allow-list of app builds (``hetfed federation approve``); it must list one at
+    least; None runs any app the SuperLink sends.
     """
     host, _ = split_address(superlink)
     if ca is None and not is_loopback(host):
@@ -290,6 +301,9 @@ def silo_host(
     if data_path is not None:
         cfg["data-path"] = str(Path(data_path).resolve())
     cfg["state-dir"] = str(state)
+    if approved_apps is not None:
+        approved_apps = _approved_apps_file(approved_apps)
+        cfg["approved-apps"] = str(approved_apps)  # the ClientApp reports what its silo approved
     args = supernode_args(
         superlink=superlink,
         node_config=cfg,
@@ -298,7 +312,20 @@ def silo_host(
         port=port,
     )
     # Flower's own files (FABs) stay in the silo's state folder; ".flwr" is never a run's state key.
-    return HostCommand(supernode_command(runtime, args), flower_env(state / ".flwr"), state)
+    return HostCommand(supernode_command(runtime, args, approved_apps), flower_env(state / ".flwr"), state)
+
+
+def _approved_apps_file(path: Path) -> Path:
+    """The allow-list at ``path``, resolved; one line if it approves no build (or is malformed)."""
+    from hetfed.runtime.pinning import read_approved
+
+    path = Path(path).resolve()
+    if not read_approved(path):
+        raise FileNotFoundError(
+            f"no approved app build in {path}: approve the build this silo installed first, "
+            f"e.g. `hetfed federation approve --file {path}` (or run any app with --any-app)"
+        )
+    return path
 
 
 def register_keys(flower: LocalFlower, public_keys: Sequence[Path], wait: float = 0) -> list[str]:

@@ -2,7 +2,8 @@
 
 On one machine: ``up``, ``down``, ``status``. Across machines: ``certs`` and
 ``keygen`` (credentials, made offline), ``superlink`` (the SuperLink host),
-``silo`` (one organisation's SuperNode), ``register`` (admit a silo's key);
+``silo`` (one organisation's SuperNode), ``register`` (admit a silo's key),
+``approve`` (a silo approves an app build, by its FAB hash);
 ``compose`` writes a docker-compose file. Every subcommand is in the README.
 """
 
@@ -29,6 +30,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         tls_dir=Path(args.tls_dir) if args.tls_dir else None,
         node_auth=args.node_auth,
         runtime=args.runtime,
+        approved_apps=Path(args.approved_apps) if args.approved_apps else None,
     )
     scheme = "https" if info.tls_dir else "http"
     auth = ", node authentication on" if info.node_auth else ""
@@ -130,7 +132,9 @@ def cmd_superlink(args: argparse.Namespace) -> int:
 
 def cmd_silo(args: argparse.Namespace) -> int:
     from hetfed.federation import silo_host
+    from hetfed.runtime.pinning import APPROVED_FILE
 
+    allow_list = Path(args.state_dir) / APPROVED_FILE
     command = silo_host(
         superlink=args.superlink,
         ca=None if args.insecure else Path(args.ca),
@@ -141,10 +145,38 @@ def cmd_silo(args: argparse.Namespace) -> int:
         data_path=Path(args.data_path) if args.data_path else None,
         port=args.port,
         runtime=args.runtime,
+        approved_apps=None if args.any_app else Path(args.approved_apps or allow_list),
     )
     print(shlex.join(command.argv), flush=True)
     if not args.print:
         command.exec()
+    return 0
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    from hetfed.runtime.pinning import APPROVED_FILE, approve, fab_hash, read_approved, revoke
+
+    path = Path(args.file or Path(args.state_dir) / APPROVED_FILE)
+    if args.list:
+        print("\n".join(read_approved(path)) or f"no app build approved in {path}")
+        return 0
+    if args.hash:
+        digest, source = args.hash.strip().lower(), "given hash"
+    else:
+        from hetfed.engines.runner import APP_DIR
+
+        app = Path(args.app_dir or APP_DIR).resolve()
+        digest, source = fab_hash(app), str(app)
+    if args.print:
+        print(digest)
+        return 0
+    if args.revoke:
+        done = revoke(path, digest)
+        print(f"{'revoked' if done else 'was not approved:'} {digest} in {path}")
+        return 0
+    added = approve(path, digest, note=source)
+    print(f"{'approved' if added else 'already approved:'} {digest} ({source}) in {path}")
+    print(f"{len(read_approved(path))} app builds approved in {path}; a SuperNode reads it at each new run")
     return 0
 
 
@@ -185,6 +217,9 @@ def add_federation_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--port", type=int, default=0, help="SuperLink port (default: a free port)")
     up.add_argument("--tls-dir", help="serve HTTPS with ca.crt, server.pem, server.key from `certs`")
     up.add_argument("--node-auth", action="store_true", help="make, register and use a key per SuperNode")
+    up.add_argument(
+        "--approved-apps", metavar="FILE", help="app pinning: SuperNodes run only the builds in FILE"
+    )
     _add_runtime_argument(up)
     up.set_defaults(func=cmd_up)
 
@@ -245,9 +280,28 @@ def add_federation_parser(sub: argparse._SubParsersAction) -> None:
     silo.add_argument("--data-path", help="this silo's private data (problems that read files)")
     silo.add_argument("--state-dir", default="/var/lib/hetfed/silo", help="client state kept across restarts")
     silo.add_argument("--port", type=int, default=9094, help="local Runtime API port of the SuperNode")
+    pin = silo.add_mutually_exclusive_group()
+    pin.add_argument(
+        "--approved-apps",
+        metavar="FILE",
+        help="the app builds this silo runs (from `approve`); default <state-dir>/approved-apps",
+    )
+    pin.add_argument("--any-app", action="store_true", help="run any app the SuperLink sends (no pinning)")
     _add_runtime_argument(silo)
     silo.add_argument("--print", action="store_true", help="print the Flower command instead of running it")
     silo.set_defaults(func=cmd_silo)
+
+    approve = actions.add_parser(
+        "approve", help="approve an app build on this silo (its FAB hash, as `flwr run` builds it)"
+    )
+    approve.add_argument("app_dir", nargs="?", help="the app folder (default: the installed hetfed)")
+    approve.add_argument("--hash", help="approve this FAB hash instead of building APP_DIR")
+    approve.add_argument("--file", help="the allow-list (default <state-dir>/approved-apps)")
+    approve.add_argument("--state-dir", default="/var/lib/hetfed/silo", help="the silo's state dir")
+    approve.add_argument("--print", action="store_true", help="print the hash only, approve nothing")
+    approve.add_argument("--revoke", action="store_true", help="remove the build from the allow-list")
+    approve.add_argument("--list", action="store_true", help="list the approved hashes")
+    approve.set_defaults(func=cmd_approve)
 
     compose = actions.add_parser("compose", help="write a docker-compose file for N silos")
     compose.add_argument("--silos", type=int, default=3)

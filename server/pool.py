@@ -91,8 +91,17 @@ class ClientPool:
             new = [n for n in self.grid.get_node_ids() if n not in seen]
             seen.update(new)
             self._discover(new, run_name, found)
+        self.left_out = found.left_out()
+        for (pid, node), (name, reason) in zip(found.bad_keys(), self.left_out.items(), strict=True):
+            self.store.add_row(  # also when the run cannot go on: each refusal is in rounds.csv
+                round=0, exchange="query.info", **{"partition-id": "" if pid is None else pid},
+                client=name, status="failed", error=reason,
+            )
+            self.log(f"{name} is left out (node {node}): {reason}")
         expected = found.expected(self.required)
         if len(found.infos) < expected or not found.infos:
+            if self.left_out and not (self.store.path / "progress.json").exists():
+                self.store.commit(0, 0)  # a fresh run: its rows say who was left out and why
             raise FederationError(found.shortfall(expected, self.wait_timeout))
         infos = found.infos
         self.clients = {
@@ -100,13 +109,6 @@ class ClientPool:
         }
         self.run_name = run_name
         self._node_to_partition = {c.node_id: pid for pid, c in self.clients.items()}
-        self.left_out = found.left_out()
-        for (pid, node), (name, reason) in zip(found.bad_keys(), self.left_out.items(), strict=True):
-            self.store.add_row(
-                round=0, exchange="query.info", **{"partition-id": "" if pid is None else pid},
-                client=name, status="failed", error=reason,
-            )
-            self.log(f"{name} is left out (node {node}): {reason}")
         self.log(f"{len(self.clients)} clients: " + ", ".join(c.name for c in self.clients.values()))
 
     def refresh(self) -> None:

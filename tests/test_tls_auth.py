@@ -167,6 +167,9 @@ def env_keys(path: Path) -> set[str]:
 
 
 def test_start_scripts_map_their_env_files_to_the_commands(tmp_path: Path) -> None:
+    from hetfed.runtime.pinning import approve
+
+    approve(tmp_path / "state" / "approved-apps", "e" * 64)  # the silo approved a build
     tls = write_certificates(tmp_path / "tls")
     key, _ = write_node_key(tmp_path / "silo.key")
     hetfed = Path(sys.executable).parent / "hetfed"

@@ -139,15 +139,17 @@ def supernode_args(
     return [*args, "--node-config", node_config_string(node_config)]
 
 
-def supernode_command(runtime: str, args: list[str]) -> list[str]:
+def supernode_command(runtime: str, args: list[str], approved_apps: Path | None = None) -> list[str]:
     """The SuperNode command line: ``hetfed-supernode --runtime warm|stock <flower-supernode args>``.
 
     ``warm``: one long-lived ClientApp worker and adaptive waits (hetfed.runtime), stock
     Flower when its self-test fails; ``stock``: ``flower-supernode`` exactly as installed.
+    ``approved_apps``: the silo's allow-list of app builds (hetfed.runtime.pinning).
     """
     if runtime not in RUNTIMES:
         raise ValueError(f"--runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
-    return [str(BIN / "hetfed-supernode"), "--runtime", runtime, *args]
+    pinning = ["--approved-apps", str(approved_apps)] if approved_apps else []
+    return [str(BIN / "hetfed-supernode"), "--runtime", runtime, *pinning, *args]
 
 
 def superexec_args(*, runtime_api: str, ca: str | os.PathLike | None) -> list[str]:
@@ -172,7 +174,8 @@ class LocalFlower:
     ``host:link_port`` is where the flwr CLI and SuperNodes reach the SuperLink; ``ca``
     verifies its certificate (``None``: plain HTTP). ``tls`` (the SuperLink's own
     files) and ``node_auth`` matter only to :meth:`start_superlink`; ``runtime`` is the
-    ClientApp runtime of the SuperNodes started here (``warm`` or ``stock``).
+    ClientApp runtime of the SuperNodes started here (``warm`` or ``stock``) and
+    ``approved_apps`` their allow-list of app builds (None: any app).
     """
 
     root: Path
@@ -183,6 +186,7 @@ class LocalFlower:
     tls: TlsFiles | None = None
     node_auth: bool = False
     runtime: str = DEFAULT_RUNTIME
+    approved_apps: Path | None = None
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -245,7 +249,7 @@ class LocalFlower:
             port=free_port(),
             max_retries=10,
         )
-        self.spawn(f"supernode-{index}", supernode_command(self.runtime, args))
+        self.spawn(f"supernode-{index}", supernode_command(self.runtime, args, self.approved_apps))
 
     def register(self, public_key: Path, name: str = "") -> int:
         """``flwr supernode register``: admit the SuperNode holding this key; returns its node id."""

@@ -6,6 +6,11 @@ ClientApp process's task-input / reply / task-output helpers, the Runtime API cl
 and messages, and the SuperNode's in-memory task tokens (to answer a task at once when
 its worker dies). :func:`missing_internals` checks each before anything is patched;
 the launcher runs stock Flower when the list is not empty.
+
+App pinning (:mod:`hetfed.runtime.pinning`) needs one check inside Flower's SuperNode in
+both runtimes, so the stock runtime with an allow-list is no longer "nothing patched":
+:func:`missing_pinning_internals` checks what that check relies on, and a SuperNode
+with an allow-list refuses to start (rather than run unpinned) when anything is missing.
 """
 
 from __future__ import annotations
@@ -148,10 +153,56 @@ CHECKS: list[tuple[str, Callable[[], bool]]] = [
 ]
 
 
+def _keyword_call(path: str, *names: str) -> Callable[[], bool]:
+    """``path`` takes every name as a keyword and ``start_client_internal`` passes each by keyword."""
+
+    def check() -> bool:
+        params = inspect.signature(_attr(path)).parameters
+        source = inspect.getsource(_attr("flwr.supernode.start_client_internal"))
+        return all(n in params and f"{n}=" in source for n in names)
+
+    return check
+
+
+# What app pinning's check inside the SuperNode relies on (both runtimes).
+PINNING_CHECKS: list[tuple[str, Callable[[], bool]]] = [
+    (f"flwr version {FLOWER_VERSION}", _version),
+    (
+        "start_client_internal._pull_and_store_message(state, object_store, node_config, receive, get_run, "
+        "get_fab), called with keywords",
+        _keyword_call(
+            "flwr.supernode.start_client_internal:_pull_and_store_message",
+            "state",
+            "object_store",
+            "node_config",
+            "receive",
+            "get_run",
+            "get_fab",
+        ),
+    ),
+    (
+        "start_client_internal._insert_message",
+        lambda: callable(_attr("flwr.supernode.start_client_internal:_insert_message")),
+    ),
+    ("ErrorCode.INVALID_FAB", lambda: _attr("flwr.common.constant:ErrorCode.INVALID_FAB") == 7),
+    ("flwr.cli.build.build_fab_from_disk", lambda: callable(_attr("flwr.cli.build:build_fab_from_disk"))),
+    ("flower_supernode entry point", lambda: callable(_attr("flwr.supernode.cli:flower_supernode"))),
+]
+
+
 def missing_internals() -> list[str]:
     """The description of every check that fails (empty: the warm runtime may run)."""
+    return _failing(CHECKS)
+
+
+def missing_pinning_internals() -> list[str]:
+    """The description of every pinning check that fails (empty: pinning can be installed)."""
+    return _failing(PINNING_CHECKS)
+
+
+def _failing(checks: list[tuple[str, Callable[[], bool]]]) -> list[str]:
     missing = []
-    for what, check in CHECKS:
+    for what, check in checks:
         try:
             ok = check()
         except Exception:  # an import or attribute that is gone is a miss, whatever it raises

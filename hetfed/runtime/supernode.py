@@ -1,6 +1,6 @@
 """``hetfed-supernode``: Flower's own SuperNode, with a warm ClientApp runtime or stock.
 
-    hetfed-supernode [--runtime warm|stock] <flower-supernode arguments>
+    hetfed-supernode [--runtime warm|stock] [--approved-apps FILE] <flower-supernode arguments>
 
 ``stock`` replaces this process with ``flower-supernode`` (subprocess isolation: a
 ``flwr-clientapp`` process per message; nothing patched). ``warm`` (the default) first
@@ -14,6 +14,13 @@ so in one line and runs stock. Otherwise it
 3. runs Flower's ``flower-supernode`` entry point in-process with ``--isolation
    process`` (the SuperNode then starts no executor of its own).
 
+With ``--approved-apps FILE`` (app pinning, :mod:`hetfed.runtime.pinning`) the SuperNode
+answers every run whose app build is not in FILE with an error reply, in both runtimes:
+the check is installed in this process (so ``stock`` then runs Flower's SuperNode
+in-process instead of replacing itself), and the warm worker checks FILE again before it
+loads a build. If the Flower internals the check needs are missing, the SuperNode does
+not start.
+
 TLS and node authentication of the SuperNode-SuperLink link are Flower's, unchanged.
 """
 
@@ -22,6 +29,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -30,7 +38,8 @@ from collections.abc import Callable
 from logging import ERROR, INFO, WARNING
 from pathlib import Path
 
-from hetfed.runtime.internals import IDLE_SLEEP, REPLY_SLEEP, missing_internals
+from hetfed.runtime.internals import IDLE_SLEEP, REPLY_SLEEP, missing_internals, missing_pinning_internals
+from hetfed.runtime.pinning import install_supernode_check
 
 RUNTIMES = ("warm", "stock")
 IDLE_FAST = 0.1  # s between SuperLink pulls right after a message (grows x1.5 per empty pull to 3 s)
@@ -38,16 +47,23 @@ REPLY_FAST = 0.01  # s between checks for the worker's reply (grows to 0.5 s; th
 BIN = Path(sys.executable).parent
 
 
-def split_runtime(argv: list[str]) -> tuple[str, list[str]]:
-    """(``--runtime`` value, the remaining arguments for Flower); an unknown runtime is one line."""
+def split_options(argv: list[str]) -> tuple[str, Path | None, list[str]]:
+    """(``--runtime``, ``--approved-apps`` or None, the remaining arguments for Flower)."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--runtime", default="warm")
+    parser.add_argument("--approved-apps")
     ours, rest = parser.parse_known_args(argv)
     if ours.runtime not in RUNTIMES:
         raise SystemExit(
             f"hetfed-supernode: --runtime must be one of {', '.join(RUNTIMES)}, got {ours.runtime!r}"
         )
-    return ours.runtime, rest
+    return ours.runtime, Path(ours.approved_apps) if ours.approved_apps else None, rest
+
+
+def split_runtime(argv: list[str]) -> tuple[str, list[str]]:
+    """(``--runtime`` value, the remaining arguments for Flower); an unknown runtime is one line."""
+    runtime, _, rest = split_options(argv)
+    return runtime, rest
 
 
 def with_isolation(argv: list[str], mode: str) -> list[str]:
@@ -95,9 +111,11 @@ class WorkerSupervisor(threading.Thread):
         ca_file: str | None,
         reply_ready: threading.Event,
         expire_task: Callable[[int], None],
+        approved_apps: Path | None = None,
     ) -> None:
         super().__init__(name="hetfed-worker-supervisor", daemon=True)
         self.address, self.ca_file = runtime_api_address, ca_file
+        self.approved_apps = approved_apps
         self.reply_ready, self.expire_task = reply_ready, expire_task
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
@@ -126,6 +144,10 @@ class WorkerSupervisor(threading.Thread):
             task = (
                 f" while running task {held} (answered with Flower's ClientApp-crashed error)" if held else ""
             )
+            if code in (-signal.SIGTERM, -signal.SIGINT):  # the node's process group is being stopped
+                log(INFO, "hetfed warm worker stopped by signal %d%s", -code, task)
+                time.sleep(5.0)  # restart only if this SuperNode is still running by then
+                continue
             log(ERROR, "hetfed warm worker exited with code %s%s; restarting it in %.1f s", code, task, delay)
             time.sleep(delay)
 
@@ -143,6 +165,8 @@ class WorkerSupervisor(threading.Thread):
         ]
         if self.ca_file:
             argv += ["--root-certificates", self.ca_file]
+        if self.approved_apps:
+            argv += ["--approved-apps", str(self.approved_apps)]
         self.worker = subprocess.Popen(argv, pass_fds=(self.wake_r, status_w))
         os.close(status_w)
         held: int | None = None
@@ -191,7 +215,7 @@ def node_state_expirer() -> Callable[[int], None]:
     return expire
 
 
-def run_warm(flower_args: list[str]) -> None:
+def run_warm(flower_args: list[str], approved_apps: Path | None = None) -> None:
     """Flower's SuperNode in this process with adaptive waits and a supervised warm worker."""
     from flwr.supercore import log
     from flwr.supernode.cli import flower_supernode
@@ -201,7 +225,9 @@ def run_warm(flower_args: list[str]) -> None:
     args = with_isolation(flower_args, "process")
     address, ca_file = runtime_api(args)
     reply_ready = threading.Event()
-    supervisor = WorkerSupervisor(address, ca_file, reply_ready, node_state_expirer())
+    if approved_apps is not None:
+        install_supernode_check(approved_apps)
+    supervisor = WorkerSupervisor(address, ca_file, reply_ready, node_state_expirer(), approved_apps)
     waits.install(
         idle=waits.Backoff(IDLE_FAST, IDLE_SLEEP),
         reply=waits.Backoff(REPLY_FAST, REPLY_SLEEP),
@@ -215,7 +241,14 @@ def run_warm(flower_args: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    runtime, flower_args = split_runtime(list(sys.argv[1:] if argv is None else argv))
+    runtime, approved_apps, flower_args = split_options(list(sys.argv[1:] if argv is None else argv))
+    if approved_apps is not None:
+        missing = missing_pinning_internals()
+        if missing:
+            raise SystemExit(
+                "hetfed-supernode: app pinning cannot be installed (missing or changed Flower "
+                f"internals: {'; '.join(missing)}); not starting an unpinned SuperNode"
+            )
     if runtime == "warm":
         missing = missing_internals()
         if missing:
@@ -228,9 +261,16 @@ def main(argv: list[str] | None = None) -> None:
                 "; ".join(missing),
             )
             runtime = "stock"
+    if runtime == "stock" and approved_apps is not None:  # Flower's SuperNode with the pinning check only
+        from flwr.supernode.cli import flower_supernode
+
+        install_supernode_check(approved_apps)
+        sys.argv = ["flower-supernode", *flower_args]
+        flower_supernode()
+        return
     if runtime == "stock":  # Flower exactly as installed (its default isolation: subprocess)
         os.execv(str(BIN / "flower-supernode"), ["flower-supernode", *flower_args])
-    run_warm(flower_args)
+    run_warm(flower_args, approved_apps)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,10 @@ is loaded once per build (FAB hash), so its imports and the silo's loaded data s
 warm between messages. When the app raises, the reply is Flower's Error message
 (``CLIENT_APP_RAISED_EXCEPTION``, or ``LOAD_CLIENT_APP_EXCEPTION`` when loading it fails).
 
+With ``--approved-apps FILE`` (app pinning) a task whose app build (the SHA-256 of its
+FAB's content) is not in FILE is answered with Flower's ``INVALID_FAB`` error naming the
+hash, before the build is installed or any of its code imported.
+
 A task of a different build than the one loaded is served by a fresh interpreter: the
 worker re-executes itself with the task's token and its already pulled input, so no
 module of the old build is left in memory.
@@ -50,6 +54,7 @@ from flwr.supercore.run import Run
 from flwr.supercore.runtime import RuntimeHttpClient
 from flwr.supernode.runtime.run_clientapp import pull_task_input, push_message, push_task_output
 
+from hetfed.runtime.pinning import AppRefused, reason_for, refused
 from hetfed.runtime.waits import Backoff, shorten_object_pull_backoff
 
 WAKE_POLL = 1.0  # s between polls when the SuperNode wakes us (Flower's SuperExec task poll interval)
@@ -153,10 +158,13 @@ class Worker:
         try:
             if task_input is None:
                 task_input = client.PullTaskInput(PullTaskInputRequest())
-                if self.fab_hash is not None and task_input.fab.hash_str != self.fab_hash:
-                    heartbeat.stop()
-                    self._reexec(token, task_id, task_input)  # does not return
+            why = self._refusal(task_input)
+            if not why and self.fab_hash is not None and task_input.fab.hash_str != self.fab_hash:
+                heartbeat.stop()  # a new approved build: a fresh interpreter (a re-executed one has none)
+                self._reexec(token, task_id, task_input)  # does not return
             message, context, run, fab = pull_task_input(_TaskInputReplay(client, task_input))
+            if why:  # before the build is installed or imported
+                raise AppRefused(fab.hash_str, reason_for(context.node_config, why))
             app = self._load(run, fab.hash_str, fab.content)
             clock.append(time.perf_counter())
             reply = app(message=message, context=context)
@@ -169,7 +177,11 @@ class Worker:
                     ErrorCode.LOAD_CLIENT_APP_EXCEPTION,
                     ("An exception was raised when attempting to load `ClientApp`"),
                 )
-            log(ERROR, "ClientApp raised an exception", exc_info=ex)
+            if isinstance(ex, AppRefused):
+                code, details = ErrorCode.INVALID_FAB, ex.why
+                log(ERROR, "hetfed pinning (warm worker): task %d %s", task_id, ex.why)
+            else:
+                log(ERROR, "ClientApp raised an exception", exc_info=ex)
             if message is not None:
                 reply = Message(Error(code=code, reason=details), reply_to=message)
         finally:
@@ -193,6 +205,12 @@ class Worker:
                         task_id,
                         *steps,
                     )
+
+    def _refusal(self, task_input: PullTaskInputResponse) -> str:
+        """Why this silo refuses the task's app build ('' if approved or pinning is off)."""
+        if not self.args.approved_apps:
+            return ""
+        return refused(Path(self.args.approved_apps), task_input.fab.hash_str, task_input.fab.content)
 
     def _load(self, run: Run, fab_hash: str, fab_content: bytes) -> ClientApp:
         """The run's ClientApp, installed and imported once per app build."""
@@ -227,7 +245,7 @@ class Worker:
 def _own_flags(args: argparse.Namespace) -> list[str]:
     """The flags this worker was started with, without the one-task ones."""
     flags = ["--runtime-api-address", args.runtime_api_address]
-    for name in ("root_certificates", "wake_fd", "status_fd", "parent_pid"):
+    for name in ("root_certificates", "approved_apps", "wake_fd", "status_fd", "parent_pid"):
         if getattr(args, name) is not None:
             flags += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     return flags
@@ -259,6 +277,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m hetfed.runtime.worker", description=__doc__.splitlines()[0])
     p.add_argument("--runtime-api-address", required=True, help="the SuperNode's Runtime API, host:port")
     p.add_argument("--root-certificates", help="CA of the Runtime API's certificate (if it serves HTTPS)")
+    p.add_argument("--approved-apps", help="app pinning: the silo's allow-list of FAB hashes")
     p.add_argument("--wake-fd", type=int, help="pipe the SuperNode writes to when a message arrives")
     p.add_argument("--status-fd", type=int, help="pipe for busy/done lines to the supervisor")
     p.add_argument("--parent-pid", type=int, help="exit when this process is gone")
