@@ -17,4 +17,11 @@ else
   args+=(--insecure)  # hetfed accepts this only with a loopback HETFED_HOST
 fi
 [[ "${HETFED_NODE_AUTH:-1}" == 1 ]] || args+=(--no-node-auth)
+# The reverse proxy (nginx): silos reach the Fleet API on HETFED_HOST:HETFED_PORT, the SuperLink and its
+# Control API listen on 127.0.0.1:HETFED_LOCAL_PORT (default HETFED_PORT + 1) only.
+if [[ "${HETFED_PROXY:-1}" == 1 ]]; then
+  [[ -z "${HETFED_LOCAL_PORT:-}" ]] || args+=(--local-port "$HETFED_LOCAL_PORT")
+else
+  args+=(--no-proxy)
+fi
 exec "${HETFED_BIN:-hetfed}" "${args[@]}" "$@"

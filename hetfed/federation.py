@@ -75,7 +75,7 @@ class FederationInfo:
             host=data.get("host", "127.0.0.1"),
             tls_dir=Path(data["tls-dir"]) if data.get("tls-dir") else None,
             node_auth=bool(data.get("node-auth", False)),
-            extra={k: data[k] for k in ("role", "superlink-pid") if k in data},
+            extra={k: data[k] for k in ("role", "superlink-pid", "public-address", "proxy") if k in data},
         )
 
     def save(self) -> None:
@@ -202,16 +202,24 @@ def _node_key(path: Path) -> Path:
 # --- one host of a federation across machines ---------------------------------------------------
 @dataclass(frozen=True)
 class HostCommand:
-    """A Flower daemon to run in the foreground: argv, environment and working folder."""
+    """A Flower daemon to run in the foreground: argv, environment and working folder.
+
+    ``proxy``: the reverse proxy's command line, run and supervised next to the daemon.
+    """
 
     argv: list[str]
     env: dict[str, str]
     cwd: Path
+    proxy: list[str] | None = None
 
     def exec(self) -> None:
-        """Replace this process with the daemon (systemd then supervises Flower itself)."""
+        """Become the daemon (systemd then supervises Flower itself), or supervise it and its proxy."""
         os.chdir(self.cwd)
-        os.execvpe(self.argv[0], self.argv, self.env)
+        if self.proxy is None:
+            os.execvpe(self.argv[0], self.argv, self.env)
+        from hetfed.proxy import supervise
+
+        raise SystemExit(supervise(self.argv, self.proxy, self.env, self.cwd))
 
 
 def superlink_host(
@@ -222,15 +230,28 @@ def superlink_host(
     tls_dir: Path | None,
     node_auth: bool,
     silos: int = 0,
+    proxy: bool = False,
+    local_port: int = 0,
 ) -> HostCommand:
     """Prepare ``root`` (state database, flwr connection, ``federation.json``) and the SuperLink command.
 
     Plain HTTP (``tls_dir=None``) is allowed only when binding to loopback. The
     flwr connection goes to 127.0.0.1 when binding to all interfaces; the server
     certificate must name that address (``hetfed federation certs`` always adds it).
+
+    With ``proxy`` the SuperLink listens on 127.0.0.1:``local_port`` (default ``port``
+    + 1) only, and nginx (``hetfed.proxy``, config in ``root/proxy``) serves
+    ``host:port`` with TLS, forwarding the Fleet API and ``/health`` only.
     """
     if silos < 0:
         raise ValueError(f"--silos must be >= 0, got {silos}")
+    if proxy and tls_dir is None:
+        raise ValueError("the reverse proxy serves TLS: give --tls-dir (or --no-proxy with --insecure)")
+    public_host, public_port = host, port
+    if proxy:
+        host, port = "127.0.0.1", local_port or port + 1
+        if port == public_port:
+            raise ValueError(f"--local-port must differ from --port ({port}): the proxy listens there")
     if tls_dir is None and not is_loopback(host):
         raise ValueError(
             f"refusing plain HTTP on --host {host}: traffic would leave this machine unencrypted; "
@@ -248,6 +269,17 @@ def superlink_host(
         )
     root = Path(root).resolve()
     (root / "results").mkdir(parents=True, exist_ok=True)
+    proxy_argv = None
+    if proxy:
+        from hetfed.proxy import check_nginx_conf, write_nginx_conf
+
+        assert tls is not None
+        if "localhost" not in certificate_names(tls.cert):  # the proxy verifies the SuperLink as localhost
+            raise ValueError(f"the server certificate {tls.cert} does not name localhost; re-issue it")
+        _, proxy_argv = write_nginx_conf(
+            root / "proxy", host=public_host, port=public_port, upstream_port=port, tls=tls
+        )
+        check_nginx_conf(proxy_argv)
     args = superlink_args(host=host, port=port, database=str(root / "state.db"), tls=tls, node_auth=node_auth)
     info = FederationInfo(
         root,
@@ -257,12 +289,17 @@ def superlink_host(
         host=local,
         tls_dir=tls.ca.parent if tls else None,
         node_auth=node_auth,
-        extra={"role": "superlink-host", "superlink-pid": os.getpid()},  # exec keeps the pid
+        extra={
+            "role": "superlink-host",
+            "superlink-pid": os.getpid(),  # exec (or the proxy's supervisor) keeps the pid
+            "public-address": f"{public_host}:{public_port}",
+            "proxy": "nginx" if proxy else "",
+        },
     )
     flower = info.flower()  # writes the flwr connection
     info.save()
     # The ServerApp writes results relative to the SuperLink's working folder: root/results.
-    return HostCommand([str(BIN / "flower-superlink"), *args], flower.env, root)
+    return HostCommand([str(BIN / "flower-superlink"), *args], flower.env, root, proxy=proxy_argv)
 
 
 def silo_host(

@@ -117,10 +117,20 @@ def cmd_superlink(args: argparse.Namespace) -> int:
         tls_dir=tls_dir,
         node_auth=tls_dir is not None and not args.no_node_auth,
         silos=args.silos,
+        proxy=not args.no_proxy,
+        local_port=args.local_port,
     )
     print(shlex.join(command.argv), flush=True)
+    if command.proxy:
+        print(shlex.join(command.proxy), flush=True)
     if args.print:
         return 0
+    if command.proxy:
+        print(
+            f"silos reach https://{args.host}:{args.port} (nginx: Fleet API and /health only); the SuperLink "
+            f"listens on 127.0.0.1:{args.local_port or args.port + 1} (flwr, Control API: this host only)",
+            flush=True,
+        )
     print(
         f"state, logs and results in {Path(args.dir).resolve()}; admit silos with: "
         f"hetfed federation register --dir {args.dir} <silo>.pub",
@@ -265,6 +275,14 @@ def add_federation_parser(sub: argparse._SubParsersAction) -> None:
     security.add_argument("--tls-dir", help="ca.crt, server.pem, server.key (from `certs`)")
     security.add_argument("--insecure", action="store_true", help="plain HTTP (only with a loopback --host)")
     link.add_argument("--no-node-auth", action="store_true", help="admit SuperNodes without registered keys")
+    link.add_argument(
+        "--no-proxy",
+        action="store_true",
+        help="no reverse proxy: the SuperLink itself on --host:--port (its Control API reachable there too)",
+    )
+    link.add_argument(
+        "--local-port", type=int, default=0, help="SuperLink port on 127.0.0.1 behind the proxy (--port+1)"
+    )
     link.add_argument("--silos", type=int, default=0, help="number of silos expected (for `status`)")
     link.add_argument("--print", action="store_true", help="print the Flower command instead of running it")
     link.set_defaults(func=cmd_superlink)

@@ -167,7 +167,13 @@ def env_keys(path: Path) -> set[str]:
 
 
 def test_start_scripts_map_their_env_files_to_the_commands(tmp_path: Path) -> None:
+    from hetfed.proxy import find_nginx
     from hetfed.runtime.pinning import approve
+
+    try:
+        find_nginx()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
 
     approve(tmp_path / "state" / "approved-apps", "e" * 64)  # the silo approved a build
     tls = write_certificates(tmp_path / "tls")
@@ -206,10 +212,13 @@ def test_start_scripts_map_their_env_files_to_the_commands(tmp_path: Path) -> No
         )
         assert out.returncode == 0, out.stderr
         argv = shlex.split(out.stdout.splitlines()[0])
-        if script == "start-superlink.sh":
+        if script == "start-superlink.sh":  # behind the proxy: the SuperLink on 127.0.0.1, port + 1
             args = _parse_args_run_superlink().parse_args(argv[1:])
-            assert (args.port, args.host, args.enable_supernode_auth) == (8765, "0.0.0.0", True)
+            assert (args.port, args.host, args.enable_supernode_auth) == (8766, "127.0.0.1", True)
             assert args.ssl_certfile == str(tls.cert)
+            proxy = shlex.split(out.stdout.splitlines()[1])
+            assert Path(proxy[0]).name == "nginx" and proxy[-2:] == ["-g", "daemon off;"]
+            assert "listen 0.0.0.0:8765 ssl;" in (tmp_path / "link" / "proxy" / "nginx.conf").read_text()
         else:
             runtime, flower_args = split_runtime(argv[1:])
             assert Path(argv[0]).name == "hetfed-supernode"

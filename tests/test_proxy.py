@@ -1,0 +1,60 @@
+"""The SuperLink host's reverse proxy without a network: its routes, its config, the commands that make it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from hetfed.credentials import write_certificates
+from hetfed.federation import FederationInfo, superlink_host
+from hetfed.proxy import HEALTH, check_nginx_conf, find_nginx, fleet_routes, write_nginx_conf
+
+
+@pytest.fixture
+def nginx() -> str:
+    try:
+        return find_nginx()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+
+
+def test_the_proxy_forwards_exactly_flowers_fleet_routes_and_health(tmp_path: Path, nginx: str) -> None:
+    from flwr.superlink.main import create_app, iter_route_contexts
+
+    routes = fleet_routes()  # what the SuperLink's whole app serves, below
+    app_paths = {getattr(c.route, "path", "") for c in iter_route_contexts(create_app().routes)}
+    assert set(routes) <= app_paths and HEALTH in app_paths
+    assert {p for p in app_paths if p.startswith("/v1/fleet/")} == set(routes)  # no Fleet route left out
+    assert any(p.startswith("/v1/control/") for p in app_paths)  # what must not pass
+    tls = write_certificates(tmp_path / "tls", ["superlink.example.org"])
+    conf, argv = write_nginx_conf(tmp_path / "proxy", host="0.0.0.0", port=8443, upstream_port=8444, tls=tls)
+    check_nginx_conf(argv)  # nginx -t
+    text = conf.read_text()
+    forwarded = re.findall(r"location = (\S+) \{", text)
+    assert sorted(forwarded) == sorted([HEALTH, *routes])
+    assert text.count("proxy_pass https://127.0.0.1:8444;") == len(forwarded)
+    assert "location / {\n            return 403;" in text and "/v1/control" not in text
+    assert "listen 0.0.0.0:8443 ssl;" in text and f"ssl_certificate {tls.cert};" in text
+    assert "proxy_ssl_verify on;" in text and f"proxy_ssl_trusted_certificate {tls.ca};" in text
+
+
+def test_superlink_host_binds_loopback_behind_the_proxy(tmp_path: Path, nginx: str) -> None:
+    tls = write_certificates(tmp_path / "tls", ["superlink.example.org"])
+    cmd = superlink_host(
+        tmp_path / "link", host="0.0.0.0", port=8000, tls_dir=tls.ca.parent, node_auth=True, proxy=True
+    )
+    assert cmd.argv[cmd.argv.index("--host") + 1] == "127.0.0.1"
+    assert cmd.argv[cmd.argv.index("--port") + 1] == "8001"
+    assert cmd.proxy is not None and Path(cmd.proxy[0]).name == "nginx"
+    info = FederationInfo.load(tmp_path / "link")
+    assert (info.host, info.link_port) == ("127.0.0.1", 8001)  # flwr and `register` stay on this host
+    assert info.extra["public-address"] == "0.0.0.0:8000" and info.extra["proxy"] == "nginx"
+    with pytest.raises(ValueError, match="serves TLS"):
+        superlink_host(tmp_path / "l2", host="::1", port=8000, tls_dir=None, node_auth=False, proxy=True)
+    with pytest.raises(ValueError, match="must differ"):
+        superlink_host(
+            tmp_path / "l3", host="0.0.0.0", port=8000, tls_dir=tls.ca.parent, node_auth=True, proxy=True,
+            local_port=8000,
+        )  # fmt: skip
