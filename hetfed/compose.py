@@ -6,11 +6,13 @@ hetfed + CPU torch, runtime dependency installation off) for every container:
 - ``superlink``: Fleet, Control and Runtime APIs on port 8000 (published on the
   host's loopback only, for the operator's ``flwr``), state in volume ``superlink-state``;
 - ``superexec-serverapp``: runs the ServerApp; results in volume ``results``;
-- per silo ``i``: ``supernode-i`` (on the shared network ``link`` and the silo's own
-  network ``silo-i``) and ``superexec-clientapp-i``, which runs the ClientApps and is
-  the only container that mounts the silo's volume ``silo-i`` (``/silo/data``,
-  ``/silo/state``). ``silo-i`` is an internal network: the container holding the
-  silo's data reaches its own SuperNode and nothing else.
+- per silo ``i``: ``supernode-i`` (``hetfed-supernode --runtime warm --worker external``:
+  Flower's SuperNode with the warm runtime's waits, on the shared network ``link`` and the
+  silo's own network ``silo-i``) and ``superexec-clientapp-i``, the silo's long-lived
+  ClientApp worker (``hetfed-worker``, which falls back to Flower's ``flower-superexec``
+  if its self-test fails), the only container that mounts the silo's volume ``silo-i``
+  (``/silo/data``, ``/silo/state``). ``silo-i`` is an internal network: the container
+  holding the silo's data reaches its own SuperNode and nothing else.
 
 With ``tls`` the certificates (``hetfed federation certs --out certs --host superlink``)
 and node keys (``hetfed federation keygen keys/silo-i``) are compose secrets, the
@@ -103,8 +105,9 @@ def compose_spec(silos: int, problem: str, tls: bool) -> dict[str, Any]:
             "state-dir": SILO_STATE,
         }
         services[f"supernode-{i}"] = service(
-            "flower-supernode",
-            supernode_args(
+            "hetfed-supernode",
+            ["--runtime", "warm", "--worker", "external"]
+            + supernode_args(
                 superlink=link,
                 node_config=node_config,
                 ca=ca,
@@ -122,8 +125,8 @@ def compose_spec(silos: int, problem: str, tls: bool) -> dict[str, Any]:
         )
         # The silo's Runtime API traffic stays on its internal network, so it is not encrypted.
         services[f"superexec-clientapp-{i}"] = service(
-            "flower-superexec",
-            superexec_args(runtime_api=f"supernode-{i}:{NODE_PORT}", ca=None),
+            "hetfed-worker",
+            ["--runtime-api-address", f"supernode-{i}:{NODE_PORT}"],
             volumes=[f"silo-{i}:/silo"],
             networks=[f"silo-{i}"],
             depends_on=[f"supernode-{i}"],

@@ -27,13 +27,37 @@ from flwr.supernode.cli.flower_supernode import _parse_args_run_supernode as sup
 from hetfed.cli import build_parser
 from hetfed.compose import compose_spec, render, run_config
 from hetfed.config import PROBLEMS, validate
+from hetfed.runtime.supernode import split_options, split_worker
+from hetfed.runtime.worker import parse_args as worker_args
 from tests.conftest import REPO
 
 FILES = {"docker-compose.yml": False, "docker-compose.tls.yml": True}
+class HetfedSuperNodeParser:
+    """``hetfed-supernode``: its own flags (checked), then Flower's SuperNode parser on the rest."""
+
+    def parse_args(self, argv: list[str]) -> argparse.Namespace:
+        runtime, _, rest = split_options(argv)
+        worker, rest = split_worker(rest)
+        args = supernode_parser().parse_args(rest)
+        args.hetfed_runtime, args.hetfed_worker = runtime, worker
+        return args
+
+
+class HetfedWorkerParser:
+    """``hetfed-worker``: the warm ClientApp worker (no runtime dependency installation at all)."""
+
+    def parse_args(self, argv: list[str]) -> argparse.Namespace:
+        args = worker_args(argv)
+        args.runtime_dependency_install = False
+        return args
+
+
 PARSERS = {
     "flower-superlink": superlink_parser,
     "flower-supernode": supernode_parser,
     "flower-superexec": superexec_parser,
+    "hetfed-supernode": HetfedSuperNodeParser,
+    "hetfed-worker": HetfedWorkerParser,
     "hetfed": build_parser,
 }
 SECTION = REPO / "README.md"  # every command documented in the README
@@ -116,6 +140,8 @@ def test_every_command_parses_with_flowers_parsers_and_wires_the_topology(name: 
     for i in range(silos):
         node, executor = parsed[f"supernode-{i}"], parsed[f"superexec-clientapp-{i}"]
         assert node.superlink == link_address and node.isolation == "process" and node.host == "0.0.0.0"
+        assert (node.hetfed_runtime, node.hetfed_worker) == ("warm", "external")  # the worker is the executor
+        assert services[f"superexec-clientapp-{i}"]["entrypoint"] == ["hetfed-worker"]
         assert node.runtime_dependency_install is False and executor.runtime_dependency_install is False
         config = parse_config_args([node.node_config])
         assert (config["partition-id"], config["num-partitions"]) == (i, silos)

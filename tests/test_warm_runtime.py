@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from hetfed.engines.flower import LocalFlower
+from hetfed.engines.flower import BIN, LocalFlower, free_port, supernode_args, supernode_command
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.engines.runner import prepare
 from hetfed.federation import node_config
@@ -240,8 +240,10 @@ def test_a_new_app_build_is_served_by_a_fresh_interpreter(drills: LocalFlower, t
 
 
 @pytest.mark.deployment
-def test_a_supernode_whose_flower_internals_differ_runs_stock_and_says_so(tmp_path: Path) -> None:
-    """A sitecustomize stands in for a Flower release that reorganised start_client_internal."""
+def test_stock_fallback_and_an_external_worker(tmp_path: Path) -> None:
+    """Node 0: warm. Node 1: its Flower internals differ (a sitecustomize stands in for a Flower
+    release that reorganised start_client_internal), so it runs stock and says so. Node 2: warm
+    with ``--worker external``, served by a ``hetfed-worker`` started on its own (as in compose)."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(
@@ -252,17 +254,80 @@ def test_a_supernode_whose_flower_internals_differ_runs_stock_and_says_so(tmp_pa
     flower = LocalFlower(tmp_path / "fed", runtime="warm")
     try:
         flower.start_superlink(cwd=REPO)
-        flower.start_supernode(0, node_config(0, 2, flower.root, None, None))
-        flower.env = {**flower.env, "PYTHONPATH": str(site)}  # only SuperNode 1 sees the change
-        flower.start_supernode(1, node_config(1, 2, flower.root, None, None))
-        flower.wait_for_nodes(2)
+        flower.start_supernode(0, node_config(0, 3, flower.root, None, None))
+        plain_env = flower.env
+        flower.env = {**plain_env, "PYTHONPATH": str(site)}  # only SuperNode 1 sees the change
+        flower.start_supernode(1, node_config(1, 3, flower.root, None, None))
+        flower.env = plain_env
+        port = free_port()
+        args = supernode_args(
+            superlink=flower.address,
+            node_config=node_config(2, 3, flower.root, None, None),
+            ca=None,
+            port=port,
+        )
+        flower.spawn("supernode-2", supernode_command("warm", ["--worker", "external", *args]))
+        flower.spawn("worker-2", [str(BIN / "hetfed-worker"), "--runtime-api-address", f"127.0.0.1:{port}"])
+        flower.wait_for_nodes(3)
         cfg = prepare({**SMALL, "num-rounds": 1, "run-name": "mixed"}, "deployment", tmp_path / "results")
         summary = run_to_end(flower, REPO, cfg)
     finally:
         flower.stop()
-    assert sorted(summary["clients"]) == ["client-00", "client-01"]
+    assert sorted(summary["clients"]) == ["client-00", "client-01", "client-02"]
     stock = (flower.root / "supernode-1.log").read_text()
     lines = [ln for ln in stock.splitlines() if "warm runtime off" in ln]
     assert len(lines) == 1 and "start_client_internal uses module `time`" in lines[0], stock[-2000:]
     assert "hetfed warm worker" not in stock
     assert "hetfed warm worker" in (flower.root / "supernode-0.log").read_text()
+    assert "worker external" in (flower.root / "supernode-2.log").read_text()
+    assert "task " in (flower.root / "worker-2.log").read_text()  # the external worker served node 2
+
+
+@pytest.mark.deployment
+def test_a_restarted_supernode_restores_its_client_state_from_its_state_dir(tmp_path: Path) -> None:
+    """Ditto keeps each client's personal model across rounds in its state dir.
+
+    SuperNode 1 stalls in round 3 and is killed there (SuperNode and worker), then restarted
+    with the same partition and state dir: round 3 fails for client-01, and rounds 4-5 must
+    continue from the personal model it saved in round 2. The inline run with a fault drill
+    in round 3 (raised before any state is touched) is the reference.
+    """
+    overrides = {**SMALL, "strategy": "fedrspo", "loss": "mse", "ditto-mu": 0.1, "personal-rounds": 0}
+    overrides |= {"num-rounds": 5, "round-timeout": 300.0}
+    flower = start_federation(tmp_path / "fed", "warm", 3, {1: {"stall-round": 3, "stall-seconds": 300}})
+    try:
+        cfg = prepare({**overrides, "run-name": "restart"}, "deployment", tmp_path / "results")
+        run_id = flower.submit(REPO, cfg)
+        log = flower.root / "supernode-1.log"
+        end = time.time() + 300
+        while "ROUND 3]" not in log.read_text() and time.time() < end:
+            time.sleep(0.2)
+        time.sleep(1.0)  # inside the stall of round 3
+        os.killpg(flower.processes["supernode-1"].pid, signal.SIGKILL)
+        state_dir = Path(node_config(1, 3, flower.root, None, None)["state-dir"])
+        assert list(state_dir.rglob("personal.npz")), "round 2 left no personal model on disk"
+        flower.start_supernode(1, node_config(1, 3, flower.root, None, None))  # same partition and state
+        assert flower.wait_run(run_id, timeout=900) == "finished:completed", flower.run_log(run_id)[-3000:]
+    finally:
+        flower.stop()
+    rows = {(r["round"], r["client"]): r for r in read_rows(tmp_path / "results" / "restart")}
+    assert rows[("3", "client-01")]["status"] == "failed"
+    assert rows[("4", "client-01")]["status"] == rows[("5", "client-01")]["status"] == "ok"
+    deployed = json.loads((tmp_path / "results" / "restart" / "summary.json").read_text())
+
+    configs = node_configs(3)
+    configs[1]["fail-round"] = 3
+    inline = run_inline({**overrides, "results-dir": str(tmp_path / "inline"), "run-name": "ref"}, configs)
+    clean = run_inline(
+        {**overrides, "results-dir": str(tmp_path / "inline"), "run-name": "clean"}, node_configs(3)
+    )
+    assert "per-relative-regret" in inline["clients"]["client-01"]
+    # The reference is sensitive to client-01's missing round 3 ...
+    assert (
+        clean["clients"]["client-01"]["per-relative-regret"]
+        != inline["clients"]["client-01"]["per-relative-regret"]
+    )
+    # ... and the restarted SuperNode reproduces it: it continued from its saved state.
+    for name, metrics in inline["clients"].items():
+        for key, value in metrics.items():
+            assert deployed["clients"][name][key] == pytest.approx(value, rel=1e-6), (name, key)

@@ -42,6 +42,7 @@ from hetfed.runtime.internals import IDLE_SLEEP, REPLY_SLEEP, missing_internals,
 from hetfed.runtime.pinning import install_supernode_check
 
 RUNTIMES = ("warm", "stock")
+WORKERS = ("local", "external")
 IDLE_FAST = 0.1  # s between SuperLink pulls right after a message (grows x1.5 per empty pull to 3 s)
 REPLY_FAST = 0.01  # s between checks for the worker's reply (grows to 0.5 s; the worker also signals)
 BIN = Path(sys.executable).parent
@@ -58,6 +59,23 @@ def split_options(argv: list[str]) -> tuple[str, Path | None, list[str]]:
             f"hetfed-supernode: --runtime must be one of {', '.join(RUNTIMES)}, got {ours.runtime!r}"
         )
     return ours.runtime, Path(ours.approved_apps) if ours.approved_apps else None, rest
+
+
+def split_worker(argv: list[str]) -> tuple[str, list[str]]:
+    """(``--worker`` value, the rest): ``local`` (default) or ``external``.
+
+    ``external``: this SuperNode starts no worker; one runs elsewhere against its Runtime
+    API (``python -m hetfed.runtime.worker --runtime-api-address HOST:PORT``, e.g. the
+    ClientApp executor container of a compose silo). Only the waits are installed here.
+    """
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--worker", default="local")
+    ours, rest = parser.parse_known_args(argv)
+    if ours.worker not in WORKERS:
+        raise SystemExit(
+            f"hetfed-supernode: --worker must be one of {', '.join(WORKERS)}, got {ours.worker!r}"
+        )
+    return ours.worker, rest
 
 
 def split_runtime(argv: list[str]) -> tuple[str, list[str]]:
@@ -215,8 +233,12 @@ def node_state_expirer() -> Callable[[int], None]:
     return expire
 
 
-def run_warm(flower_args: list[str], approved_apps: Path | None = None) -> None:
-    """Flower's SuperNode in this process with adaptive waits and a supervised warm worker."""
+def run_warm(flower_args: list[str], approved_apps: Path | None = None, worker: str = "local") -> None:
+    """Flower's SuperNode in this process with adaptive waits and a supervised warm worker.
+
+    ``worker = "external"``: no worker here (one runs elsewhere against the Runtime API);
+    the reply waits then follow only their backoff.
+    """
     from flwr.supercore import log
     from flwr.supernode.cli import flower_supernode
 
@@ -232,16 +254,20 @@ def run_warm(flower_args: list[str], approved_apps: Path | None = None) -> None:
         idle=waits.Backoff(IDLE_FAST, IDLE_SLEEP),
         reply=waits.Backoff(REPLY_FAST, REPLY_SLEEP),
         reply_ready=reply_ready,
-        on_message=supervisor.wake,
+        on_message=supervisor.wake if worker == "local" else lambda: None,
     )
-    supervisor.start()
-    log(INFO, "hetfed-supernode: warm ClientApp runtime (one long-lived worker, adaptive waits)")
+    if worker == "local":
+        supervisor.start()
+        log(INFO, "hetfed-supernode: warm ClientApp runtime (one long-lived worker, adaptive waits)")
+    else:
+        log(INFO, "hetfed-supernode: warm ClientApp runtime, worker external on Runtime API %s", address)
     sys.argv = ["flower-supernode", *args]
     flower_supernode()
 
 
 def main(argv: list[str] | None = None) -> None:
     runtime, approved_apps, flower_args = split_options(list(sys.argv[1:] if argv is None else argv))
+    worker, flower_args = split_worker(flower_args)
     if approved_apps is not None:
         missing = missing_pinning_internals()
         if missing:
@@ -269,8 +295,10 @@ def main(argv: list[str] | None = None) -> None:
         flower_supernode()
         return
     if runtime == "stock":  # Flower exactly as installed (its default isolation: subprocess)
+        if worker == "external":  # the executor elsewhere serves it (and falls back to Flower's own)
+            flower_args = with_isolation(flower_args, "process")
         os.execv(str(BIN / "flower-supernode"), ["flower-supernode", *flower_args])
-    run_warm(flower_args, approved_apps)
+    run_warm(flower_args, approved_apps, worker)
 
 
 if __name__ == "__main__":

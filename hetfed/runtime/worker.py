@@ -289,6 +289,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.wake_fd is None:  # started on its own (not by hetfed-supernode, which ran the self-test)
+        from hetfed.runtime.internals import missing_internals
+
+        if missing := missing_internals():
+            log(
+                WARNING,
+                "hetfed warm worker off, running Flower's flower-superexec; missing or changed "
+                "Flower internals: %s",
+                "; ".join(missing),
+            )
+            tls = (
+                ["--root-certificates", args.root_certificates] if args.root_certificates else ["--insecure"]
+            )
+            superexec = str(Path(sys.executable).parent / "flower-superexec")
+            os.execv(superexec, [superexec, *tls, "--runtime-api-address", args.runtime_api_address])
     if args.parent_pid is not None:
         _exit_with_parent(args.parent_pid)
     shorten_object_pull_backoff()
