@@ -144,6 +144,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--skip-knapsack", action="store_true")
+    parser.add_argument(
+        "--note",
+        default="nothing else was running on the machine",
+        help="what else was running during the measurement (written into the report)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
     os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
@@ -167,7 +172,8 @@ def main() -> None:
             spread = ", ".join(f"{r:.2f}" for r in measured[(task, nodes, "warm")]["rounds"])
             rows.append([task, nodes, stock, warm, spread, f"{stock / warm:.1f}x"])
     table = markdown_table(
-        ["task", "SuperNodes", "stock (s, median)", "warm (s, median)", "warm rounds (s)", "stock / warm"], rows
+        ["task", "SuperNodes", "stock (s, median)", "warm (s, median)", "warm rounds (s)", "stock / warm"],
+        rows,
     )
     torch_task = next(t for t in TASKS if t.startswith("torch"))
     idle_rows = [
@@ -181,7 +187,8 @@ def main() -> None:
         if (torch_task, 2, rt) in measured
     ]
     idle_table = markdown_table(
-        ["runtime", "SuperNode group, idle 20 s", "... the 20 s after a run", "SuperLink, idle 10 s"], idle_rows
+        ["runtime", "SuperNode group, idle 20 s", "... the 20 s after a run", "SuperLink, idle 10 s"],
+        idle_rows,
     )
     step_rows = [
         [task, nodes, statistics.median(m["rounds"]), *m["steps"]]
@@ -192,11 +199,12 @@ def main() -> None:
         ["task", "SuperNodes", "exchange (s)", "worker: input (s)", "ClientApp (s)", "reply + status (s)"],
         step_rows,
     )
+    knapsack_keys = ", ".join(f"{k}={v}" for k, v in KNAPSACK.items())
     knapsack_text = (
         ""
         if not whole
         else (
-            f"\n\n**The 20-silo knapsack FedRSPO+ run** ({', '.join(f'{k}={v}' for k, v in KNAPSACK.items())}, "
+            f"\n\n**The 20-silo knapsack FedRSPO+ run** ({knapsack_keys}, "
             f"10 warm-start + 10 personalization rounds, 20 SuperNodes on this machine): stock "
             f"{whole['stock']:.0f} s, warm {whole['warm']:.0f} s ({whole['stock'] / whole['warm']:.1f}x)."
         )
@@ -205,8 +213,8 @@ def main() -> None:
 group), one per row and runtime, started fresh, stock and warm run one after the other for each row. \
 One round is one exchange (every client every round). Rounds 2..{ROUNDS - 1} of a {ROUNDS}-round run, \
 timed by the ServerApp's progress file. Machine: {os.cpu_count()} cores; 1-minute load average \
-{load_before[0]:.1f} before and {load_after[0]:.1f} after; nothing else of ours was running (the \
-benchmark's own processes only); the whole benchmark took {(time.time() - started) / 60:.0f} min.
+{load_before[0]:.1f} before and {load_after[0]:.1f} after; {args.note}; the whole benchmark took \
+{(time.time() - started) / 60:.0f} min.
 
 {table}{knapsack_text}
 
