@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import sys
 import time
+from pathlib import Path
 from pkgutil import resolve_name
 from typing import Any
 
@@ -81,7 +82,20 @@ def handle(message: Message, context: Context) -> Message:
     if kind not in client_cls.handles:
         raise ValueError(f"strategy {session.cfg['strategy']!r} has no client handler for {kind!r}")
     client = client_cls(session, context)
-    return Message(getattr(client, kind.replace(".", "_"))(message.content), reply_to=message)
+    content = getattr(client, kind.replace(".", "_"))(message.content)
+    if kind == "query.info" and "approved-apps" in context.node_config:
+        content["info"]["approved-apps"] = approved_builds(str(context.node_config["approved-apps"]))
+    return Message(content, reply_to=message)
+
+
+def approved_builds(path: str) -> list[str]:
+    """The app builds this silo approved (its allow-list), for the server's ``silos.json``."""
+    from hetfed.runtime.pinning import read_approved
+
+    try:
+        return read_approved(Path(path)) or ["none"]
+    except (OSError, ValueError) as exc:
+        return [f"unreadable: {exc}"]
 
 
 def _register(app: ClientApp) -> None:

@@ -66,7 +66,24 @@ def cmd_status(args: argparse.Namespace) -> int:
         online = flower.online_nodes()
     expected = f" of {info.nodes}" if info.nodes else ""
     print(f"SuperLink {flower.address}; {online}{expected} SuperNodes online")
+    print(silo_report_lines([info.root / "results", *map(Path, args.results_dir or ["results"])]))
     return 1 if args.wait and online < args.wait else 0
+
+
+def silo_report_lines(results_dirs: list[Path]) -> str:
+    """Each silo's approved app builds as the silos reported them at the newest run's discovery."""
+    import json
+
+    reports = [p for d in results_dirs if d.is_dir() for p in d.glob("*/silos.json")]
+    if not reports:
+        return "approved app builds: not reported yet (each silo reports them at a run's discovery)"
+    newest = max(reports, key=lambda p: p.stat().st_mtime)
+    data = json.loads(newest.read_text())
+    lines = [f"approved app builds, as each silo reported them in run {data['run-name']} ({data['time']}):"]
+    for silo, report in data["silos"].items():
+        hashes = ", ".join(h[:12] for h in report["approved-apps"])
+        lines.append(f"  {silo}: {hashes} (by its {report['reported-by']})")
+    return "\n".join(lines)
 
 
 def cmd_certs(args: argparse.Namespace) -> int:
@@ -241,6 +258,11 @@ def add_federation_parser(sub: argparse._SubParsersAction) -> None:
     status.add_argument("--dir", default=DEFAULT_DIR, help="folder of `up` or `superlink`")
     status.add_argument("--wait", type=int, default=0, metavar="N", help="wait until N SuperNodes are online")
     status.add_argument("--timeout", type=float, default=120, help="seconds --wait waits (exit 1 after)")
+    status.add_argument(
+        "--results-dir",
+        action="append",
+        help="where runs write results (repeat; default: results/ and <dir>/results), for the silos' reports",
+    )
     status.set_defaults(func=cmd_status)
 
     certs = actions.add_parser("certs", help="make a CA and the SuperLink's server certificate")

@@ -11,6 +11,7 @@ and records one results row per client and exchange.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable, Iterable
@@ -92,6 +93,18 @@ class ClientPool:
             seen.update(new)
             self._discover(new, run_name, found)
         self.left_out = found.left_out()
+        if found.approved:
+            self.store.path.mkdir(parents=True, exist_ok=True)
+            (self.store.path / "silos.json").write_text(
+                json.dumps(
+                    {
+                        "run-name": run_name,
+                        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                        "silos": {f"partition-{pid}": v for pid, v in sorted(found.approved.items())},
+                    },
+                    indent=2,
+                )
+            )
         for (pid, node), (name, reason) in zip(found.bad_keys(), self.left_out.items(), strict=True):
             self.store.add_row(  # also when the run cannot go on: each refusal is in rounds.csv
                 round=0, exchange="query.info", **{"partition-id": "" if pid is None else pid},
@@ -161,6 +174,12 @@ class ClientPool:
                     pid, n, reason = claim
                     found.bad[pid] = (node, reason)
                     found.num_partitions.add(n)
+                    refused = _REFUSED.search(reason)
+                    if refused:  # the silo's SuperNode refused the app build and said what it approves
+                        found.approved[pid] = {
+                            "approved-apps": [h.strip() for h in refused[1].split(",")],
+                            "reported-by": "SuperNode refusal (hash prefixes)",
+                        }
                 continue
             info, metrics = reply.content["info"], reply.content["metrics"]
             pid = int(info["partition-id"])
@@ -177,6 +196,11 @@ class ClientPool:
             }
             found.num_partitions.add(int(info["num-partitions"]))
             found.bad.pop(pid, None)  # a node that failed before and now answers
+            if "approved-apps" in info:  # the silo's allow-list, read on the silo
+                found.approved[pid] = {
+                    "approved-apps": [str(h) for h in info["approved-apps"]],  # type: ignore[union-attr]
+                    "reported-by": "ClientApp query.info",
+                }
         found.infos.update(infos)
         if len(found.num_partitions) > 1:
             raise FederationError(f"nodes disagree on num-partitions: {sorted(found.num_partitions)}")
@@ -289,6 +313,7 @@ class _Discovery:
     bad: dict[int, tuple[int, str]] = field(default_factory=dict)  # partition -> (node, reason)
     lost: dict[int, str] = field(default_factory=dict)  # node (partition unknown) -> reason
     num_partitions: set[int] = field(default_factory=set)
+    approved: dict[int, dict[str, Any]] = field(default_factory=dict)  # partition -> its approved builds
 
     def expected(self, required: int) -> int:
         """How many usable clients the run needs (0 while no node has told its num-partitions)."""
@@ -331,6 +356,7 @@ class _Discovery:
         )
 
 
+_REFUSED = re.compile(r"^refused app build [0-9a-f]{64}: not approved by this silo \(approved: ([^)]*)\)")
 _CLAIM = re.compile(r"partition (\d+) of (\d+): (.*?)(?:'>)?\s*$", re.S)
 
 
