@@ -7,6 +7,14 @@ with an env file), reaching the SuperLink by a host name that its certificate na
 TLS and node authentication are on; a real run completes across the namespaces and
 only model parameters and scalar metrics cross the wire; plain HTTP and an
 unregistered SuperNode are refused.
+
+The SuperLink listens on 127.0.0.1 behind its reverse proxy (nginx): from a silo's
+namespace and from the rogue one, starting a run, listing runs, registering a key and
+the Runtime API are refused by the proxy (HTTP 403, and with `flwr` itself), the
+SuperLink's own port is closed, while node authentication's signatures pass through
+the proxy (the registered silos join, the unregistered one is refused) and the
+operator's run on the SuperLink host completes. Each silo runs only the app build it
+approved (``hetfed federation approve``).
 """
 
 from __future__ import annotations
@@ -35,6 +43,27 @@ pytestmark = pytest.mark.deployment
 BIN = Path(sys.executable).parent
 LINK_NAME = "superlink.hetfed.test"  # resolved through each namespace's /etc/netns/<ns>/hosts
 ADDRESSES = {"link": "10.77.0.1", "silo0": "10.77.0.10", "silo1": "10.77.0.11", "rogue": "10.77.0.99"}
+CLOSED = [  # Control API (start a run, list runs, register a key) and the Runtime API
+    "/v1/control/start-run",
+    "/v1/control/list-runs",
+    "/v1/control/register-node",
+    "/v1/runtime/acquire-task",
+    "/v1/runtime/pull-task-input",
+]
+PROBE = """\
+import json, ssl, sys, urllib.error, urllib.request
+ctx = ssl.create_default_context(cafile=sys.argv[2])
+codes = {}
+for path in sys.argv[3:]:
+    req = urllib.request.Request(sys.argv[1] + path, data=b"", method="POST" if path != "/health" else "GET")
+    try:
+        codes[path] = urllib.request.urlopen(req, timeout=10, context=ctx).status
+    except urllib.error.HTTPError as exc:
+        codes[path] = exc.code
+    except Exception as exc:
+        codes[path] = type(exc).__name__
+print(json.dumps(codes))
+"""
 FAST = ["num-items=10", "n-train=40", "n-test=30", "local-epochs=1", "num-rounds=2", "round-timeout=300.0"]
 
 
@@ -222,6 +251,18 @@ def test_tls_and_node_auth_federation_across_namespaces(hosts: Hosts, tmp_path: 
     assert registered.returncode == 0, registered.stderr + (tmp_path / "l.log").read_text()[-2000:]
     assert registered.stdout.count("node id") == 2, registered.stdout
 
+    def approve_current_build() -> None:
+        """Each silo approves the build it installed (here: this repository, as `hetfed run` submits it)."""
+        for name in ("silo0", "silo1", "rogue"):
+            out = hosts.run(
+                name,
+                [*hetfed, "federation", "approve", str(REPO), "--file", str(tmp_path / f"{name}-approved")],
+                120,
+            )
+            assert out.returncode == 0, out.stderr
+
+    approve_current_build()
+
     def silo_env(name: str, key: str, partition: int) -> Path:
         return _env_file(
             tmp_path / f"{name}.env",
@@ -233,6 +274,7 @@ def test_tls_and_node_auth_federation_across_namespaces(hosts: Hosts, tmp_path: 
                 "HETFED_PARTITION_ID": partition,
                 "HETFED_NUM_PARTITIONS": 2,
                 "HETFED_STATE_DIR": tmp_path / f"{name}-state",
+                "HETFED_APPROVED_APPS": tmp_path / f"{name}-approved",
             },
         )
 
@@ -280,7 +322,39 @@ def test_tls_and_node_auth_federation_across_namespaces(hosts: Hosts, tmp_path: 
     assert hosts.run("rogue", [*py, probe, "http", ""], 30).stdout.startswith("refused")
     assert hosts.run("rogue", [*py, probe, "https", str(tls / "ca.crt")], 30).stdout.strip() == "200"
 
+    # The Control and Runtime APIs are closed to the network: the proxy answers 403 to a silo and
+    # to the rogue host alike, and the SuperLink's own port (127.0.0.1:8001) takes no connection.
+    public, internal = f"https://{LINK_NAME}:8000", f"https://{LINK_NAME}:8001"
+    for name in ("silo0", "rogue"):
+        ca = str(tls / "ca.crt")
+        codes = json.loads(hosts.run(name, [*py, PROBE, public, ca, "/health", *CLOSED], 60).stdout)
+        assert codes == {"/health": 200, **dict.fromkeys(CLOSED, 403)}, (name, codes)
+        direct = json.loads(hosts.run(name, [*py, PROBE, internal, ca, *CLOSED], 60).stdout)
+        assert set(direct.values()) == {"URLError"}, (name, direct)  # connection refused
+        # ... and with Flower's own CLI, as an intruder would try it.
+        home = tmp_path / f"{name}-flwr"
+        home.mkdir(exist_ok=True)
+        (home / "config.toml").write_text(
+            f'[superlink]\ndefault = "x"\n\n[superlink.x]\naddress = "{LINK_NAME}:8000"\n'
+            f'root-certificates = "{tls / "ca.crt"}"\n'
+        )
+        env = ["env", f"FLWR_HOME={home}", "FLWR_DISABLE_UPDATE_CHECK=1"]
+        flwr = str(BIN / "flwr")
+        for argv in (
+            [flwr, "ls", "x", "--format", "json"],
+            [flwr, "supernode", "register", str(keys / "rogue.pub"), "x", "--format", "json"],
+            [flwr, "run", str(REPO), "x", "--format", "json"],
+        ):
+            out = hosts.run(name, [*env, *argv], 120)
+            said = out.stdout + out.stderr
+            assert out.returncode != 0 or '"success": false' in said, (name, argv[1], said[-1500:])
+            assert '"success": true' not in said, (name, argv[1], said[-1500:])
+    access = (link_dir / "proxy" / "access.log").read_text()
+    # The operator sees the refused requests in the proxy's access log.
+    assert access.count('"POST /v1/control/start-run HTTP/1.1" 403') >= 2, access[-2000:]
+
     results = tmp_path / "results"
+    approve_current_build()  # the build `hetfed run` submits now (the same, unless the tree changed)
     overrides = dict(s.split("=", 1) for s in FAST) | {"audit-traffic": "true", "num-clients": "2"}
     run = hosts.run(
         "link",
