@@ -28,7 +28,7 @@ SET_BY_RUN = {"engine": "--engine", "results-dir": "--results-dir", "resume": "-
 
 def cmd_run(args: argparse.Namespace) -> int:
     """``hetfed run``: check every argument, then run (or resume) one experiment."""
-    from hetfed.engines.runner import RunInterrupted, run_experiment, signals_raise
+    from hetfed.engines.runner import RunInterrupted, RunLost, run_experiment, signals_raise
     from server.app import default_run_name
 
     overrides = parse_assignments(args.set or [])
@@ -57,6 +57,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except RunInterrupted as exc:
         print(f"hetfed: {exc.describe(run_dir)}", file=sys.stderr)
         return 128 + exc.signum
+    except RunLost as exc:  # the SuperLink died: recorded interrupted, resumable
+        print(f"hetfed: {exc}", file=sys.stderr)
+        return 1
     print((run_dir / "report.md").read_text())
     print(f"status: {summary['status']}; results in {run_dir}")
     return 0 if summary["status"] == "completed" else 1
@@ -239,8 +242,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run one experiment on an engine",
         description="Run one experiment, or continue one with --resume. Every argument is checked "
         "before anything starts; a refused run leaves no results folder. SIGINT (Ctrl-C) or SIGTERM "
-        "stops the run cleanly: its checkpoint and progress are those of the last completed round, "
-        "summary.json says status 'interrupted', the exit code is 130 / 143, and --resume continues it.",
+        "stops the run cleanly (a deployment run is also stopped on the SuperLink): its checkpoint and "
+        "progress are those of the last completed round, summary.json says status 'interrupted', the "
+        "exit code is 130 / 143, and --resume continues it. A SuperLink that stops answering under a "
+        "deployment run is noticed within 30 s: one line, exit code 1, the run recorded interrupted "
+        "and resumable.",
         epilog="--resume RUN_NAME continues results-dir/RUN_NAME from its checkpoint with the engine, "
         "nodes, data path, federation dir and run config recorded in its config.json; a flag or --set "
         "that differs from the recorded value is refused (--timeout may differ: it bounds this segment). "

@@ -30,6 +30,7 @@ from hetfed.engines.flower import (
     CONNECTION,
     DEFAULT_RUNTIME,
     LocalFlower,
+    end_processes_of,
     flower_env,
     is_loopback,
     split_address,
@@ -179,8 +180,14 @@ def federation_up(
     return info
 
 
-def federation_down(root: Path) -> int:
-    """Stop every process of the federation in ``root``; returns how many groups were signalled."""
+def federation_down(root: Path) -> tuple[int, int]:
+    """Stop every process the federation in ``root`` started; returns (groups signalled, others ended).
+
+    First the process groups of ``federation.json`` (SuperNodes, then the SuperLink), then
+    every process still running with the federation's ``FLWR_HOME``: Flower's SuperExec and
+    the ServerApp (``flwr-serverapp``) and ClientApp processes it starts run in sessions of
+    their own, and an orphaned ServerApp would otherwise outlive the federation.
+    """
     info = FederationInfo.load(root)
     if info.extra.get("role") == "superlink-host":
         raise RuntimeError(
@@ -188,8 +195,9 @@ def federation_down(root: Path) -> int:
             "runs (Ctrl-C, or `systemctl stop hetfed-superlink`)"
         )
     stop_process_groups(list(reversed(info.pids)))
+    others = end_processes_of(info.root / "flwr-home")
     (info.root / "federation.json").unlink()
-    return len(info.pids)
+    return len(info.pids), others
 
 
 def _node_key(path: Path) -> Path:

@@ -48,7 +48,8 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_down(args: argparse.Namespace) -> int:
     from hetfed.federation import federation_down
 
-    print(f"federation down: stopped {federation_down(Path(args.dir))} process groups")
+    groups, others = federation_down(Path(args.dir))
+    print(f"federation down: stopped {groups} process groups and {others} other Flower processes")
     return 0
 
 
@@ -250,7 +251,9 @@ def add_federation_parser(sub: argparse._SubParsersAction) -> None:
     _add_runtime_argument(up)
     up.set_defaults(func=cmd_up)
 
-    down = actions.add_parser("down", help="stop the federation started by `up`")
+    down = actions.add_parser(
+        "down", help="stop every process the federation started by `up` (ServerApps and ClientApps too)"
+    )
     down.add_argument("--dir", default=DEFAULT_DIR)
     down.set_defaults(func=cmd_down)
 

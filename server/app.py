@@ -11,11 +11,12 @@ from typing import Any
 from flwr.app import Context
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
+from flwr.supercore.run import RunNotRunningException
 
 from hetfed.config import ConfigError, validate
 from hetfed.runtime.waits import shorten_object_pull_backoff
-from server.pool import ClientPool
-from server.store import RunStore, load_checkpoint_file, run_path
+from server.pool import ClientPool, FederationError
+from server.store import RunStore, StoreError, load_checkpoint_file, run_path
 from server.summary import report_markdown
 
 app = ServerApp()
@@ -82,13 +83,14 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
         pool.connect(run_name)
         summary = strategy.run(pool, store)
         status, error = "completed", ""
-    except (KeyboardInterrupt, SystemExit) as exc:  # SIGINT / SIGTERM: stop cleanly, resumable
+    except (KeyboardInterrupt, SystemExit, RunNotRunningException) as exc:  # signals, `flwr stop`: resumable
         status, error = "interrupted", interrupt_reason(exc)
         say(f"run interrupted ({error}); continue it with resume=true")
         raise
     except Exception as exc:  # record what failed next to the results so far, then fail the run
         status, error = "failed", f"{type(exc).__name__}: {exc}"
-        say("run failed: " + error + "\n" + traceback.format_exc())
+        explained = isinstance(exc, ConfigError | FederationError | StoreError)  # one line says it all
+        say("run failed: " + error + ("" if explained else "\n" + traceback.format_exc()))
         raise
     finally:
         full = finish_segment(store, cfg, engine, status, error, summary)
@@ -101,6 +103,10 @@ def interrupt_reason(exc: BaseException) -> str:
     signum = getattr(exc, "signum", None)
     if signum is not None:
         return f"stopped by {signal.Signals(signum).name}"
+    if isinstance(exc, RunNotRunningException):
+        return "stopped on the SuperLink (flwr stop)"
+    if isinstance(exc, SystemExit):  # Flower's handler in a ServerApp process: a signal or `flwr stop`
+        return "stopped (the ServerApp process was told to exit)"
     return "stopped by SIGINT" if isinstance(exc, KeyboardInterrupt) else f"stopped ({type(exc).__name__})"
 
 

@@ -44,6 +44,10 @@ class FlowerProcessError(RuntimeError):
     """A Flower process did not start, or a run could not be submitted."""
 
 
+class SuperLinkUnreachable(FlowerProcessError):
+    """The SuperLink stopped answering ``/health`` while a run was being watched."""
+
+
 def free_port() -> int:
     """A free TCP port on 127.0.0.1."""
     with socket.socket() as s:
@@ -326,21 +330,55 @@ class LocalFlower:
             raise FlowerProcessError(f"flwr run did not start a run: {res}")
         return str(res["run-id"])
 
-    def run_status(self, run_id: str) -> str:
+    def run_status(self, run_id: str, timeout: float = 60) -> str:
         """``pending``, ``running``, ..., or ``finished:completed|failed|stopped``."""
-        runs = self.flwr_json("ls", CONNECTION, "--run-id", run_id, timeout=60).get("runs", [])
+        runs = self.flwr_json("ls", CONNECTION, "--run-id", run_id, timeout=timeout).get("runs", [])
         return str(runs[0]["status"]) if runs else "unknown"
 
-    def wait_run(self, run_id: str, timeout: float, tick: Callable[[], None] = lambda: None) -> str:
-        """Poll until the run finishes (``flwr run``'s exit code is not trustworthy); return its status."""
+    def wait_run(
+        self,
+        run_id: str,
+        timeout: float,
+        tick: Callable[[], None] = lambda: None,
+        lost_after: float = 10,
+    ) -> str:
+        """Poll until the run finishes (``flwr run``'s exit code is not trustworthy); return its status.
+
+        ``flwr ls`` may hang on a dead SuperLink, so ``/health`` is asked first: when it has not
+        answered for ``lost_after`` seconds, :class:`SuperLinkUnreachable` (within ~20 s of its death).
+        """
         end = time.time() + timeout
+        silent_since: float | None = None
         while time.time() < end:
-            status = self.run_status(run_id)
+            status = ""
+            if self.healthy():
+                try:
+                    status = self.run_status(run_id, timeout=10)
+                    silent_since = None
+                except (FlowerProcessError, subprocess.TimeoutExpired):
+                    pass  # asked again after the next health check
+            if not status and silent_since is None:
+                silent_since = time.time()
             tick()
             if status.startswith("finished"):
                 return status
-            time.sleep(2)
+            if silent_since is not None and time.time() - silent_since >= lost_after:
+                raise SuperLinkUnreachable(
+                    f"the SuperLink at {self.address} has not answered {self.health_url} for "
+                    f"{time.time() - silent_since:.0f} s"
+                )
+            time.sleep(1)
         raise FlowerProcessError(f"run {run_id} did not finish within {timeout:g} s")
+
+    def stop_run(self, run_id: str, timeout: float = 15) -> bool:
+        """``flwr stop <run-id>``: ask the SuperLink to stop the run; False if it could not be asked."""
+        if not self.healthy():
+            return False
+        try:
+            res = self.flwr_json("stop", run_id, CONNECTION, timeout=timeout)
+        except (FlowerProcessError, subprocess.TimeoutExpired):
+            return False
+        return bool(res.get("success", False))
 
     def run_log(self, run_id: str) -> str:
         """The ServerApp's log of a run."""
@@ -353,6 +391,64 @@ class LocalFlower:
             timeout=120,
         )
         return out.stdout + out.stderr
+
+
+def processes_of(flwr_home: Path, program: str | None = None) -> list[int]:
+    """Live processes started with ``FLWR_HOME=flwr_home`` (every Flower process of a federation).
+
+    They are found by their environment (``/proc/<pid>/environ``): Flower's SuperExec and the
+    ServerApp / ClientApp processes it starts run in sessions of their own, outside the process
+    groups that were started. ``program`` keeps those running it (e.g. ``flwr-serverapp``). This
+    process and its ancestors (a shell started with that ``FLWR_HOME``) are never listed.
+    """
+    marker = f"FLWR_HOME={Path(flwr_home).resolve()}".encode()
+    spared = _ancestors(os.getpid())
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            env = (proc / "environ").read_bytes().split(b"\0")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError):
+            continue
+        if marker not in env or state == "Z" or int(proc.name) in spared:
+            continue
+        if program is None or any(Path(a.decode(errors="replace")).name == program for a in argv[:2]):
+            pids.append(int(proc.name))
+    return pids
+
+
+def end_processes_of(flwr_home: Path, timeout: float = 15, program: str | None = None) -> int:
+    """End every process of :func:`processes_of` (SIGTERM, then SIGKILL); returns how many there were.
+
+    A run must not keep writing its results after ``hetfed run`` reported it stopped, and
+    ``hetfed federation down`` must leave no Flower process behind.
+    """
+    pids = first = processes_of(flwr_home, program)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        end = time.time() + timeout
+        while (pids := [p for p in processes_of(flwr_home, program) if p in first]) and time.time() < end:
+            time.sleep(0.2)
+        if not pids:
+            break
+    return len(first)
+
+
+def _ancestors(pid: int) -> set[int]:
+    """``pid`` and every process above it."""
+    out = set()
+    while pid > 1 and pid not in out:
+        out.add(pid)
+        try:
+            pid = int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return out
 
 
 def stop_process_groups(pids: list[int], timeout: float = 20) -> None:

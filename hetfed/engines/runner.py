@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import tempfile
 import time
@@ -20,7 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from hetfed.config import ConfigError, validate
-from hetfed.engines.flower import FlowerProcessError, LocalFlower
+from hetfed.engines.flower import (
+    FlowerProcessError,
+    LocalFlower,
+    SuperLinkUnreachable,
+    end_processes_of,
+)
 from hetfed.federation import DEFAULT_DIR, FederationInfo
 from server.interrupts import raise_or_defer
 
@@ -29,6 +33,10 @@ APP_DIR = Path(__file__).resolve().parents[2]  # the folder with pyproject.toml 
 
 class RunFailed(RuntimeError):
     """The run finished but did not complete."""
+
+
+class RunLost(RunFailed):
+    """The SuperLink died under a deployment run; the run is recorded interrupted and resumable."""
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -142,50 +150,82 @@ def run_experiment(
                 flower.stop()
                 end_processes_of(flower.home)
     if engine == "deployment":
-        return _submit_and_wait(info.flower(), run_config, run_dir, nodes, timeout, echo)
+        flower = info.flower()
+        if not flower.healthy():  # `flwr run` would wait minutes for a dead SuperLink
+            raise FlowerProcessError(
+                f"no SuperLink answers {flower.health_url} (federation {info.root}); restart it with "
+                "`hetfed federation down` and `hetfed federation up`"
+            )
+        return _submit_and_wait(flower, run_config, run_dir, nodes, timeout, echo, on_federation=True)
     raise ValueError(f"unknown engine {engine!r}; choose inline, simulation or deployment")
 
 
-def end_processes_of(flwr_home: Path, timeout: float = 15) -> None:
-    """End every process whose environment has ``FLWR_HOME=flwr_home``: SIGTERM, then SIGKILL.
-
-    Flower's SuperExec and the simulation process it starts run in their own sessions, so
-    stopping the SuperLink's process group leaves them to notice on their own; a run must not
-    keep writing its results after ``hetfed run`` reported it stopped.
-    """
-    marker = f"FLWR_HOME={Path(flwr_home).resolve()}".encode()
-
-    def alive() -> list[int]:
-        pids = []
-        for proc in Path("/proc").glob("[0-9]*"):
-            try:
-                env = (proc / "environ").read_bytes().split(b"\0")
-                state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            except (OSError, IndexError):
-                continue
-            if marker in env and state != "Z" and int(proc.name) != os.getpid():
-                pids.append(int(proc.name))
-        return pids
-
-    pids = alive()
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        end = time.time() + timeout
-        while (pids := alive()) and time.time() < end:
-            time.sleep(0.2)
-        if not pids:
-            return
-
-
 def _submit_and_wait(
-    flower: LocalFlower, run_config: dict[str, Any], run_dir: Path, nodes: int, timeout: float, echo: Any
+    flower: LocalFlower,
+    run_config: dict[str, Any],
+    run_dir: Path,
+    nodes: int,
+    timeout: float,
+    echo: Any,
+    on_federation: bool = False,
 ) -> dict[str, Any]:
+    """Submit the run and follow it to its end.
+
+    ``on_federation`` (deployment): SIGINT/SIGTERM stop the run on the SuperLink (``flwr stop``)
+    before it is recorded interrupted; a SuperLink that stops answering ends the run's ServerApp
+    processes on this machine and raises :class:`RunLost`, the run recorded interrupted.
+    """
     run_id = flower.submit(APP_DIR, run_config, num_supernodes=nodes)
     echo(f"submitted run {run_id} ({run_config['run-name']}); results in {run_dir}")
+    try:
+        return _follow(flower, run_id, run_dir, timeout, echo)
+    except SuperLinkUnreachable as exc:
+        from server.app import record_interrupted
+
+        end_processes_of(flower.home, program="flwr-serverapp")  # orphaned: they would write on
+        reason = f"the SuperLink stopped answering: {exc}"
+        record_interrupted(run_config["results-dir"], run_config["run-name"], reason)
+        raise RunLost(f"{exc}; {_where(run_dir)}") from None
+    except KeyboardInterrupt as exc:
+        if not on_federation:
+            raise
+        from server.app import interrupt_reason, record_interrupted
+
+        stopped = flower.stop_run(run_id)  # the ServerApp sees it and closes its segment, interrupted
+        if not (stopped and _segment_ended(run_dir, timeout=30)) and not flower.healthy():
+            end_processes_of(flower.home, program="flwr-serverapp")
+        record_interrupted(run_config["results-dir"], run_config["run-name"], interrupt_reason(exc))
+        raise
+
+
+def _where(run_dir: Path) -> str:
+    """Where a stopped run got to and how to continue it."""
+    try:
+        progress = json.loads((run_dir / "progress.json").read_text())
+    except (OSError, ValueError):
+        return f"run {run_dir.name} stopped before round 1; start it again"
+    return (
+        f"run {run_dir.name} stopped after round {progress['round']}/{progress['total']}; continue it, "
+        f"once the SuperLink is back, with `hetfed run --resume {run_dir.name}`"
+    )
+
+
+def _segment_ended(run_dir: Path, timeout: float) -> bool:
+    """Wait until the ServerApp closed its segment (segments.jsonl's last line has a status)."""
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            last = json.loads((run_dir / "segments.jsonl").read_text().splitlines()[-1])
+        except (OSError, ValueError, IndexError):
+            last = {}
+        if "status" in last:
+            return True
+        time.sleep(0.3)
+    return False
+
+
+def _follow(flower: LocalFlower, run_id: str, run_dir: Path, timeout: float, echo: Any) -> dict[str, Any]:
+    """Print progress until the run finishes; its summary, RunFailed if it did not complete."""
     last = [-1]
 
     def progress() -> None:
