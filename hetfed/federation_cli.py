@@ -135,7 +135,7 @@ def cmd_superlink(args: argparse.Namespace) -> int:
         tls_dir=tls_dir,
         node_auth=tls_dir is not None and not args.no_node_auth,
         silos=args.silos,
-        proxy=not args.no_proxy,
+        proxy=not (args.no_proxy or args.insecure),  # plain HTTP is loopback only: nothing to shield
         local_port=args.local_port,
     )
     print(shlex.join(command.argv), flush=True)

@@ -49,6 +49,8 @@ CLOSED = [  # Control API (start a run, list runs, register a key) and the Runti
     "/v1/control/register-node",
     "/v1/runtime/acquire-task",
     "/v1/runtime/pull-task-input",
+    "/v1/fleet/../control/list-runs",  # dot segments and encodings are resolved before matching
+    "/v1/fleet/%2e%2e/control/start-run",
 ]
 PROBE = """\
 import json, ssl, sys, urllib.error, urllib.request

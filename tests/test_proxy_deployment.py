@@ -1,0 +1,158 @@
+"""The SuperLink behind its reverse proxy, on this machine's loopback (no namespaces needed).
+
+``hetfed federation superlink`` (as ``deploy/start-superlink.sh`` runs it) supervises the
+SuperLink on 127.0.0.1:<port+1> and nginx on <port>. Through the proxy: the Control and
+Runtime APIs get 403, ``/health`` answers, the registered silos join with node
+authentication (their signatures pass through nginx) while an unregistered one is
+refused, and the operator's run completes. nginx killed is restarted; SIGTERM stops all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from hetfed.credentials import write_certificates, write_node_key
+from hetfed.engines.flower import free_port
+from hetfed.proxy import find_nginx
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.deployment
+
+BIN = Path(sys.executable).parent
+CLOSED = ["/v1/control/start-run", "/v1/control/list-runs", "/v1/control/register-node"]
+CLOSED += ["/v1/runtime/acquire-task", "/v1/fleet/%2e%2e/control/list-runs"]
+
+
+def _codes(base: str, ca: Path, paths: list[str]) -> dict[str, int | str]:
+    ctx = ssl.create_default_context(cafile=str(ca))
+    out: dict[str, int | str] = {}
+    for path in paths:
+        req = urllib.request.Request(base + path, data=None if path == "/health" else b"")
+        try:
+            out[path] = urllib.request.urlopen(req, timeout=10, context=ctx).status
+        except urllib.error.HTTPError as exc:
+            out[path] = exc.code
+        except OSError as exc:
+            out[path] = type(exc).__name__
+    return out
+
+
+def _start(cmd: list[str], log: Path) -> subprocess.Popen:
+    with open(log, "wb") as out:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO)
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def test_only_the_fleet_api_passes_the_proxy_and_node_auth_still_holds(tmp_path: Path) -> None:
+    try:
+        find_nginx()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    hetfed = str(BIN / "hetfed")
+    tls = write_certificates(tmp_path / "tls")
+    keys = {n: write_node_key(tmp_path / n)[0] for n in ("silo-0", "silo-1", "rogue")}
+    port, link = free_port(), tmp_path / "link"
+    procs: list[subprocess.Popen] = []
+    try:
+        superlink = _start(
+            [hetfed, "federation", "superlink", "--dir", str(link), "--host", "127.0.0.1"]
+            + ["--port", str(port), "--tls-dir", str(tls.ca.parent), "--silos", "2"],
+            tmp_path / "superlink.log",
+        )
+        procs.append(superlink)
+        out = subprocess.run(
+            [hetfed, "federation", "register", "--dir", str(link), "--wait", "60"]
+            + [str(keys[n]) + ".pub" for n in ("silo-0", "silo-1")],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr + (tmp_path / "superlink.log").read_text()[-2000:]
+        info = json.loads((link / "federation.json").read_text())
+        assert (info["host"], info["link-port"], info["proxy"]) == ("127.0.0.1", port + 1, "nginx")
+
+        public = f"https://127.0.0.1:{port}"
+        assert _codes(public, tls.ca, ["/health", *CLOSED]) == {"/health": 200, **dict.fromkeys(CLOSED, 403)}
+        assert _codes(f"https://127.0.0.1:{port + 1}", tls.ca, ["/health"]) == {"/health": 200}  # this host
+
+        def silo(name: str, partition: int) -> subprocess.Popen:
+            proc = _start(
+                [hetfed, "federation", "silo", "--superlink", f"127.0.0.1:{port}", "--ca", str(tls.ca)]
+                + ["--key", str(keys[name]), "--partition-id", str(partition), "--num-partitions", "2"]
+                + ["--state-dir", str(tmp_path / f"{name}-state"), "--port", str(free_port()), "--any-app"],
+                tmp_path / f"{name}.log",
+            )
+            procs.append(proc)
+            return proc
+
+        silo("silo-0", 0), silo("silo-1", 1)
+        rogue = silo("rogue", 0)
+        online = subprocess.run(
+            [hetfed, "federation", "status", "--dir", str(link), "--wait", "2", "--timeout", "120"],
+            capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert "2 of 2 SuperNodes online" in online.stdout, online.stdout + online.stderr
+        assert rogue.wait(timeout=90) != 0
+        assert "Failed to activate SuperNode" in (tmp_path / "rogue.log").read_text()
+        access = (link / "proxy" / "access.log").read_text()
+        assert '"POST /v1/fleet/activate-node HTTP/1.1" 200' in access  # the silos' signed calls passed
+        assert '"POST /v1/control/start-run HTTP/1.1" 403' in access
+
+        # nginx dies: the supervisor starts it again.
+        nginx_pid = int((link / "proxy" / "nginx.pid").read_text())
+        os.kill(nginx_pid, signal.SIGKILL)
+        end = time.time() + 30
+        while _codes(public, tls.ca, ["/health"])["/health"] != 200 and time.time() < end:
+            time.sleep(0.5)
+        assert _codes(public, tls.ca, ["/health"]) == {"/health": 200}
+        assert "the proxy (nginx) exited" in (tmp_path / "superlink.log").read_text()
+
+        run = subprocess.run(
+            [hetfed, "run", "--engine", "deployment", "--federation-dir", str(link), "--results-dir"]
+            + [str(tmp_path / "results"), "--timeout", "600", "--set", "run-name=proxied"]
+            + [a for kv in ("num-items=10", "n-train=40", "n-test=30", "num-rounds=1", "num-clients=2")
+               for a in ("--set", kv)],
+            capture_output=True, text=True, timeout=660,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+        summary = json.loads((tmp_path / "results" / "proxied" / "summary.json").read_text())
+        assert summary["status"] == "completed"
+
+        nginx_pid = int((link / "proxy" / "nginx.pid").read_text())
+        superlink.send_signal(signal.SIGTERM)  # the supervisor stops the SuperLink and nginx
+        superlink.wait(timeout=40)
+        time.sleep(1)
+        assert not _alive(nginx_pid)
+        assert _codes(public, tls.ca, ["/health"])["/health"] != 200
+    finally:
+        _stop(procs)
