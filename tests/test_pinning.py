@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import zipfile
 from pathlib import Path
 
@@ -106,3 +107,20 @@ def test_approve_command_builds_the_hash_and_the_silo_command_takes_the_file(tmp
     )  # fmt: skip
     assert bare.returncode != 0 and "no approved app build in" in bare.stderr
     assert len(bare.stderr.strip().splitlines()) == 1
+
+
+def test_status_prints_what_the_silos_reported(tmp_path: Path) -> None:
+    import json
+
+    from hetfed.federation_cli import silo_report_lines
+
+    assert "not reported yet" in silo_report_lines([tmp_path / "results", tmp_path / "none"])
+    for name, digest, when in (("old", "1" * 64, 1_000), ("new", "2" * 64, 2_000)):
+        run = tmp_path / "results" / name
+        run.mkdir(parents=True)
+        silos = {"partition-0": {"approved-apps": [digest], "reported-by": "ClientApp query.info"}}
+        (run / "silos.json").write_text(json.dumps({"run-name": name, "time": str(when), "silos": silos}))
+        os.utime(run / "silos.json", (when, when))
+    out = silo_report_lines([tmp_path / "results"])
+    assert "reported them in run new" in out
+    assert "partition-0: 222222222222 (by its ClientApp query.info)" in out

@@ -277,6 +277,9 @@ def test_too_few_good_silos_stop_with_every_bad_partition_in_one_line(tmp_path: 
         and "partition-0" in summary["error"]
         and "partition-2" in summary["error"]
     )
+    with open(tmp_path / "r" / "rounds.csv", newline="") as f:  # each left-out silo has its row too
+        rows = [(r["exchange"], r["client"], r["status"]) for r in csv.DictReader(f)]
+    assert rows == [("query.info", "partition-0", "failed"), ("query.info", "partition-2", "failed")]
 
 
 @pytest.mark.parametrize(
