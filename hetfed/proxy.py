@@ -15,6 +15,7 @@ next to the SuperLink (restarted when it dies; both stop when the SuperLink stop
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -154,8 +155,13 @@ def supervise(superlink: Sequence[str], proxy: Sequence[str], env: dict[str, str
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+
+    def start_nginx() -> subprocess.Popen:
+        # Its own process group: a worker left by a master that was killed goes with the group.
+        return subprocess.Popen(list(proxy), env=env, cwd=cwd, start_new_session=True)
+
     link = subprocess.Popen(list(superlink), env=env, cwd=cwd)
-    nginx = subprocess.Popen(list(proxy), env=env, cwd=cwd)
+    nginx = start_nginx()
     delay, started = 1.0, time.monotonic()
     try:
         while not stopping:
@@ -164,19 +170,28 @@ def supervise(superlink: Sequence[str], proxy: Sequence[str], env: dict[str, str
                 _say(f"the SuperLink exited with code {code}; stopping the proxy")
                 return code
             if nginx.poll() is not None:
+                _signal_group(nginx.pid, signal.SIGKILL)  # orphaned workers still hold the port
                 _say(f"the proxy (nginx) exited with code {nginx.returncode}; restarting it in {delay:.0f} s")
                 time.sleep(delay)
                 delay = 1.0 if time.monotonic() - started > 60 else min(30.0, delay * 2)
-                nginx, started = subprocess.Popen(list(proxy), env=env, cwd=cwd), time.monotonic()
+                nginx, started = start_nginx(), time.monotonic()
             time.sleep(0.5)
         return 0
     finally:
-        for proc in (nginx, link):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
+        _signal_group(nginx.pid, signal.SIGTERM)
+        if link.poll() is None:
+            link.send_signal(signal.SIGTERM)
         for proc in (nginx, link):
             try:
                 proc.wait(timeout=25)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        _signal_group(nginx.pid, signal.SIGKILL)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

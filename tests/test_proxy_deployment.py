@@ -132,8 +132,15 @@ def test_only_the_fleet_api_passes_the_proxy_and_node_auth_still_holds(tmp_path:
         nginx_pid = int((link / "proxy" / "nginx.pid").read_text())
         os.kill(nginx_pid, signal.SIGKILL)
         end = time.time() + 30
-        while _codes(public, tls.ca, ["/health"])["/health"] != 200 and time.time() < end:
+
+        def restarted() -> int:
+            text = (link / "proxy" / "nginx.pid").read_text().strip() if time.time() < end else "0"
+            return int(text) if text.isdigit() and int(text) != nginx_pid and _alive(int(text)) else 0
+
+        while not restarted() and time.time() < end:
             time.sleep(0.5)
+        assert restarted(), (tmp_path / "superlink.log").read_text()[-2000:]
+        time.sleep(1)
         assert _codes(public, tls.ca, ["/health"]) == {"/health": 200}
         assert "the proxy (nginx) exited" in (tmp_path / "superlink.log").read_text()
 
