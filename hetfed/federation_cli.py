@@ -67,8 +67,30 @@ def cmd_status(args: argparse.Namespace) -> int:
         online = flower.online_nodes()
     expected = f" of {info.nodes}" if info.nodes else ""
     print(f"SuperLink {flower.address}; {online}{expected} SuperNodes online")
+    if info.extra.get("proxy"):
+        print(proxy_line(info.root / "proxy", str(info.extra.get("public-address", "?"))))
     print(silo_report_lines([info.root / "results", *map(Path, args.results_dir or ["results"])]))
     return 1 if args.wait and online < args.wait else 0
+
+
+def proxy_line(proxy_dir: Path, public: str) -> str:
+    """Whether the reverse proxy runs, and how many requests it refused (its access log)."""
+    import os
+
+    try:
+        pid = int((proxy_dir / "nginx.pid").read_text())
+        os.kill(pid, 0)
+        state = f"running (pid {pid})"
+    except (OSError, ValueError):
+        state = "NOT running"
+    try:
+        refused = sum(" 403 " in line for line in (proxy_dir / "access.log").read_text().splitlines())
+    except OSError:
+        refused = 0
+    return (
+        f"reverse proxy nginx on {public}: {state}; {refused} requests refused (403), "
+        f"see {proxy_dir / 'access.log'}"
+    )
 
 
 def silo_report_lines(results_dirs: list[Path]) -> str:

@@ -122,6 +122,8 @@ def test_only_the_fleet_api_passes_the_proxy_and_node_auth_still_holds(tmp_path:
             capture_output=True, text=True, timeout=180,
         )  # fmt: skip
         assert "2 of 2 SuperNodes online" in online.stdout, online.stdout + online.stderr
+        assert f"reverse proxy nginx on 127.0.0.1:{port}: running" in online.stdout
+        assert "5 requests refused (403)" in online.stdout  # the CLOSED probes above
         assert rogue.wait(timeout=90) != 0
         assert "Failed to activate SuperNode" in (tmp_path / "rogue.log").read_text()
         access = (link / "proxy" / "access.log").read_text()
