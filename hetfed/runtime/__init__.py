@@ -14,5 +14,7 @@ SuperNode waits:
 - :mod:`hetfed.runtime.supernode`: the launcher: self-test, waits, Flower's own
   ``flower-supernode`` in-process with ``--isolation process``, and the supervised worker;
 - :mod:`hetfed.runtime.internals`: the self-test of every Flower internal the above
-  relies on; any miss -> stock Flower, said in one line.
+  relies on; any miss -> stock Flower, said in one line;
+- :mod:`hetfed.runtime.pinning`: app pinning, in both runtimes: the SuperNode (and the
+  warm worker) run only the app builds (FAB hashes) the silo approved.
 """
