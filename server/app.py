@@ -106,7 +106,7 @@ def interrupt_reason(exc: BaseException) -> str:
     if isinstance(exc, RunNotRunningException):
         return "stopped on the SuperLink (flwr stop)"
     if isinstance(exc, SystemExit):  # Flower's handler in a ServerApp process: a signal or `flwr stop`
-        return "stopped (the ServerApp process was told to exit)"
+        return "stopped: the ServerApp process was told to exit (a signal, flwr stop, or its SuperLink died)"
     return "stopped by SIGINT" if isinstance(exc, KeyboardInterrupt) else f"stopped ({type(exc).__name__})"
 
 

@@ -313,6 +313,29 @@ def test_a_missing_agent_continues_with_its_last_update_and_equals_the_reference
     assert {t: n for t, n in stale.items() if n} == {3: "1", 4: "1", 6: "1"}
 
 
+def test_an_agent_missing_the_final_evaluate_is_left_out_of_the_summary(tmp_path: Path) -> None:
+    nodes, rounds, eta = 3, 4, 1.5
+    configs = node_configs(nodes)
+    configs[0]["fail-round"] = rounds  # its last train round and the evaluate exchange after it
+    summary, grid = run(
+        tmp_path, nodes, strategy="pflsa", configs=configs, **{"num-rounds": rounds, "lsa-eta": eta}
+    )
+    assert summary["status"] == "completed" and sorted(summary["clients"]) == ["client-01", "client-02"]
+    assert "fault drill" in summary["failed"]["client-00"]
+    agents = make_agents(nodes, SEED, 0.0, 0.0)
+    ref = pflsa(
+        client_samples(agents, SEED, 1), np.zeros((nodes, 5)), eta, 1 / nodes, rounds, missing={(rounds, 0)}
+    )
+    finals = {
+        ctx.node_config["partition-id"]: ClientState(ctx, f"r-p{ctx.node_config['partition-id']}", None)
+        for ctx in grid.contexts.values()
+    }
+    for pid in (1, 2):
+        np.testing.assert_allclose(
+            finals[pid].arrays("final")["theta"], ref[rounds][pid], rtol=1e-12, atol=1e-12
+        )
+
+
 @pytest.mark.parametrize("strategy", ["pflsa", "fedlsa", "scafflsa"])
 def test_an_agent_missing_before_its_first_update_stops_the_run_in_one_line(
     tmp_path: Path, strategy: str
