@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hetfed.config import SCHEMA, ConfigError, parse_assignments, to_toml, validate
+from hetfed.docker_cli import add_docker_parser
 from hetfed.federation_cli import add_federation_parser
 
 ENGINES = ("inline", "simulation", "deployment")
@@ -273,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     add_federation_parser(sub)
+    add_docker_parser(sub)
 
     add_reproduce_parsers(sub)
 

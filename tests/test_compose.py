@@ -27,6 +27,7 @@ from flwr.supernode.cli.flower_supernode import _parse_args_run_supernode as sup
 from hetfed.cli import build_parser
 from hetfed.compose import compose_spec, render, run_config
 from hetfed.config import PROBLEMS, validate
+from hetfed.images import QPTH
 from hetfed.runtime.supernode import split_options, split_worker
 from hetfed.runtime.worker import parse_args as worker_args
 from tests.conftest import REPO
@@ -230,7 +231,8 @@ def test_dockerfile_bakes_the_app_and_its_cpu_dependencies_into_a_flower_image()
     steps = dockerfile()
     args = dict(a.split("=", 1) for kind, a in steps if kind == "ARG" and "=" in a)
     assert steps[0] == ("ARG", f"FLWR_VERSION={metadata.version('flwr')}")
-    assert steps[1] == ("FROM", "flwr/superexec:${FLWR_VERSION}")
+    assert steps[1] == ("ARG", "BASE_IMAGE=flwr/superexec:${FLWR_VERSION}")  # Flower's by default
+    assert steps[2] == ("FROM", "${BASE_IMAGE}")
     for spec in (load(name) for name in FILES):
         for svc in spec["services"].values():
             assert svc["build"] == {
@@ -241,24 +243,32 @@ def test_dockerfile_bakes_the_app_and_its_cpu_dependencies_into_a_flower_image()
     env = " ".join(a for kind, a in steps if kind == "ENV")
     assert "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1" in env and "FLWR_DISABLE_UPDATE_CHECK=1" in env
 
-    import torch
-
+    # Offline: every install comes from the wheelhouse of `hetfed docker wheelhouse`, never an index.
     runs = [a for kind, a in steps if kind == "RUN"]
-    assert args["TORCH_VERSION"] == torch.__version__.split("+")[0]
-    assert args["TORCH_INDEX_URL"].endswith("/whl/cpu")
-    assert any('--index-url "${TORCH_INDEX_URL}" "torch==${TORCH_VERSION}"' in r for r in runs)
-    torch_step = next(i for i, r in enumerate(runs) if "TORCH_INDEX_URL" in r)
-    app_step = next(
-        i for i, r in enumerate(runs) if "pip install --no-cache-dir -c constraints-dev.txt ." in r
-    )
-    assert torch_step < app_step  # CPU torch is in place before the app's "torch>=..." is resolved
+    installs = [i for r in runs for i in re.split(r"\s*&&\s*", r) if "pip install" in i]
+    assert len(installs) == 3
+    for install in installs:
+        assert "--no-index --find-links /tmp/wheelhouse" in install, install
+    text = (REPO / "Dockerfile").read_text()
+    assert "index-url" not in text and not re.search(r"(curl|wget|https?://)", " ".join(runs))
+    copy_wheels = next(i for i, s in enumerate(steps) if s == ("COPY", "wheelhouse/ /tmp/wheelhouse/"))
+    first_install = next(i for i, (kind, a) in enumerate(steps) if kind == "RUN" and "pip install" in a)
+    assert copy_wheels < first_install
+    # CPU torch and the runtime requirements (the wheelhouse's requirements.txt) before the app, whose
+    # "torch>=..." is then satisfied; qpth without its dependencies, at the wheelhouse's version.
+    deps_step = next(i for i, r in enumerate(runs) if "-r /tmp/wheelhouse/requirements.txt" in r)
+    app_step = next(i for i, r in enumerate(runs) if r.rstrip().endswith("-c constraints-dev.txt ."))
+    assert deps_step < app_step
+    assert f'--no-deps "{QPTH}"' in runs[deps_step]
+    assert args == {"FLWR_VERSION": metadata.version("flwr"), "BASE_IMAGE": "flwr/superexec:${FLWR_VERSION}"}
+    assert "/wheelhouse/" in (REPO / ".gitignore").read_text().split()
 
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     copies = [[w for w in a.split() if not w.startswith("--")] for kind, a in steps if kind == "COPY"]
     copied = {src for words in copies for src in words[:-1]}
     top_level = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
     assert top_level <= copied
-    missing = sorted(src for src in copied if not (REPO / src).exists())
+    missing = sorted(src for src in copied - {"wheelhouse/"} if not (REPO / src).exists())
     assert not missing, f"the Dockerfile copies files that do not exist: {missing}"
     # The sed step really drops Flower's [simulation] extra and keeps Flower's pin.
     sed = re.search(r"sed -i 's/(.+?)/(.*?)/' pyproject.toml", runs[app_step])
@@ -273,13 +283,14 @@ def test_dockerfile_bakes_the_app_and_its_cpu_dependencies_into_a_flower_image()
     users = [a for kind, a in steps if kind == "USER"]
     assert users[-1] == "app"  # containers run as Flower's unprivileged user
     assert steps[-1] == ("ENTRYPOINT", '["flower-superexec"]')
-    made = next(r for r in runs if r.startswith("mkdir -p"))
+    made = next(r for r in runs if "mkdir -p" in r)
     for spec in (load(name) for name in FILES):
         for svc in spec["services"].values():
             for point in mounts(svc).values():
                 assert point in made.split(), point  # fresh named volumes are writable by `app`
     ignored = (REPO / ".dockerignore").read_text().split()
     assert {".venv/", "certs/", "keys/", "results/"} <= set(ignored)
+    assert not [p for p in ignored if "wheel" in p]  # the wheelhouse is in the build context
 
 
 def test_pip_install_of_the_project_installs_every_subpackage() -> None:
