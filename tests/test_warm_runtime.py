@@ -27,7 +27,7 @@ from hetfed.engines.runner import prepare
 from hetfed.federation import node_config
 from hetfed.runtime import internals
 from hetfed.runtime.supernode import runtime_api, split_runtime, with_isolation
-from hetfed.runtime.waits import Backoff, SuperNodeClock
+from hetfed.runtime.waits import Backoff, SuperNodeClock, shorten_object_pull_backoff
 from tests.conftest import REPO
 
 SMALL = {"n-train": 40, "n-test": 30, "local-epochs": 1, "num-items": 10, "fraction": 1.0, "seed": 5}
@@ -58,6 +58,32 @@ def test_the_supernode_clock_replaces_only_flowers_two_literal_sleeps() -> None:
     assert not ready.is_set()  # the worker's "done" ended the reply wait and was consumed
     assert reply.next() == 0.004  # ... and the reply backoff advanced, from its idle start
     assert clock.monotonic() > 0 and clock.time() > 0  # everything else is module time
+
+
+def test_shortened_object_pulls_retry_as_long_as_flower_would(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A short backoff must not mean giving up sooner: the tries are bounded by time, not count."""
+    from flwr.supercore.inflatable import inflatable_utils
+    from flwr.supercore.inflatable.inflatable_utils import ObjectPullError, ObjectUnavailableError
+
+    for fn in (inflatable_utils.pull_objects, inflatable_utils.pull_and_inflate_object_from_tree):
+        monkeypatch.setattr(fn, "__kwdefaults__", dict(fn.__kwdefaults__))  # restored after the test
+    calls = {"n": 0}
+
+    def arrives_after_600_tries(object_id: str) -> bytes:
+        calls["n"] += 1
+        if calls["n"] <= 600:
+            raise ObjectUnavailableError(object_id)
+        return b"content"
+
+    assert shorten_object_pull_backoff(initial=1e-5, cap=1e-5)
+    defaults = inflatable_utils.pull_objects.__kwdefaults__
+    assert defaults["max_tries_per_object"] is None and defaults["max_time"] == 7200  # Flower's time limit
+    assert inflatable_utils.pull_objects(["a"], arrives_after_600_tries) == {"a": b"content"}
+    calls["n"] = 0
+    with pytest.raises(ObjectPullError):  # Flower's own count of tries would have given up
+        inflatable_utils.pull_objects(["a"], arrives_after_600_tries, max_tries_per_object=500)
+    assert shorten_object_pull_backoff()  # the defaults the runtime uses
+    assert (defaults["initial_backoff"], defaults["backoff_cap"]) == (0.02, 0.5)
 
 
 def test_runtime_flags_and_isolation() -> None:

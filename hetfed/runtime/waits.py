@@ -22,10 +22,13 @@ from typing import Any
 from hetfed.runtime.internals import IDLE_SLEEP, REPLY_SLEEP
 
 # Object pulls retry a missing object after PULL_INITIAL_BACKOFF s, doubling up to PULL_BACKOFF_CAP
-# (Flower: 1 s up to 10 s). They happen only while a message is in flight, its objects still on
-# their way: a short cap keeps the latency after they arrive short.
+# (Flower: 1 s up to 10 s, at most 500 tries). They happen while a message is in flight and its
+# objects are still on their way: a short cap keeps the latency after they arrive short. The
+# tries are then unbounded, so a pull gives up after Flower's PULL_MAX_TIME, not after 500
+# short tries (~4 min here against ~80 min with Flower's backoff: an upload slowed by a loaded
+# silo would be given up on).
 PULL_INITIAL_BACKOFF = 0.02
-PULL_BACKOFF_CAP = 0.2
+PULL_BACKOFF_CAP = 0.5
 
 
 class Backoff:
@@ -102,7 +105,8 @@ def install(
 
 
 def shorten_object_pull_backoff(initial: float = PULL_INITIAL_BACKOFF, cap: float = PULL_BACKOFF_CAP) -> bool:
-    """Retry a not-yet-available object after ``initial`` s, doubling up to ``cap`` (Flower: 1 s, 10 s).
+    """Retry a not-yet-available object after ``initial`` s, doubling up to ``cap`` (Flower: 1 s, 10 s),
+    until Flower's ``max_time`` (not a count of tries).
 
     A message reaches the other side before its objects (arrays) do, so the first pull
     of them often finds nothing. Returns False, changing nothing, where Flower's pull
@@ -111,8 +115,11 @@ def shorten_object_pull_backoff(initial: float = PULL_INITIAL_BACKOFF, cap: floa
     from flwr.supercore.inflatable import inflatable_utils
 
     helpers = (inflatable_utils.pull_objects, inflatable_utils.pull_and_inflate_object_from_tree)
-    if not all({"initial_backoff", "backoff_cap"} <= set(fn.__kwdefaults__ or {}) for fn in helpers):
+    keys = {"initial_backoff", "backoff_cap", "max_tries_per_object", "max_time"}
+    if not all(keys <= set(fn.__kwdefaults__ or {}) for fn in helpers):
         return False
     for fn in helpers:
-        fn.__kwdefaults__.update(initial_backoff=initial, backoff_cap=cap)  # type: ignore[union-attr]
+        fn.__kwdefaults__.update(  # type: ignore[union-attr]
+            initial_backoff=initial, backoff_cap=cap, max_tries_per_object=None
+        )
     return True
