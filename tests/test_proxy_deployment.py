@@ -92,6 +92,9 @@ def test_only_the_fleet_api_passes_the_proxy_and_node_auth_still_holds(tmp_path:
             tmp_path / "superlink.log",
         )
         procs.append(superlink)
+        end = time.time() + 60  # the command writes federation.json and the proxy config, then starts both
+        while not (link / "federation.json").exists() and superlink.poll() is None and time.time() < end:
+            time.sleep(0.2)
         out = subprocess.run(
             [hetfed, "federation", "register", "--dir", str(link), "--wait", "60"]
             + [str(keys[n]) + ".pub" for n in ("silo-0", "silo-1")],
