@@ -192,6 +192,8 @@ def build_base_image(
         return f"{tag} is present: nothing to build"
     info = read_wheelhouse(wheelhouse)
     debian = f"local/debian:{suite}"
+    if work_dir:
+        Path(work_dir).mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="hetfed-base-", dir=work_dir))
     try:
         if not image_present(debian, env):
