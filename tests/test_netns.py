@@ -210,6 +210,12 @@ def hosts() -> Iterator[Hosts]:
 
 
 def test_tls_and_node_auth_federation_across_namespaces(hosts: Hosts, tmp_path: Path) -> None:
+    from hetfed.proxy import find_nginx
+
+    try:
+        find_nginx()  # the SuperLink host's reverse proxy
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
     hetfed = [str(BIN / "hetfed")]
     py = [sys.executable, "-c"]
     tls, keys, link_dir = tmp_path / "tls", tmp_path / "keys", tmp_path / "link"
