@@ -319,10 +319,10 @@ def test_wait_run_notices_a_dead_superlink_within_30_s(
     threading.Timer(2.0, die).start()
     started = time.time()
     with pytest.raises(
-        SuperLinkUnreachable, match=r"has not answered http://127\.0\.0\.1:\d+/health for 1\d s"
+        SuperLinkUnreachable, match=r"has not answered http://127\.0\.0\.1:\d+/health for 2\d s"
     ):
         flower.wait_run("7", timeout=3600, tick=lambda: ticks.append(time.time()))
-    assert 10 <= time.time() - started - 2.0 < 20  # noticed 10-20 s after it died, not an hour
+    assert 20 <= time.time() - started - 2.0 < 30  # noticed 20-30 s after it died, not an hour
     assert len(ticks) >= 8  # progress was still printed while it waited
 
 

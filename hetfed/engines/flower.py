@@ -340,24 +340,25 @@ class LocalFlower:
         run_id: str,
         timeout: float,
         tick: Callable[[], None] = lambda: None,
-        lost_after: float = 10,
+        lost_after: float = 20,
     ) -> str:
         """Poll until the run finishes (``flwr run``'s exit code is not trustworthy); return its status.
 
         ``flwr ls`` may hang on a dead SuperLink, so ``/health`` is asked first: when it has not
-        answered for ``lost_after`` seconds, :class:`SuperLinkUnreachable` (within ~20 s of its death).
+        answered for ``lost_after`` seconds, :class:`SuperLinkUnreachable` (within ~25 s of its death).
+        A slow ``flwr ls`` (a loaded machine) while ``/health`` answers is only asked again.
         """
         end = time.time() + timeout
         silent_since: float | None = None
         while time.time() < end:
             status = ""
             if self.healthy():
+                silent_since = None
                 try:
-                    status = self.run_status(run_id, timeout=10)
-                    silent_since = None
+                    status = self.run_status(run_id, timeout=30)
                 except (FlowerProcessError, subprocess.TimeoutExpired):
                     pass  # asked again after the next health check
-            if not status and silent_since is None:
+            elif silent_since is None:
                 silent_since = time.time()
             tick()
             if status.startswith("finished"):
