@@ -1,0 +1,496 @@
+"""The compose federation for real: a Docker engine started here, images built offline, both files up.
+
+The live tests (marked ``docker``) run with ``HETFED_DOCKER_TEST=1`` where an engine can start
+(root, Debian's ``dockerd`` and ``iptables``, Docker Compose v2); otherwise they are skipped
+with one reason. They start ``dockerd`` with its data root in a cache folder outside the clone
+(``HETFED_DOCKER_CACHE``, default ``/var/cache/hetfed-docker``, reused: a machine that ran them
+before starts warm), without outbound masquerading (containers reach each other and the host's
+127.0.0.1 only), build what is missing (wheelhouse, the ``flwr/superexec`` stand-in, the app
+image, all with ``--network none``), and for the plain and the TLS file: ``up -d --no-build``,
+the topology read back with the Docker SDK, a 2-round FedRSPO+ run submitted with ``flwr run``,
+``finished:completed`` from ``flwr ls``, summary.json, rounds.csv and the traffic audit (model
+weights and scalars only) read out of the results volume, ``down -v``, nothing of the project
+left. ``dockerd`` is stopped by its pid.
+
+The topology assertions are also run on the checked-in compose files and on broken copies of
+them (no engine needed), to show that they catch a shared silo volume, an executor on the
+shared network, a silo network that is not internal and a port published beyond 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hetfed.config import to_toml
+from hetfed.engines.flower import free_port
+from hetfed.images import BASE_IMAGE, read_wheelhouse, requirements
+from tests.conftest import REPO
+
+FILES = {"docker-compose.yml": False, "docker-compose.tls.yml": True}
+CACHE = Path(os.environ.get("HETFED_DOCKER_CACHE", "/var/cache/hetfed-docker"))
+EXEC_ROOT = Path("/run/hetfed-docker")  # short: containerd's sockets live under it
+SOCKET = EXEC_ROOT / "docker.sock"
+PROJECT = "hetfed"  # the files' top-level name
+APP_IMAGE = "hetfed-app:local"
+INPUTS_LABEL = "org.hetfed.inputs"
+SILOS = 3
+FLWR = Path(sys.executable).with_name("flwr")
+RUN = {  # a 2-round FedRSPO+ run (RSPO+ loss) on small knapsack data, every silo in every round
+    "problem": "knapsack",
+    "num-clients": SILOS,
+    "strategy": "fedrspo",
+    "loss": "rspo+",
+    "eta-o": 1.0,
+    "num-rounds": 2,
+    "personal-rounds": 1,
+    "fraction": 1.0,
+    "local-epochs": 1,
+    "n-train": 40,
+    "n-test": 30,
+    "num-items": 10,
+    "seed": 5,
+    "audit-traffic": True,
+}
+
+
+# --- topology, as the assertions see it ------------------------------------------------------
+@dataclass
+class Box:
+    """One service's container: named volumes, networks, published ports (host ip, host port)."""
+
+    volumes: set[str] = field(default_factory=set)
+    networks: set[str] = field(default_factory=set)
+    ports: list[tuple[str, str]] = field(default_factory=list)
+
+
+def topology_from_spec(spec: dict[str, Any]) -> tuple[dict[str, Box], dict[str, bool]]:
+    """Services and networks (name -> internal) as a compose file declares them."""
+    boxes = {}
+    for name, svc in spec["services"].items():
+        ports = []
+        for p in svc.get("ports", []):
+            parts = str(p).split(":")
+            ports.append((parts[0], parts[1]) if len(parts) == 3 else ("0.0.0.0", parts[0]))
+        networks = svc.get("networks", ["default"])
+        boxes[name] = Box({v.split(":")[0] for v in svc.get("volumes", [])}, set(networks), ports)
+    internal = {n: bool((cfg or {}).get("internal")) for n, cfg in spec.get("networks", {}).items()}
+    return boxes, internal
+
+
+def topology_from_engine(client: Any) -> tuple[dict[str, Box], dict[str, bool]]:
+    """The same, read from the running engine with the Docker SDK (every container of the project)."""
+    label = f"com.docker.compose.project={PROJECT}"
+    boxes = {}
+    for c in client.containers.list(all=True, filters={"label": label}):
+        mounts = c.attrs["Mounts"]
+        bindings = c.attrs["HostConfig"].get("PortBindings") or {}
+        boxes[c.labels["com.docker.compose.service"]] = Box(
+            {m["Name"].removeprefix(f"{PROJECT}_") for m in mounts if m["Type"] == "volume"},
+            {n.removeprefix(f"{PROJECT}_") for n in c.attrs["NetworkSettings"]["Networks"]},
+            [(b.get("HostIp") or "0.0.0.0", b["HostPort"]) for bs in bindings.values() for b in bs or []],
+        )
+    internal = {
+        n.name.removeprefix(f"{PROJECT}_"): bool(n.attrs["Internal"])
+        for n in client.networks.list(filters={"label": label})
+    }
+    return boxes, internal
+
+
+def check_topology(boxes: dict[str, Box], internal: dict[str, bool], silos: int) -> None:
+    """Each silo's volume only in that silo's containers; each ClientApp executor only on its silo's
+    internal network (with its own SuperNode alone); the SuperLink's port on 127.0.0.1 only."""
+    for i in range(silos):
+        silo, executor = f"silo-{i}", f"superexec-clientapp-{i}"
+        own = {executor, f"supernode-{i}"}
+        users = {s for s, b in boxes.items() if silo in b.volumes}
+        assert executor in users, f"volume {silo} is not mounted into {executor}"
+        assert users <= own, f"volume {silo} is mounted into {sorted(users - own)}"
+        assert boxes[executor].networks == {silo}, f"{executor} is on {sorted(boxes[executor].networks)}"
+        members = {s for s, b in boxes.items() if silo in b.networks}
+        assert members == own, f"network {silo} holds {sorted(members)}"
+        assert internal.get(silo) is True, f"network {silo} is not internal"
+    published = {s: b.ports for s, b in boxes.items() if b.ports}
+    assert list(published) == ["superlink"], f"published ports: {published}"
+    assert all(ip == "127.0.0.1" for ip, _ in published["superlink"]), f"the SuperLink is on {published}"
+
+
+def test_the_topology_checks_pass_on_the_compose_files_and_fail_on_broken_copies() -> None:
+    for name in FILES:
+        spec = yaml.safe_load((REPO / name).read_text())
+        check_topology(*topology_from_spec(spec), SILOS)
+
+        def broken(change: Any, spec: dict = spec) -> tuple[dict[str, Box], dict[str, bool]]:
+            bad = copy.deepcopy(spec)
+            change(bad["services"], bad["networks"])
+            return topology_from_spec(bad)
+
+        cases = {
+            "volume silo-1 is mounted into .'superexec-clientapp-0'.": lambda s, n: s[
+                "superexec-clientapp-0"
+            ]["volumes"].append("silo-1:/other"),
+            "volume silo-2 is mounted into .'superexec-serverapp'.": lambda s, n: s["superexec-serverapp"][
+                "volumes"
+            ].append("silo-2:/silo"),
+            "superexec-clientapp-1 is on .'link', 'silo-1'.": lambda s, n: s["superexec-clientapp-1"][
+                "networks"
+            ].append("link"),
+            "network silo-0 holds .*'supernode-1'": lambda s, n: s["supernode-1"]["networks"].append(
+                "silo-0"
+            ),
+            "network silo-2 is not internal": lambda s, n: n.update({"silo-2": {}}),
+            "the SuperLink is on .*0.0.0.0": lambda s, n: s["superlink"].update(ports=["8000:8000"]),
+            "published ports: .*superexec-serverapp": lambda s, n: s["superexec-serverapp"].update(
+                ports=["127.0.0.1:9091:9091"]
+            ),
+        }
+        for message, change in cases.items():
+            with pytest.raises(AssertionError, match=message):
+                check_topology(*broken(change), SILOS)
+
+
+# --- the engine --------------------------------------------------------------------------------
+def engine_unavailable() -> str | None:
+    """Why no Docker engine can start here (one reason), or None."""
+    if os.environ.get("HETFED_DOCKER_TEST") != "1":
+        return "live Docker test off: HETFED_DOCKER_TEST=1 runs it (root, dockerd, Compose v2)"
+    if os.geteuid() != 0:
+        return "no Docker engine can start: dockerd needs root"
+    for tool in ("dockerd", "docker", "iptables"):
+        if not shutil.which(tool):
+            return f"no Docker engine can start: no {tool} (apt-get install docker.io iptables)"
+    out = subprocess.run(["docker", "compose", "version", "--short"], capture_output=True, text=True)
+    if out.returncode or not out.stdout.strip().lstrip("v").startswith("2."):
+        return "no Docker Compose v2: `docker compose version` fails (README: Docker compose)"
+    if CACHE.resolve().is_relative_to(REPO):
+        return f"HETFED_DOCKER_CACHE={CACHE} is inside the clone"
+    return None
+
+
+@dataclass
+class Engine:
+    """A dockerd started by the tests, its environment for docker/flwr, its SDK client, timings."""
+
+    proc: subprocess.Popen
+    env: dict[str, str]
+    client: Any
+    logs: Path
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def start_dockerd(logs: Path) -> Engine:
+    """``dockerd`` with the cached data root and a private socket; skips if it does not answer."""
+    import docker
+
+    pidfile = EXEC_ROOT / "dockerd.pid"
+    if pidfile.exists() and pidfile.read_text().strip().isdigit() and _alive(int(pidfile.read_text())):
+        pytest.skip(
+            f"no Docker engine can start: a dockerd (pid {pidfile.read_text().strip()}) runs on {EXEC_ROOT}"
+        )
+    EXEC_ROOT.mkdir(parents=True, exist_ok=True)
+    cmd = ["dockerd", "--data-root", str(CACHE / "data"), "--exec-root", str(EXEC_ROOT)]
+    cmd += ["--pidfile", str(pidfile), "--host", f"unix://{SOCKET}", "--storage-driver", "overlay2"]
+    cmd += ["--ip-masq=false", "--log-level", "warn"]  # no NAT out: containers reach nothing outside
+    log = open(logs / "dockerd.log", "ab")  # the daemon writes to it until it stops
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
+    env = dict(os.environ, DOCKER_HOST=f"unix://{SOCKET}", DOCKER_BUILDKIT="0")
+    end = time.time() + 120
+    while time.time() < end and proc.poll() is None:
+        if subprocess.run(["docker", "info"], env=env, capture_output=True).returncode == 0:
+            return Engine(proc, env, docker.DockerClient(base_url=f"unix://{SOCKET}", timeout=300), logs)
+        time.sleep(1)
+    stop_dockerd(proc)
+    tail = (logs / "dockerd.log").read_text(errors="replace").strip().splitlines()[-1:]
+    pytest.skip(f"no Docker engine can start: dockerd did not answer within 120 s ({' '.join(tail)})")
+
+
+def stop_dockerd(proc: subprocess.Popen) -> None:
+    """SIGTERM to dockerd by its pid (it stops its containerd); SIGKILL after 90 s."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+def _logged(cmd: list[str], log: Path, env: dict[str, str], timeout: float) -> None:
+    with open(log, "ab") as out:
+        done = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout)
+    if done.returncode:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        raise AssertionError(f"{' '.join(cmd[:6])} failed; {log} ends:\n{tail}")
+
+
+def _present(engine: Engine, tag: str) -> bool:
+    import docker
+
+    try:
+        engine.client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def app_context(dest: Path, wheelhouse: Path) -> str:
+    """The app image's build context (the files the Dockerfile copies, the wheelhouse hard-linked);
+    returns a hash of its inputs, kept as the image's label so a stale image is rebuilt."""
+    steps = re.findall(r"^COPY (.+)$", (REPO / "Dockerfile").read_text(), re.M)
+    sources = [w for s in steps for w in s.split()[:-1] if not w.startswith("--")]
+    digest = hashlib.sha256()
+    for src in ["Dockerfile", ".dockerignore", *sources]:
+        if src.rstrip("/") == "wheelhouse":
+            continue
+        path = REPO / src
+        files = sorted(path.rglob("*")) if path.is_dir() else [path]
+        for f in files:
+            if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc":
+                rel = f.relative_to(REPO)
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(f, dest / rel)
+                digest.update(str(rel).encode() + b"\0" + f.read_bytes())
+    (dest / "wheelhouse").mkdir()
+    for f in wheelhouse.iterdir():
+        try:
+            os.link(f, dest / "wheelhouse" / f.name)
+        except OSError:
+            shutil.copy2(f, dest / "wheelhouse" / f.name)
+    digest.update((wheelhouse / "wheelhouse.json").read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def ensure_images(engine: Engine) -> None:
+    """Build what is missing or stale: the wheelhouse, the stand-in base image, the app image."""
+    logs, env = engine.logs, engine.env
+    hetfed = [sys.executable, "-m", "hetfed.cli", "docker"]
+    wheelhouse = CACHE / "wheelhouse"
+    try:
+        fresh = read_wheelhouse(wheelhouse)["requirements"] == requirements()
+    except FileNotFoundError:
+        fresh = False
+    if not fresh:
+        t = time.time()
+        _logged([*hetfed, "wheelhouse", str(wheelhouse)], logs / "wheelhouse.log", env, 900)
+        engine.timings["wheelhouse-s"] = time.time() - t
+    if not _present(engine, BASE_IMAGE):
+        if not (shutil.which("debootstrap") or Path("/usr/sbin/debootstrap").exists()):
+            pytest.skip(
+                f"no {BASE_IMAGE} and no debootstrap to build its stand-in (apt-get install debootstrap)"
+            )
+        t = time.time()
+        work = CACHE / "work"
+        work.mkdir(exist_ok=True)
+        cmd = [*hetfed, "base-image", "--wheelhouse", str(wheelhouse), "--work-dir", str(work)]
+        _logged(cmd, logs / "base-image.log", env, 1800)
+        engine.timings["base-image-s"] = time.time() - t
+    context = CACHE / "work" / "app-context"
+    shutil.rmtree(context, ignore_errors=True)
+    context.mkdir(parents=True)
+    try:
+        inputs = app_context(context, wheelhouse)
+        image = engine.client.images.get(APP_IMAGE) if _present(engine, APP_IMAGE) else None
+        if image is None or (image.labels or {}).get(INPUTS_LABEL) != inputs:
+            t = time.time()
+            cmd = ["docker", "build", "--network", "none", "--label", f"{INPUTS_LABEL}={inputs}"]
+            _logged([*cmd, "-t", APP_IMAGE, str(context)], logs / "app-build.log", env, 2400)
+            engine.timings["app-image-s"] = time.time() - t
+            engine.client.images.prune(filters={"dangling": True})
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Engine]:
+    reason = engine_unavailable()
+    if reason:
+        pytest.skip(reason)
+    logs = CACHE / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    t = time.time()
+    eng = start_dockerd(logs)
+    eng.timings["dockerd-start-s"] = time.time() - t
+    try:
+        leftover = eng.client.containers.list(
+            all=True, filters={"label": f"com.docker.compose.project={PROJECT}"}
+        )
+        if leftover:  # a run of these tests that was killed: its own project on its own engine
+            subprocess.run(
+                ["docker", "compose", "-p", PROJECT, "down", "-v"], env=eng.env, capture_output=True
+            )
+        ensure_images(eng)
+        yield eng
+    finally:
+        eng.client.close()
+        t = time.time()
+        stop_dockerd(eng.proc)
+        eng.timings["dockerd-stop-s"] = time.time() - t
+        assert not _alive(eng.proc.pid) or eng.proc.poll() is not None
+        line = json.dumps({k: round(v, 1) for k, v in eng.timings.items()})
+        with open(logs / "timings.jsonl", "a") as f:
+            f.write(f'{{"at": "{time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}", "timings": {line}}}\n')
+        print(f"live compose test timings (s): {line}")
+
+
+# --- the federation ----------------------------------------------------------------------------
+def flwr_json(env: dict[str, str], *args: str, timeout: float = 120) -> dict[str, Any]:
+    """``flwr <args> --format json`` on the host, parsed ({} when it did not answer JSON)."""
+    try:
+        out = subprocess.run(
+            [str(FLWR), *args, "--format", "json"], env=env, capture_output=True, text=True, timeout=timeout
+        )
+        return json.loads(out.stdout)
+    except (json.JSONDecodeError, subprocess.TimeoutExpired):
+        return {}
+
+
+def wait_for(what: str, ready: Any, timeout: float, logs: Any) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if ready():
+            return
+        time.sleep(3)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; logs:\n{logs()}")
+
+
+def read_from_volume(client: Any, service: str, path: str) -> bytes:
+    """A file out of a (running or stopped) container of the project, via the engine's archive API."""
+    labels = [f"com.docker.compose.project={PROJECT}", f"com.docker.compose.service={service}"]
+    (container,) = client.containers.list(all=True, filters={"label": labels})
+    stream, _ = container.get_archive(path)
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+        member = tar.next()
+        assert member is not None
+        return tar.extractfile(member).read()  # type: ignore[union-attr]
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(3000)
+@pytest.mark.parametrize("name", list(FILES))
+def test_the_compose_federation_runs_fedrspo_for_real(engine: Engine, name: str, tmp_path: Path) -> None:
+    tls = FILES[name]
+    variant = "tls" if tls else "plain"
+    spec = yaml.safe_load((REPO / name).read_text())
+    port = free_port()  # the checked-in 8000 may be taken on this host: same loopback-only binding
+    spec["services"]["superlink"]["ports"] = [f"127.0.0.1:{port}:8000"]
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "docker-compose.yml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    hetfed = [sys.executable, "-m", "hetfed.cli", "federation"]
+    security = "insecure = true"
+    if tls:
+        subprocess.run([*hetfed, "certs", "--out", str(project / "certs"), "--host", "superlink"], check=True)
+        keys = [str(project / "keys" / f"silo-{i}") for i in range(SILOS)]
+        subprocess.run([*hetfed, "keygen", *keys], check=True, capture_output=True)
+        subprocess.run(
+            ["chown", "-R", "49999:49999", str(project / "certs"), str(project / "keys")], check=True
+        )
+        security = f'root-certificates = "{project / "certs" / "ca.crt"}"'
+    home = tmp_path / "flwr-home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "hetfed-compose"\n\n'
+        f'[superlink.hetfed-compose]\naddress = "127.0.0.1:{port}"\n{security}\n'
+    )
+    env = dict(engine.env, FLWR_HOME=str(home))
+    compose = ["docker", "compose", "-f", str(project / "docker-compose.yml")]
+
+    def logs() -> str:
+        out = subprocess.run([*compose, "logs", "--tail", "25", "--no-color"], env=env, capture_output=True)
+        return out.stdout.decode(errors="replace")[-6000:]
+
+    run_name = f"compose-{variant}"
+    (tmp_path / "run.toml").write_text(to_toml({**RUN, "run-name": run_name}))
+    client = engine.client
+    try:
+        t = time.time()
+        _logged([*compose, "up", "-d", "--no-build"], engine.logs / f"up-{variant}.log", env, 600)
+        engine.timings[f"{variant}-up-s"] = time.time() - t
+
+        def online() -> bool:
+            nodes = flwr_json(env, "supernode", "ls", "hetfed-compose", timeout=30).get("nodes", [])
+            return sum(n.get("status") == "online" for n in nodes) >= SILOS
+
+        wait_for(f"{SILOS} SuperNodes online", online, 300, logs)
+        engine.timings[f"{variant}-nodes-online-s"] = time.time() - t
+        check_topology(*topology_from_engine(client), SILOS)
+
+        t = time.time()
+        submitted = flwr_json(
+            env, "run", str(REPO), "hetfed-compose", "--run-config", str(tmp_path / "run.toml"), timeout=300
+        )
+        assert "run-id" in submitted, submitted
+        run_id = str(submitted["run-id"])
+        status: dict[str, str] = {}
+
+        def finished() -> bool:
+            runs = flwr_json(env, "ls", "hetfed-compose", "--run-id", run_id, timeout=30).get("runs", [])
+            status["now"] = str(runs[0]["status"]) if runs else "unknown"
+            return status["now"].startswith("finished")
+
+        wait_for(f"run {run_id} to finish", finished, 1500, logs)
+        engine.timings[f"{variant}-run-s"] = time.time() - t
+        assert status["now"] == "finished:completed", logs()
+        summary = json.loads(
+            read_from_volume(client, "superexec-serverapp", f"/app/results/{run_name}/summary.json")
+        )
+        assert summary["status"] == "completed", summary
+        assert sorted(summary["clients"]) == [f"client-{i:02d}" for i in range(SILOS)]
+        assert (summary["run-name"], summary["strategy"], summary["problem"]) == (
+            run_name,
+            "fedrspo",
+            "knapsack",
+        )
+        for metrics in summary["clients"].values():
+            assert 0 <= metrics["fed-relative-regret"] < 1 and 0 <= metrics["per-relative-regret"] < 1
+        results = f"/app/results/{run_name}"
+        rows = list(
+            csv.DictReader(
+                io.StringIO(read_from_volume(client, "superexec-serverapp", f"{results}/rounds.csv").decode())
+            )
+        )
+        exchanges = [(r["round"], r["exchange"]) for r in rows if r["client"] != "server"]
+        assert exchanges.count(("0", "query.calibrate")) == SILOS  # calibration, rounds 1-2, personalization
+        assert exchanges.count(("3", "train.personalize")) == SILOS, exchanges
+        # The traffic audit, inside compose: the silos' replies carry model weights and scalars only.
+        audit = read_from_volume(client, "superexec-serverapp", f"{results}/traffic.jsonl").decode()
+        traffic = [json.loads(line) for line in audit.splitlines()]
+        assert len(traffic) >= 2 * SILOS, traffic
+        for entry in traffic:
+            assert all(all(isinstance(d, int) for d in shape) for shape in entry["arrays"].values()), entry
+            assert all(re.fullmatch(r"(int|float)(\[\d+\])?", k) for k in entry["metrics"].values()), entry
+            assert entry["exchange"].startswith("query.") or not entry["configs"], entry
+    finally:
+        t = time.time()
+        subprocess.run([*compose, "down", "-v", "--timeout", "20"], env=env, capture_output=True, timeout=600)
+        engine.timings[f"{variant}-down-s"] = time.time() - t
+    label = {"label": f"com.docker.compose.project={PROJECT}"}
+    assert client.containers.list(all=True) == []
+    assert client.networks.list(filters=label) == [] and client.volumes.list(filters=label) == []
