@@ -4,9 +4,10 @@ The live tests (marked ``docker``) run with ``HETFED_DOCKER_TEST=1`` where an en
 (root, Debian's ``dockerd`` and ``iptables``, Docker Compose v2); otherwise they are skipped
 with one reason. They start ``dockerd`` with its data root in a cache folder outside the clone
 (``HETFED_DOCKER_CACHE``, default ``/var/cache/hetfed-docker``, reused: a machine that ran them
-before starts warm), without outbound masquerading (containers reach each other and the host's
-127.0.0.1 only), build what is missing (wheelhouse, the ``flwr/superexec`` stand-in, the app
-image, all with ``--network none``), and for the plain and the TLS file: ``up -d --no-build``,
+before starts warm), without IP forwarding or masquerading (containers reach each other and the
+host's 127.0.0.1 only; the host's forwarding settings are left as they are), build what is
+missing (wheelhouse, the ``flwr/superexec`` stand-in, the app image, all with ``--network
+none``), and for the plain and the TLS file: ``up -d --no-build``,
 the topology read back with the Docker SDK, a 2-round FedRSPO+ run submitted with ``flwr run``,
 ``finished:completed`` from ``flwr ls``, summary.json, rounds.csv and the traffic audit (model
 weights and scalars only) read out of the results volume, ``down -v``, nothing of the project
@@ -216,7 +217,9 @@ def start_dockerd(logs: Path) -> Engine:
     EXEC_ROOT.mkdir(parents=True, exist_ok=True)
     cmd = ["dockerd", "--data-root", str(CACHE / "data"), "--exec-root", str(EXEC_ROOT)]
     cmd += ["--pidfile", str(pidfile), "--host", f"unix://{SOCKET}", "--storage-driver", "overlay2"]
-    cmd += ["--ip-masq=false", "--log-level", "warn"]  # no NAT out: containers reach nothing outside
+    # Containers reach each other and the host (published ports go through docker-proxy), nothing
+    # beyond: no forwarding out of the host, no NAT; the host's forwarding settings are left alone.
+    cmd += ["--ip-forward=false", "--ip-masq=false", "--log-level", "warn"]
     log = open(logs / "dockerd.log", "ab")  # the daemon writes to it until it stops
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     log.close()
