@@ -126,8 +126,9 @@ CELLS: dict[tuple[str, str], Cell] = {
     ("deployment", "corrupt checkpoint"): Cell((CORRUPT,)),
 }
 
-# Small runs: 3 clients, 40 samples, 10 items.
+# Small runs: 3 clients, 40 samples, 10 items; deployment runs long enough to be signalled mid-run.
 KNAPSACK = {"n-train": 40, "n-test": 30, "num-items": 10, "local-epochs": 1, "fraction": 1.0, "seed": 3}
+ROUNDS = 6
 
 
 def sets(values: dict) -> list[str]:
@@ -305,11 +306,12 @@ class _Health(http.server.BaseHTTPRequestHandler):
 def test_wait_run_notices_a_dead_superlink_within_30_s(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``flwr ls`` may hang on a dead SuperLink: /health decides, then one exception naming it."""
+    """/health decides, also while a ``flwr ls`` hangs (as it may on a dead SuperLink): one exception."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     flower = LocalFlower(tmp_path, link_port=server.server_address[1])
-    monkeypatch.setattr(flower, "run_status", lambda run_id, timeout=60: "running")
+    hang = [sys.executable, "-c", "import time; time.sleep(600)"]  # a flwr ls that never returns
+    monkeypatch.setattr(flower, "_flwr_command", lambda *args: hang)
     ticks: list[float] = []
 
     def die() -> None:  # the SuperLink process is gone: its port refuses connections
@@ -375,7 +377,7 @@ def test_federation_down_ends_processes_outside_its_process_groups(tmp_path: Pat
 # --- simulation -------------------------------------------------------------------------------------
 @pytest.mark.simulation
 def test_sigterm_stops_a_simulation_run_and_resume_reaches_the_metrics(tmp_path: Path) -> None:
-    cfg = {**KNAPSACK, "num-rounds": 4}
+    cfg = {**KNAPSACK, "num-rounds": 12}  # simulation rounds are quick: still running at the signal
     whole = run_inline({**cfg, "results-dir": str(tmp_path / "inline"), "run-name": "whole"}, node_configs(3))
     proc = start_cli(
         "run", "--engine", "simulation", "--nodes", "3", "--results-dir", str(tmp_path),
@@ -425,7 +427,7 @@ class Federation:
         """``hetfed run --engine deployment`` of the small knapsack run, in its own process."""
         return start_cli(
             "run", "--engine", "deployment", "--federation-dir", str(self.root), "--results-dir",
-            str(self.results), *sets({**KNAPSACK, "num-rounds": 4, "run-name": name, **overrides}),
+            str(self.results), *sets({**KNAPSACK, "num-rounds": ROUNDS, "run-name": name, **overrides}),
         )  # fmt: skip
 
     def resume(self, name: str) -> dict:
@@ -440,7 +442,7 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]
     root = tmp_path_factory.mktemp("matrix")
     silo_files(root, {2: "nan"})
     whole = run_inline(
-        {**KNAPSACK, "num-rounds": 4, "results-dir": str(root / "inline"), "run-name": "whole"},
+        {**KNAPSACK, "num-rounds": ROUNDS, "results-dir": str(root / "inline"), "run-name": "whole"},
         node_configs(3),
     )
     fed = Federation(root / "fed", str(root / "silo-{partition}.csv"), root / "results", whole)
@@ -474,9 +476,11 @@ def test_a_signal_stops_a_deployment_run_on_the_federation(
     summary = read_json(run_dir / "summary.json")
     assert summary["status"] == "interrupted" and summary["engine"] == "deployment", summary
     before, files = rows(run_dir), snapshot(run_dir)
-    time.sleep(3)
+    end = time.time() + 30
+    while processes_of(federation.home(), program="flwr-serverapp"):  # the ServerApp exits
+        assert time.time() < end, "the stopped run's ServerApp is still running"
+        time.sleep(0.5)
     assert snapshot(run_dir) == files  # nothing writes into the folder any more
-    assert processes_of(federation.home(), program="flwr-serverapp") == []
 
     resumed = federation.resume(name)
     assert_prefix(before, rows(run_dir))

@@ -344,32 +344,68 @@ class LocalFlower:
     ) -> str:
         """Poll until the run finishes (``flwr run``'s exit code is not trustworthy); return its status.
 
-        ``flwr ls`` may hang on a dead SuperLink, so ``/health`` is asked first: when it has not
-        answered for ``lost_after`` seconds, :class:`SuperLinkUnreachable` (within ~25 s of its death).
-        A slow ``flwr ls`` (a loaded machine) while ``/health`` answers is only asked again.
+        ``/health`` is asked every second, also while a ``flwr ls`` runs: ``flwr ls`` can hang on a
+        dead SuperLink, and a slow one on a loaded machine is only asked again. When ``/health``
+        has not answered for ``lost_after`` seconds: :class:`SuperLinkUnreachable` (within
+        ``lost_after`` + 3 s of the SuperLink's death, whatever ``flwr ls`` does).
         """
         end = time.time() + timeout
-        silent_since: float | None = None
-        while time.time() < end:
-            status = ""
+        silent_since: list[float] = []  # when /health stopped answering
+
+        def check() -> bool:
+            """Whether ``/health`` answers; raises once it has been silent for ``lost_after`` s."""
             if self.healthy():
-                silent_since = None
-                try:
-                    status = self.run_status(run_id, timeout=30)
-                except (FlowerProcessError, subprocess.TimeoutExpired):
-                    pass  # asked again after the next health check
-            elif silent_since is None:
-                silent_since = time.time()
+                silent_since.clear()
+                return True
+            if not silent_since:
+                silent_since.append(time.time())
+            elif time.time() - silent_since[0] >= lost_after:
+                raise SuperLinkUnreachable(
+                    f"the SuperLink at {self.address} has not answered {self.health_url} for "
+                    f"{time.time() - silent_since[0]:.0f} s"
+                )
+            return False
+
+        while time.time() < end:
+            status = self._watched_status(run_id, check, tick) if check() else ""
             tick()
             if status.startswith("finished"):
                 return status
-            if silent_since is not None and time.time() - silent_since >= lost_after:
-                raise SuperLinkUnreachable(
-                    f"the SuperLink at {self.address} has not answered {self.health_url} for "
-                    f"{time.time() - silent_since:.0f} s"
-                )
             time.sleep(1)
         raise FlowerProcessError(f"run {run_id} did not finish within {timeout:g} s")
+
+    def _watched_status(
+        self, run_id: str, check: Callable[[], bool], tick: Callable[[], None], timeout: float = 60
+    ) -> str:
+        """``flwr ls --run-id``'s status ('' if it fails or is slow); ``check`` and ``tick`` every second."""
+        proc = subprocess.Popen(
+            self._flwr_command("ls", CONNECTION, "--run-id", run_id),
+            env=self.env,
+            cwd=self.root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            started = time.time()
+            while proc.poll() is None:
+                if time.time() - started > timeout:
+                    return ""
+                time.sleep(1)
+                check()
+                tick()
+            runs = json.loads(proc.communicate()[0] or "{}").get("runs", [])
+        except (ValueError, AttributeError):
+            return ""
+        finally:
+            if proc.returncode is None:  # not reaped: slow, silent or interrupted
+                proc.kill()
+                proc.communicate()
+        return str(runs[0]["status"]) if runs else "unknown"
+
+    def _flwr_command(self, *args: str) -> list[str]:
+        """A ``flwr`` CLI command line with JSON output."""
+        return [str(BIN / "flwr"), *args, "--format", "json"]
 
     def stop_run(self, run_id: str, timeout: float = 15) -> bool:
         """``flwr stop <run-id>``: ask the SuperLink to stop the run; False if it could not be asked."""
