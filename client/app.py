@@ -55,7 +55,7 @@ def fault_drills(message: Message, context: Context) -> None:
     """
     node, server_round = context.node_config, message.metadata.group_id
     partition = node.get("partition-id", f"node {context.node_id}")
-    if str(node.get("stall-round", "")) == server_round:
+    if "stall-round" in node and str(node["stall-round"]) == server_round:
         time.sleep(float(node.get("stall-seconds", 60)))
     if server_round in str(node.get("fail-round", "")).replace(",", " ").split():
         raise FaultDrill(
