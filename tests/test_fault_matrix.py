@@ -36,6 +36,7 @@ from hetfed.engines.flower import LocalFlower, SuperLinkUnreachable, free_port, 
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.federation import FederationInfo
 from tests.conftest import REPO, hetfed_cli
+from tests.test_cli_faults import start_cli, wait_for_round
 from tests.test_silo_data import RUN as ENERGY_RUN
 from tests.test_silo_data import silo_files
 
@@ -141,29 +142,6 @@ def one_line(stderr: str, returncode: int, code: int) -> str:
     assert returncode == code, stderr[-3000:]
     assert len(lines) == 1 and "Traceback" not in stderr, stderr[-3000:]
     return lines[0]
-
-
-def start_cli(*args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "hetfed.cli", *args],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def wait_for_round(run_dir: Path, server_round: int, proc: subprocess.Popen, timeout: float = 300) -> None:
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            if json.loads((run_dir / "progress.json").read_text())["round"] >= server_round:
-                return
-        except (OSError, ValueError, KeyError):
-            pass
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.1)
-    raise TimeoutError(f"round {server_round} not reached")
 
 
 def read_json(path: Path) -> dict:
@@ -384,7 +362,7 @@ def test_sigterm_stops_a_simulation_run_and_resume_reaches_the_metrics(tmp_path:
         *sets({**cfg, "run-name": "sim"}),
     )  # fmt: skip
     run_dir = tmp_path / "sim"
-    wait_for_round(run_dir, 1, proc)
+    wait_for_round(run_dir, 1, proc, timeout=300)
     proc.send_signal(signal.SIGTERM)
     stdout, stderr = proc.communicate(timeout=120)
     assert "interrupted by SIGTERM" in one_line(stderr, proc.returncode, 143)
@@ -463,7 +441,7 @@ def test_a_signal_stops_a_deployment_run_on_the_federation(
     name = f"signal-{code}"
     proc = federation.run(name)
     run_dir = federation.results / name
-    wait_for_round(run_dir, 1, proc)
+    wait_for_round(run_dir, 1, proc, timeout=300)
     started = time.time()
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=120)
@@ -518,7 +496,7 @@ def test_a_killed_superlink_is_noticed_the_federation_goes_down_whole_and_resume
     """
     proc = federation.run("link-killed")
     run_dir = federation.results / "link-killed"
-    wait_for_round(run_dir, 1, proc)
+    wait_for_round(run_dir, 1, proc, timeout=300)
     assert processes_of(federation.home(), program="flwr-serverapp")  # the run's ServerApp
     os.killpg(federation.info()["pids"][0], signal.SIGKILL)  # the SuperLink host dies
     killed = time.time()
@@ -550,7 +528,7 @@ def test_a_killed_client_on_the_deployment_engine(federation: Federation) -> Non
     """
     proc = federation.run("client-killed")
     run_dir = federation.results / "client-killed"
-    wait_for_round(run_dir, 1, proc)
+    wait_for_round(run_dir, 1, proc, timeout=300)
     before = rows(run_dir)
     os.killpg(federation.info()["pids"][3], signal.SIGKILL)  # SuperNode 2 (pids: SuperLink, nodes 0-2)
     stdout, stderr = proc.communicate(timeout=600)
