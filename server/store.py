@@ -11,7 +11,10 @@
 - ``segments.jsonl``: one line when a segment (the first run or a resume) starts, one when it ends;
 - ``summary.segment-<k>.json``, ``report.segment-<k>.md``: the summary and report segment k wrote,
   kept when a later segment resumes the run;
-- ``traffic.jsonl`` (with ``audit-traffic``): the shape of every reply.
+- ``traffic.jsonl`` (with ``audit-traffic``): the shape of every reply;
+- ``.writer.lock``: empty; the process writing a segment holds an exclusive ``flock`` on it,
+  so a second ServerApp (a resume while an orphaned earlier one still runs) is refused
+  instead of writing the same files; the kernel releases it when the writer dies.
 
 Every file is written to a temporary name and renamed, so a crash leaves the
 previous complete version in place.
@@ -20,6 +23,7 @@ previous complete version in place.
 from __future__ import annotations
 
 import csv
+import fcntl
 import io
 import json
 import math
@@ -60,6 +64,19 @@ def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str]:
     return out
 
 
+def _flock_holder(path: Path) -> str:
+    """`` (pid N)`` for the process holding a flock on ``path`` (from /proc/locks), else ''."""
+    try:
+        inode = path.stat().st_ino
+        for line in Path("/proc/locks").read_text().splitlines():
+            fields = line.split()
+            if fields[1:2] == ["FLOCK"] and fields[5].rsplit(":", 1)[-1] == str(inode):
+                return f" (pid {fields[4]})"
+    except (OSError, IndexError):
+        pass
+    return ""
+
+
 class RunStore:
     """Writes the files of one run under ``root/run_name``."""
 
@@ -68,6 +85,7 @@ class RunStore:
         self.path = run_path(root, run_name)
         self.path.mkdir(parents=True, exist_ok=True)
         self.segment = 0  # the segment this process writes (begin_segment); 0 = none
+        self._lock: int | None = None  # fd holding .writer.lock while a segment is written
         self.rows: list[dict[str, Any]] = self._read_rows()
         self._columns: list[str] = list(FIRST_COLUMNS)  # the columns of rounds.csv on disk
         self._written = 0  # how many of self.rows rounds.csv holds
@@ -165,6 +183,7 @@ class RunStore:
         ``killed`` with the time its last progress.json reported. The summary and report of the
         previous segment are kept as ``summary.segment-<k>.json`` / ``report.segment-<k>.md``.
         """
+        self._take_writer_lock()
         segments = self.segments()
         if segments and "status" not in segments[-1]:
             last = segments[-1]
@@ -201,7 +220,26 @@ class RunStore:
         start = next((s for s in self.segments() if s["segment"] == segment), {})
         wall = round(time.time() - float(start.get("started-unix", self.started)), 3)
         self._append_segment({"segment": segment, "status": status, "wall-time-s": wall})
+        if self._lock is not None:
+            os.close(self._lock)  # releases the flock
+            self._lock = None
         return wall
+
+    def _take_writer_lock(self) -> None:
+        """Hold ``.writer.lock`` exclusively; StoreError when another live process holds it."""
+        path = self.path / ".writer.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            holder = _flock_holder(path)
+            raise StoreError(
+                f"results/{self.run_name}: another process{holder} is still writing this run (an "
+                "earlier ServerApp, e.g. one orphaned when its SuperLink died); end it (`flwr stop "
+                "<run-id>`, `hetfed federation down`, or kill it), then resume"
+            ) from None
+        self._lock = fd
 
     def segments(self) -> list[dict[str, Any]]:
         """Every segment so far: number, engine, started, status and wall-time-s once it ended."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hetfed.engines.flower import LocalFlower
+from hetfed.engines.flower import LocalFlower, end_processes_of
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.engines.runner import prepare
 from hetfed.federation import node_config
@@ -86,11 +86,16 @@ def test_a_run_whose_superlink_died_resumes_to_the_uninterrupted_result(
     cfg = prepare(overrides, "deployment", tmp_path)
     flower.submit(REPO, cfg)
     wait_for_round(tmp_path / "phoenix", 1)
-    os.killpg(flower.processes["superlink"].pid, signal.SIGKILL)  # the SuperLink host dies (ServerApp too)
+    # The SuperLink host dies: the SuperLink, its SuperExec and the ServerApp it started (these
+    # two run in sessions of their own, so they are ended by program name).
+    os.killpg(flower.processes["superlink"].pid, signal.SIGKILL)
+    for program in ("flwr-serverapp", "flower-superexec"):
+        end_processes_of(flower.home, program=program)
     flower.start_superlink(cwd=REPO)  # same address; the SuperNodes reconnect by themselves
     flower.wait_for_nodes(3, timeout=180)
     run_id = flower.submit(REPO, {**cfg, "resume": True})
-    assert flower.wait_run(run_id, timeout=900) == "finished:completed"
+    status = flower.wait_run(run_id, timeout=900)
+    assert status == "finished:completed", flower.run_log(run_id)[-3000:]
     resumed = json.loads((tmp_path / "phoenix" / "summary.json").read_text())
     assert "resuming after round 1 of 3" in flower.run_log(run_id)
 

@@ -56,3 +56,49 @@ def test_a_reopened_store_drops_redone_rounds_and_rewrites(tmp_path: Path) -> No
 def test_invalid_run_names_are_refused(tmp_path: Path, bad: str) -> None:
     with pytest.raises(ValueError, match="invalid run name"):
         RunStore(tmp_path, bad)
+
+
+def test_a_second_live_writer_of_a_run_is_refused_and_a_dead_ones_lock_is_free(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import textwrap
+
+    from server.store import StoreError
+
+    # Another process (an orphaned ServerApp) holds the run: segment 1 begun, never ended.
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import sys, time
+                sys.path.insert(0, {str(Path(__file__).parents[1])!r})
+                from server.store import RunStore
+                RunStore({str(tmp_path)!r}, "r").begin_segment("deployment", resumed=False)
+                print("holding", flush=True)
+                time.sleep(120)
+                """
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        before = (tmp_path / "r" / "segments.jsonl").read_bytes()
+        with pytest.raises(StoreError, match=rf"another process \(pid {holder.pid}\) is still writing"):
+            RunStore(tmp_path, "r").begin_segment("deployment", resumed=True)
+        assert (tmp_path / "r" / "segments.jsonl").read_bytes() == before  # the refusal wrote nothing
+    finally:
+        holder.kill()
+        holder.wait()
+    # Its process is gone: the kernel released the lock; the resume closes segment 1 as killed.
+    store = RunStore(tmp_path, "r")
+    assert store.begin_segment("deployment", resumed=True) == 2
+    assert [s.get("status") for s in store.segments()] == ["killed", None]
+    store.end_segment("completed")
+    # One process may write segment after segment (the lock is released at each end).
+    again = RunStore(tmp_path, "r")
+    assert again.begin_segment("inline", resumed=True) == 3
+    again.end_segment("completed")

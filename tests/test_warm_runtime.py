@@ -86,6 +86,86 @@ def test_shortened_object_pulls_retry_as_long_as_flower_would(monkeypatch: pytes
     assert (defaults["initial_backoff"], defaults["backoff_cap"]) == (0.02, 0.5)
 
 
+def _receive_one_message(pull, monkeypatch: pytest.MonkeyPatch, pull_object):  # type: ignore[no-untyped-def]
+    """Flower's SuperNode state after ``pull`` took in one message of a known run; (return, state)."""
+    import numpy as np
+    from flwr.app import ArrayRecord, Message, RecordDict
+    from flwr.supercore.inflatable.inflatable_object import get_object_tree
+    from flwr.supercore.object_store.in_memory_object_store import InMemoryObjectStore
+    from flwr.supercore.run import Run
+    from flwr.supercore.task_identity import TaskIdentity
+    from flwr.supernode.nodestate.in_memory_nodestate import InMemoryNodeState
+
+    for name, value in (("_run_id", 42), ("_node_id", 1), ("_task_id", 5)):  # as in a ServerApp process
+        monkeypatch.setattr(TaskIdentity, name, value)
+    store = InMemoryObjectStore()
+    state = InMemoryNodeState(store)
+    state.set_node_id(7)
+    state.store_run(Run.create_empty(42))  # a known run: no FAB is fetched
+    message = Message(RecordDict({"w": ArrayRecord([np.ones(3)])}), dst_node_id=7, message_type="train")
+    message.metadata.__dict__["_message_id"] = message.object_id
+    tree = get_object_tree(message)
+    out = pull(
+        state=state,
+        object_store=store,
+        node_config={},
+        receive=lambda: (message, tree),
+        get_run=None,
+        get_fab=None,
+        pull_object=pull_object,
+        confirm_message_received=lambda *_: None,
+        trusted_entities=None,
+    )
+    return out, state, store, message
+
+
+def test_a_message_dropped_because_its_run_stopped_leaves_no_task_behind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import flwr.supernode.start_client_internal as sci
+    from flwr.supercore.run import RunNotRunningException
+
+    from hetfed.runtime.dropped import finishing_dropped
+
+    def stopped(run_id: int, object_id: str) -> bytes:
+        raise RunNotRunningException()
+
+    # Flower 1.42 as it is: the message is ignored but its task stays pending (a warm worker
+    # claiming it would wait 2 h for objects that never come) and the empty message stays.
+    out, state, _, _ = _receive_one_message(sci._pull_and_store_message, monkeypatch, stopped)
+    assert out is None
+    assert [t.status.status for t in state.get_tasks(run_ids=[42])] == ["pending"]
+    assert len(state.get_messages_legacy(is_reply=False)) == 1
+
+    out, state, store, message = _receive_one_message(
+        finishing_dropped(sci._pull_and_store_message), monkeypatch, stopped
+    )
+    assert out is None
+    assert [(t.status.status, t.status.sub_status) for t in state.get_tasks(run_ids=[42])] == [
+        ("finished", "failed")
+    ]
+    assert state.get_messages_legacy(is_reply=False) == []
+    assert store.get(message.metadata.message_id) is None
+    assert "create_task" not in vars(state) and "store_message" not in vars(state)  # the shadows are gone
+
+    # A message that arrives whole keeps its pending task for the worker.
+    objects = {}
+
+    def served(run_id: int, object_id: str) -> bytes:
+        return objects[object_id]
+
+    def pull(**kwargs):  # type: ignore[no-untyped-def]
+        from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
+
+        message, _ = kwargs["receive"]()
+        objects.update({k: v.deflate() for k, v in get_all_nested_objects(message).items()})
+        return finishing_dropped(sci._pull_and_store_message)(**kwargs)
+
+    out, state, _, _ = _receive_one_message(pull, monkeypatch, served)
+    assert out == 42
+    assert [t.status.status for t in state.get_tasks(run_ids=[42])] == ["pending"]
+
+
 def test_runtime_flags_and_isolation() -> None:
     assert split_runtime(["--superlink", "h:1", "--runtime", "stock"]) == ("stock", ["--superlink", "h:1"])
     assert split_runtime(["--insecure"]) == ("warm", ["--insecure"])

@@ -58,6 +58,17 @@ def _fields(path: str, *names: str) -> Callable[[], bool]:
     return lambda: all(n in _attr(path).DESCRIPTOR.fields_by_name for n in names)
 
 
+def _keyword_call(path: str, *names: str) -> Callable[[], bool]:
+    """``path`` takes every name as a keyword and ``start_client_internal`` passes each by keyword."""
+
+    def check() -> bool:
+        params = inspect.signature(_attr(path)).parameters
+        source = inspect.getsource(_attr("flwr.supernode.start_client_internal"))
+        return all(n in params and f"{n}=" in source for n in names)
+
+    return check
+
+
 # (what it is, how to check it). Names are those of Flower 1.42.0.
 CHECKS: list[tuple[str, Callable[[], bool]]] = [
     (f"flwr version {FLOWER_VERSION}", _version),
@@ -74,6 +85,21 @@ CHECKS: list[tuple[str, Callable[[], bool]]] = [
     (
         "start_client_internal._pull_and_store_message",
         lambda: callable(_attr("flwr.supernode.start_client_internal:_pull_and_store_message")),
+    ),
+    (
+        "_pull_and_store_message creates the task and stores the message before pulling its objects "
+        "(hetfed.runtime.dropped)",
+        lambda: (
+            _source_has(
+                "flwr.supernode.start_client_internal:_pull_and_store_message",
+                "task_id = state.create_task(",
+                "state.store_message(message)",
+                "except RunNotRunningException:",
+            )()
+            and _keyword_call(
+                "flwr.supernode.start_client_internal:_pull_and_store_message", "state", "object_store"
+            )()
+        ),
     ),
     (
         "pull_objects / pull_and_inflate_object_from_tree backoff keywords",
@@ -151,17 +177,6 @@ CHECKS: list[tuple[str, Callable[[], bool]]] = [
         ),
     ),
 ]
-
-
-def _keyword_call(path: str, *names: str) -> Callable[[], bool]:
-    """``path`` takes every name as a keyword and ``start_client_internal`` passes each by keyword."""
-
-    def check() -> bool:
-        params = inspect.signature(_attr(path)).parameters
-        source = inspect.getsource(_attr("flwr.supernode.start_client_internal"))
-        return all(n in params and f"{n}=" in source for n in names)
-
-    return check
 
 
 # What app pinning's check inside the SuperNode relies on (both runtimes).

@@ -11,7 +11,9 @@ so in one line and runs stock. Otherwise it
 2. starts a :class:`WorkerSupervisor` thread that runs one :mod:`hetfed.runtime.worker`
    and restarts it when it exits (a task the dead worker held is answered at once
    with Flower's own "ClientApp crashed" error, by expiring its task token),
-3. runs Flower's ``flower-supernode`` entry point in-process with ``--isolation
+3. finishes the task of a message Flower's SuperNode dropped (:mod:`hetfed.runtime.dropped`:
+   it would hold the one worker for Flower's 2 h object-pull limit),
+4. runs Flower's ``flower-supernode`` entry point in-process with ``--isolation
    process`` (the SuperNode then starts no executor of its own).
 
 With ``--approved-apps FILE`` (app pinning, :mod:`hetfed.runtime.pinning`) the SuperNode
@@ -242,7 +244,7 @@ def run_warm(flower_args: list[str], approved_apps: Path | None = None, worker: 
     from flwr.supercore import log
     from flwr.supernode.cli import flower_supernode
 
-    from hetfed.runtime import waits
+    from hetfed.runtime import dropped, waits
 
     args = with_isolation(flower_args, "process")
     address, ca_file = runtime_api(args)
@@ -250,6 +252,7 @@ def run_warm(flower_args: list[str], approved_apps: Path | None = None, worker: 
     if approved_apps is not None:
         install_supernode_check(approved_apps)
     supervisor = WorkerSupervisor(address, ca_file, reply_ready, node_state_expirer(), approved_apps)
+    dropped.install()
     waits.install(
         idle=waits.Backoff(IDLE_FAST, IDLE_SLEEP),
         reply=waits.Backoff(REPLY_FAST, REPLY_SLEEP),
