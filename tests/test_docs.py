@@ -6,11 +6,14 @@
 * Every number README.md and docs/results/knapsack.md quote from a results JSON (knapsack,
   energy, shortest-path, np- and fair-classification) is recomputed from that JSON, and the
   orderings they state (who is ahead, what holds on every row) are asserted on it.
+* docs/results/knapsack.md is exactly what its generator (``hetfed reproduce knapsack``) renders
+  from the committed knapsack.json, so the document and the generator cannot drift apart.
 """
 
 from __future__ import annotations
 
 import ast
+import difflib
 import json
 import math
 import re
@@ -18,6 +21,8 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+
+from hetfed.reproduce import knapsack
 
 ROOT = Path(__file__).resolve().parent.parent
 ALGORITHMS = ROOT / "docs" / "algorithms.md"
@@ -108,7 +113,8 @@ def test_no_link_to_a_missing_algorithms_file(doc: str) -> None:
 # from the JSON at test time: if the JSON changes, the rendered text no longer appears; if the
 # text changes, it no longer matches. Within the passages listed in PASSAGES, every decimal
 # number, percentage and "<n>x" factor must lie inside some claim, so a new number in them cannot
-# go unchecked. The knapsack tables and acceptance checks are re-rendered row by row.
+# go unchecked. The knapsack tables and acceptance checks are re-rendered row by row by the
+# report's own renderers (hetfed/reproduce/knapsack.py).
 # ------------------------------------------------------------------------------------------------
 
 RESULTS = ROOT / "docs" / "results"
@@ -168,15 +174,8 @@ class Knapsack:
         return self.paper["t4"][row][("interp", "optnet", "full").index(column)]
 
     def t9_sources(self) -> dict[str, tuple[str, str, str]]:
-        """Table 9's variants -> (table, method, stage) of knapsack.json (as the report builds it)."""
-        return {
-            "local-only RSPO+": ("t9", "local-only", "per"),
-            "FedSPO+": ("t3", "spo+", "fed"),
-            "RSPO+ surrogate only": ("t9", "surrogate-only", "fed"),
-            "+ per-client lam/eta": ("t3", "rspo+", "fed"),
-            "+ per-client lam/eta + P": ("t9", "no-anneal", "per"),
-            "full (annealing and freezing)": ("t3", "rspo+", "per"),
-        }
+        """Table 9's variants -> (table, method, stage) of knapsack.json (the report's own map)."""
+        return knapsack.TABLE9
 
     def t9_diffs(self, variants: tuple[str, ...]) -> list[float]:
         out = []
@@ -559,54 +558,17 @@ def test_the_orderings_the_write_ups_state_hold_in_the_json() -> None:
 
 
 def knapsack_table_lines() -> list[str]:
-    """Every row of knapsack.md's tables and acceptance checks, rendered from knapsack.json."""
-    k = Knapsack()
-
-    def cell(entry: dict) -> str:
-        return f"{entry['mean']:.2f} ± {entry['std']:.2f}"
-
-    lines = []
-    for row, methods in k.t["t3"].items():
-        cells = []
-        for loss in LOSSES:
-            paper = k.paper["t3"].get(row, {}).get(loss)
-            ref = f" [{paper[0]} / {paper[1]}]" if paper else ""
-            cells.append(f"{cell(methods[loss]['fed'])} / {cell(methods[loss]['per'])}{ref}")
-        lines.append(f"| {row} | " + " | ".join(cells) + " |")
-    for row, methods in k.t["t4"].items():
-        paper = k.paper["t4"][row]
-        lines.append(
-            f"| {row} | {cell(methods['interp-dffl']['interp'])} [{paper[0]}] | "
-            f"{cell(methods['optnet']['per'])} [{paper[1]}] | "
-            f"{cell(k.t['t3'][row]['rspo+']['per'])} [{paper[2]}] |"
-        )
-    for label, (table, method, stage) in k.t9_sources().items():
-        cells = [
-            f"{cell(k.t[table][row][method][stage])} [{k.paper['t9'][label][i]}]"
-            for i, row in enumerate(("(0,0,0)", "(1,0,0)", "(0,1,0)"))
-        ]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    r0 = "(0,0,0)"
-    t14 = {
-        "SPO+ centralized": k.t["t14"][r0]["centralized-spo+"]["per"],
-        "SPO+ local-only": k.t["t14"][r0]["spo+-local-only"]["per"],
-        "SPO+ Fed": k.t["t3"][r0]["spo+"]["fed"],
-        "SPO+ Fed+P": k.t["t3"][r0]["spo+"]["per"],
-        "RSPO+ centralized": k.t["t14"][r0]["centralized-rspo+"]["per"],
-    }
-    lines += [f"| {label} | {cell(entry)} | {k.paper['t14'][label]} |" for label, entry in t14.items()]
-    for row in k.t["t3"]:
-        for stage, label in (("fed", "Fed"), ("per", "+P")):
-            r, s = k.t3(row, "rspo+", stage), k.t3(row, "spo+", stage)
-            lines.append(
-                f"- {row} {label}: RSPO+ {r:.2f} {'<' if r < s else '>='} SPO+ {s:.2f} "
-                f"({'ok' if r < s else 'MISSED'})"
-            )
-        s, m = k.t3(row, "spo+", "per"), k.t3(row, "mse", "per")
-        lines.append(
-            f"- {row} +P: SPO+ {s:.2f} {'<' if s < m else '>='} MSE {m:.2f} ({'ok' if s < m else 'MISSED'})"
-        )
-    return lines
+    """Every row of knapsack.md's tables and acceptance checks, rendered from knapsack.json by the
+    report's own renderers (hetfed/reproduce/knapsack.py: table_sections, findings); the headings
+    and the tables' header rows are left out."""
+    d = results("knapsack")
+    lines = knapsack.table_sections(d["tables"], d["paper"])
+    lines += knapsack.findings(d["tables"], d["paper"], d["quick"])
+    return [
+        line
+        for line, after in zip(lines, [*lines[1:], ""], strict=True)
+        if line.startswith(("| ", "- (")) and not after.startswith("|---")
+    ]
 
 
 def test_knapsack_tables_match_the_json() -> None:
@@ -620,3 +582,27 @@ def test_knapsack_tables_match_the_json() -> None:
     ]
     extra = [line for line in table_rows if line not in rendered]
     assert not extra, "docs/results/knapsack.md rows no test renders from knapsack.json:\n" + "\n".join(extra)
+
+
+def test_knapsack_md_is_what_the_generator_renders() -> None:
+    """docs/results/knapsack.md is, byte for byte, what ``hetfed reproduce knapsack`` writes for
+    the committed knapsack.json (hetfed/reproduce/knapsack.py: markdown, which reads nothing but
+    that JSON). A hand edit of the document fails here instead of being overwritten by the next
+    run, and so does a change of the generator whose document was not regenerated. The run folders
+    feed only the plots, which the document merely links (``plot`` draws knapsack-*.png from them):
+    the whole text is compared, the images are not."""
+    data = json.loads((RESULTS / "knapsack.json").read_text(encoding="utf-8"))
+    rendered = knapsack.markdown(data)
+    committed = (RESULTS / "knapsack.md").read_bytes()
+    if committed != rendered.encode("utf-8"):
+        diff = difflib.unified_diff(
+            committed.decode("utf-8").splitlines(),
+            rendered.splitlines(),
+            "docs/results/knapsack.md",
+            "rendered from knapsack.json",
+            lineterm="",
+        )
+        pytest.fail(
+            "docs/results/knapsack.md is not what hetfed/reproduce/knapsack.py renders from knapsack.json "
+            "(change the generator, then write its output to the document):\n" + "\n".join(diff)
+        )
