@@ -75,10 +75,10 @@ def idle_cpu(pgid: int, seconds: float = 20.0) -> float:
     return 100 * (group_cpu_seconds(pgid) - before) / (time.monotonic() - start)
 
 
-def federation(root: Path, nodes: int, runtime: str):  # noqa: ANN201
+def federation(root: Path, nodes: int, runtime: str, state: str = "memory"):  # noqa: ANN201
     from hetfed.federation import federation_up
 
-    return federation_up(root, nodes, app_dir=ROOT, runtime=runtime)
+    return federation_up(root, nodes, app_dir=ROOT, runtime=runtime, superlink_state=state)
 
 
 def run(fed_dir: Path, results: Path, name: str, overrides: dict[str, Any], nodes: int) -> float:
@@ -97,24 +97,27 @@ def run(fed_dir: Path, results: Path, name: str, overrides: dict[str, Any], node
     return time.perf_counter() - start
 
 
-def exchanges(results: Path, runtime: str, task: str, nodes: int) -> dict[str, Any]:
-    """Middle-round latencies of one task on a fresh federation; idle CPU and task lines when asked."""
+def exchanges(results: Path, runtime: str, task: str, nodes: int, state: str = "memory") -> dict[str, Any]:
+    """Middle-round latencies of one task on a fresh federation, the SuperLink's CPU per round;
+    idle CPU and task lines when asked."""
     from hetfed.federation import federation_down
 
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="hetfed-warm-bench-") as tmp:
-        info = federation(Path(tmp), nodes, runtime)
+        info = federation(Path(tmp), nodes, runtime, state)
         try:
             supernode_group = info.pids[1]  # pids: SuperLink, then SuperNodes in order
             if nodes == 2 and task.startswith("torch"):
                 time.sleep(5)  # let start-up settle
                 out["idle"] = idle_cpu(supernode_group)
                 out["superlink idle"] = idle_cpu(info.pids[0], 10)
-            name = f"{runtime}-{nodes}-{task.split()[0]}"
+            name = f"{runtime}-{state}-{nodes}-{task.split()[0]}"
             overrides = {**TASKS[task], "num-rounds": ROUNDS}
+            link_cpu = group_cpu_seconds(info.pids[0])
             with RoundClock(results / name / "progress.json") as clock:
                 run(Path(tmp), results, name, overrides, nodes)
             out["rounds"] = [clock.ends[r] - clock.ends[r - 1] for r in range(2, ROUNDS)]
+            out["superlink cpu"] = (group_cpu_seconds(info.pids[0]) - link_cpu) / ROUNDS
             if "idle" in out:
                 out["after run"] = idle_cpu(supernode_group)
             steps = [
@@ -129,13 +132,17 @@ def exchanges(results: Path, runtime: str, task: str, nodes: int) -> dict[str, A
     return out
 
 
-def knapsack(results: Path, runtime: str, clients: int = 20) -> float:
+def knapsack(results: Path, runtime: str, clients: int = 20) -> float | str:
+    """Wall time of the 20-silo run, or why it failed (a failed run is a result too)."""
+    from hetfed.engines.runner import RunFailed
     from hetfed.federation import federation_down
 
     with tempfile.TemporaryDirectory(prefix="hetfed-warm-knapsack-") as tmp:
         federation(Path(tmp), clients, runtime)
         try:
             return run(Path(tmp), results, f"knapsack-{runtime}", KNAPSACK, clients)
+        except RunFailed as exc:
+            return f"failed ({str(exc).splitlines()[0]})"
         finally:
             federation_down(Path(tmp))
 
@@ -161,6 +168,12 @@ def main() -> None:
                 for runtime in RUNTIMES:  # side by side: the same machine state for both
                     measured[(task, nodes, runtime)] = m = exchanges(results, runtime, task, nodes)
                     print(task, nodes, runtime, {k: v for k, v in m.items()}, flush=True)
+        # The SuperLink's state in a file (what `federation superlink` uses across machines) against
+        # memory (Flower's default, used above), warm runtime, the torch task.
+        torch_task = next(t for t in TASKS if t.startswith("torch"))
+        state_nodes = 4 if 4 in args.nodes else args.nodes[0]
+        file_state = exchanges(results, "warm", torch_task, state_nodes, state="file")
+        print("file state", state_nodes, file_state, flush=True)
         whole = {} if args.skip_knapsack else {rt: knapsack(results, rt) for rt in RUNTIMES}
         print("knapsack", whole, flush=True)
     load_after = os.getloadavg()
@@ -170,12 +183,36 @@ def main() -> None:
         for nodes in args.nodes:
             stock, warm = (statistics.median(measured[(task, nodes, rt)]["rounds"]) for rt in RUNTIMES)
             spread = ", ".join(f"{r:.2f}" for r in measured[(task, nodes, "warm")]["rounds"])
-            rows.append([task, nodes, stock, warm, spread, f"{stock / warm:.1f}x"])
+            link = measured[(task, nodes, "warm")]["superlink cpu"]
+            rows.append([task, nodes, stock, warm, spread, f"{stock / warm:.1f}x", link])
     table = markdown_table(
-        ["task", "SuperNodes", "stock (s, median)", "warm (s, median)", "warm rounds (s)", "stock / warm"],
+        [
+            "task",
+            "SuperNodes",
+            "stock (s, median)",
+            "warm (s, median)",
+            "warm rounds (s)",
+            "stock / warm",
+            "SuperLink CPU per round, warm (s)",
+        ],
         rows,
     )
-    torch_task = next(t for t in TASKS if t.startswith("torch"))
+    memory_state = measured[(torch_task, state_nodes, "warm")]
+    state_table = markdown_table(
+        ["SuperLink state", "round (s, median)", "rounds (s)", "SuperLink CPU per round (s)"],
+        [
+            [
+                label,
+                statistics.median(m["rounds"]),
+                ", ".join(f"{r:.2f}" for r in m["rounds"]),
+                m["superlink cpu"],
+            ]
+            for label, m in (
+                ("memory (Flower's default)", memory_state),
+                ("file (SQLite state.db)", file_state),
+            )
+        ],
+    )
     idle_rows = [
         [
             rt,
@@ -200,13 +237,22 @@ def main() -> None:
         step_rows,
     )
     knapsack_keys = ", ".join(f"{k}={v}" for k, v in KNAPSACK.items())
+
+    def took(value: float | str) -> str:
+        return f"{value:.0f} s" if isinstance(value, float) else value
+
+    ratio = (
+        f" ({whole['stock'] / whole['warm']:.1f}x)"
+        if whole and all(isinstance(v, float) for v in whole.values())
+        else ""
+    )
     knapsack_text = (
         ""
         if not whole
         else (
             f"\n\n**The 20-silo knapsack FedRSPO+ run** ({knapsack_keys}, "
             f"10 warm-start + 10 personalization rounds, 20 SuperNodes on this machine): stock "
-            f"{whole['stock']:.0f} s, warm {whole['warm']:.0f} s ({whole['stock'] / whole['warm']:.1f}x)."
+            f"{took(whole['stock'])}, warm {took(whole['warm'])}{ratio}."
         )
     )
     body = f"""Real local federations (a SuperLink and N SuperNodes on 127.0.0.1, each its own process \
@@ -217,6 +263,15 @@ timed by the ServerApp's progress file. Machine: {os.cpu_count()} cores; 1-minut
 {(time.time() - started) / 60:.0f} min.
 
 {table}{knapsack_text}
+
+**Where the SuperLink keeps its state** (warm runtime, torch task, {state_nodes} SuperNodes; every \
+row above uses memory, Flower's own default and `hetfed federation up`'s; `hetfed federation \
+superlink` across machines defaults to file, so that a restarted SuperLink keeps the registered \
+silo keys): with state.db the SuperLink spends its CPU in SQLAlchemy queries (py-spy: session \
+execution, object push/pull, run-status checks, task-token cleanup) and is the bottleneck of the \
+exchange.
+
+{state_table}
 
 **Idle CPU** (percent of one core; SuperNode group = the SuperNode and its warm worker, or the \
 SuperNode and its SuperExec; 2-SuperNode federation, torch task):

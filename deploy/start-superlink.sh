@@ -17,6 +17,8 @@ else
   args+=(--insecure)  # hetfed accepts this only with a loopback HETFED_HOST
 fi
 [[ "${HETFED_NODE_AUTH:-1}" == 1 ]] || args+=(--no-node-auth)
+# SuperLink state: file (default, state.db in HETFED_DIR: registered keys survive a restart) or memory.
+[[ -z "${HETFED_SUPERLINK_STATE:-}" ]] || args+=(--superlink-state "$HETFED_SUPERLINK_STATE")
 # The reverse proxy (nginx): silos reach the Fleet API on HETFED_HOST:HETFED_PORT, the SuperLink and its
 # Control API listen on 127.0.0.1:HETFED_LOCAL_PORT (default HETFED_PORT + 1) only.
 if [[ "${HETFED_PROXY:-1}" == 1 ]]; then

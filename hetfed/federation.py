@@ -36,6 +36,7 @@ from hetfed.engines.flower import (
     split_address,
     stop_process_groups,
     superlink_args,
+    superlink_database,
     supernode_args,
     supernode_command,
 )
@@ -129,6 +130,7 @@ def federation_up(
     node_auth: bool = False,
     runtime: str = DEFAULT_RUNTIME,
     approved_apps: Path | None = None,
+    superlink_state: str = "memory",
 ) -> FederationInfo:
     """Start a SuperLink (cwd ``app_dir``) and ``nodes`` SuperNodes; wait until all are online.
 
@@ -137,7 +139,10 @@ def federation_up(
     ``runtime`` is the SuperNodes' ClientApp runtime (``warm``: a long-lived worker each;
     ``stock``: Flower's process per message). With ``approved_apps`` (an allow-list of
     FAB hashes, see ``approve``) every SuperNode runs only the app builds listed there.
+    ``superlink_state`` is ``memory`` (fast; gone when the SuperLink stops, as the whole local
+    federation is with ``down``) or ``file`` (``root/state.db``).
     """
+    superlink_database(superlink_state, root)  # refuse a bad value before starting anything
     if nodes < 1:
         raise ValueError(f"--nodes must be >= 1, got {nodes}")
     root = Path(root).resolve()
@@ -155,7 +160,13 @@ def federation_up(
         if "data-path" in cfg and not Path(cfg["data-path"]).exists():
             raise FileNotFoundError(f"SuperNode {i}: data-path '{cfg['data-path']}' does not exist")
     flower = LocalFlower(
-        root, link_port=port, tls=tls, node_auth=node_auth, runtime=runtime, approved_apps=approved_apps
+        root,
+        link_port=port,
+        tls=tls,
+        node_auth=node_auth,
+        runtime=runtime,
+        approved_apps=approved_apps,
+        state=superlink_state,
     )
     try:
         flower.start_superlink(cwd=app_dir)
@@ -240,6 +251,7 @@ def superlink_host(
     silos: int = 0,
     proxy: bool = False,
     local_port: int = 0,
+    state: str = "file",
 ) -> HostCommand:
     """Prepare ``root`` (state database, flwr connection, ``federation.json``) and the SuperLink command.
 
@@ -250,7 +262,11 @@ def superlink_host(
     With ``proxy`` the SuperLink listens on 127.0.0.1:``local_port`` (default ``port``
     + 1) only, and nginx (``hetfed.proxy``, config in ``root/proxy``) serves
     ``host:port`` with TLS, forwarding the Fleet API and ``/health`` only.
+
+    ``state`` ``file`` (the default: ``root/state.db``) keeps registered keys, nodes and runs
+    across SuperLink restarts; ``memory`` is faster and must re-register every key after one.
     """
+    database = superlink_database(state, Path(root).resolve())
     if silos < 0:
         raise ValueError(f"--silos must be >= 0, got {silos}")
     if proxy and tls_dir is None:
@@ -288,7 +304,7 @@ def superlink_host(
             root / "proxy", host=public_host, port=public_port, upstream_port=port, tls=tls
         )
         check_nginx_conf(proxy_argv)
-    args = superlink_args(host=host, port=port, database=str(root / "state.db"), tls=tls, node_auth=node_auth)
+    args = superlink_args(host=host, port=port, database=database, tls=tls, node_auth=node_auth)
     info = FederationInfo(
         root,
         port,

@@ -31,12 +31,14 @@ def cmd_up(args: argparse.Namespace) -> int:
         node_auth=args.node_auth,
         runtime=args.runtime,
         approved_apps=Path(args.approved_apps) if args.approved_apps else None,
+        superlink_state=args.superlink_state,
     )
     scheme = "https" if info.tls_dir else "http"
     auth = ", node authentication on" if info.node_auth else ""
     print(
         f"federation up: SuperLink {scheme}://{info.host}:{info.link_port}, {info.nodes} SuperNodes online"
-        f"{auth}, {args.runtime} ClientApp runtime (logs in {info.root})"
+        f"{auth}, {args.runtime} ClientApp runtime, SuperLink state in {args.superlink_state} "
+        f"(logs in {info.root})"
     )
     print("run an experiment on it with either of:")
     print(f"  hetfed run --engine deployment --federation-dir {args.dir} --set num-rounds=3")
@@ -159,6 +161,7 @@ def cmd_superlink(args: argparse.Namespace) -> int:
         silos=args.silos,
         proxy=not (args.no_proxy or args.insecure),  # plain HTTP is loopback only: nothing to shield
         local_port=args.local_port,
+        state=args.superlink_state,
     )
     print(shlex.join(command.argv), flush=True)
     if command.proxy:
@@ -254,6 +257,18 @@ def _add_runtime_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_superlink_state_argument(parser: argparse.ArgumentParser, default: str, why: str) -> None:
+    from hetfed.engines.flower import SUPERLINK_STATES
+
+    parser.add_argument(
+        "--superlink-state",
+        choices=SUPERLINK_STATES,
+        default=default,
+        help=f"where the SuperLink keeps its state: memory (Flower's default, several times faster per "
+        f"round) or file (state.db in --dir, survives a SuperLink restart); default {default} ({why})",
+    )
+
+
 def add_federation_parser(sub: argparse._SubParsersAction) -> None:
     """The ``federation`` subcommand and its actions."""
     fed = sub.add_parser("federation", help="start, secure and inspect federations (local, across machines)")
@@ -271,6 +286,7 @@ def add_federation_parser(sub: argparse._SubParsersAction) -> None:
         "--approved-apps", metavar="FILE", help="app pinning: SuperNodes run only the builds in FILE"
     )
     _add_runtime_argument(up)
+    _add_superlink_state_argument(up, "memory", "`down` ends the whole federation anyway")
     up.set_defaults(func=cmd_up)
 
     down = actions.add_parser(
@@ -331,6 +347,7 @@ def add_federation_parser(sub: argparse._SubParsersAction) -> None:
         "--local-port", type=int, default=0, help="SuperLink port on 127.0.0.1 behind the proxy (--port+1)"
     )
     link.add_argument("--silos", type=int, default=0, help="number of silos expected (for `status`)")
+    _add_superlink_state_argument(link, "file", "a restarted SuperLink keeps the registered silo keys")
     link.add_argument("--print", action="store_true", help="print the Flower command instead of running it")
     link.set_defaults(func=cmd_superlink)
 

@@ -66,6 +66,10 @@ def test_federation_up_and_down_leave_no_process_behind(tmp_path: Path) -> None:
     assert "2 SuperNodes online" in up.stdout
     pids = json.loads((root / "federation.json").read_text())["pids"]
     assert len(pids) == 3 and all(_group_alive(p) for p in pids)
+    # A local federation's SuperLink keeps its state in memory (the fast default): no state.db.
+    argv = Path(f"/proc/{pids[0]}/cmdline").read_bytes().decode().split("\0")
+    assert argv[argv.index("--database") + 1] == ":flwr-in-memory:" and not (root / "state.db").exists()
+    assert "SuperLink state in memory" in up.stdout
     status = hetfed_cli("federation", "status", "--dir", str(root), timeout=120)
     assert "2 of 2 SuperNodes online" in status.stdout
     down = hetfed_cli("federation", "down", "--dir", str(root), timeout=120)

@@ -25,8 +25,11 @@ CFG = {"n-train": 40, "n-test": 30, "local-epochs": 1, "num-items": 10, "fractio
 
 @pytest.fixture
 def flower(tmp_path: Path) -> Iterator[LocalFlower]:
-    """A SuperLink and 3 SuperNodes; SuperNode 1 rehearses a fault in round 2."""
-    flower = LocalFlower(tmp_path / "fed")
+    """A SuperLink and 3 SuperNodes; SuperNode 1 rehearses a fault in round 2.
+
+    The SuperLink keeps its state in a file: the restarted one must know the SuperNodes.
+    """
+    flower = LocalFlower(tmp_path / "fed", state="file")
     try:
         flower.start_superlink(cwd=REPO)
         for i in range(3):

@@ -117,6 +117,18 @@ def test_superlink_host_command_serves_tls_with_node_auth_and_refuses_plain_http
         superlink_host(tmp_path / "l2", host="0.0.0.0", port=8000, tls_dir=tmp_path, node_auth=True)
     local = superlink_host(tmp_path / "l3", host="127.0.0.1", port=8000, tls_dir=None, node_auth=False)
     assert _parse_args_run_superlink().parse_args(local.argv[1:]).insecure
+    # The cross-machine SuperLink keeps its state in a file (a restart keeps the registered keys)
+    # unless told otherwise; a bad value is refused before anything is written.
+    assert args.database == str((tmp_path / "link" / "state.db").resolve())
+    fast = superlink_host(
+        tmp_path / "l4", host="127.0.0.1", port=8000, tls_dir=None, node_auth=False, state="memory"
+    )
+    assert _parse_args_run_superlink().parse_args(fast.argv[1:]).database == ":flwr-in-memory:"
+    with pytest.raises(ValueError, match="SuperLink state must be one of memory, file, got 'disk'"):
+        superlink_host(
+            tmp_path / "l5", host="127.0.0.1", port=8000, tls_dir=None, node_auth=False, state="disk"
+        )
+    assert not (tmp_path / "l5").exists()
 
 
 def test_silo_command_connects_with_its_key_partition_and_state(tmp_path: Path) -> None:
