@@ -471,14 +471,17 @@ def processes_of(flwr_home: Path, program: str | None = None) -> list[int]:
     return pids
 
 
-def end_processes_of(flwr_home: Path, timeout: float = 15, program: str | None = None) -> int:
-    """End every process of :func:`processes_of` (SIGTERM, then SIGKILL); returns how many there were.
+def end_processes_of(
+    flwr_home: Path, timeout: float = 15, program: str | None = None, *, force: bool = False
+) -> int:
+    """End every process of :func:`processes_of` (SIGTERM, then SIGKILL; ``force``: SIGKILL at
+    once); returns how many there were.
 
     A run must not keep writing its results after ``hetfed run`` reported it stopped, and
     ``hetfed federation down`` must leave no Flower process behind.
     """
     pids = first = processes_of(flwr_home, program)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+    for sig in (signal.SIGKILL,) if force else (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
             try:
                 os.kill(pid, sig)

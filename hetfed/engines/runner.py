@@ -142,6 +142,12 @@ def run_experiment(
             except KeyboardInterrupt as exc:  # the ServerApp runs in Flower's process: stop it, then record
                 from server.app import interrupt_reason, record_interrupted
 
+                # The ServerApp goes first, at once: stopped after its ClientApps (Ray actors), it
+                # would see them fail and record the round in progress as done from the clients
+                # left (seen in CI: round 10 aggregated from 1 of 3), and a resume would continue
+                # from that round. Killed, it leaves the last completed round, which resume redoes
+                # from; record_interrupted closes its segment.
+                end_processes_of(flower.home, program="flwr-simulation", force=True)
                 flower.stop()
                 end_processes_of(flower.home)
                 record_interrupted(run_config["results-dir"], run_config["run-name"], interrupt_reason(exc))
