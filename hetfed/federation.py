@@ -194,10 +194,12 @@ def federation_up(
 def federation_down(root: Path) -> tuple[int, int]:
     """Stop every process the federation in ``root`` started; returns (groups signalled, others ended).
 
-    First the process groups of ``federation.json`` (SuperNodes, then the SuperLink), then
-    every process still running with the federation's ``FLWR_HOME``: Flower's SuperExec and
-    the ServerApp (``flwr-serverapp``) and ClientApp processes it starts run in sessions of
-    their own, and an orphaned ServerApp would otherwise outlive the federation.
+    First any running ServerApp (``flwr-serverapp``: SIGTERM, so it records its run
+    interrupted), before its SuperNodes go: stopped after them, it could record the round in
+    progress from the clients left. Then the process groups of ``federation.json``
+    (SuperNodes, then the SuperLink), then every process still running with the federation's
+    ``FLWR_HOME``: Flower's SuperExec and the ServerApp and ClientApp processes it starts run
+    in sessions of their own, and an orphaned ServerApp would otherwise outlive the federation.
     """
     info = FederationInfo.load(root)
     if info.extra.get("role") == "superlink-host":
@@ -205,8 +207,9 @@ def federation_down(root: Path) -> tuple[int, int]:
             f"the SuperLink in {info.root} was started by `hetfed federation superlink`; stop it where it "
             "runs (Ctrl-C, or `systemctl stop hetfed-superlink`)"
         )
+    others = end_processes_of(info.root / "flwr-home", program="flwr-serverapp")
     stop_process_groups(list(reversed(info.pids)))
-    others = end_processes_of(info.root / "flwr-home")
+    others += end_processes_of(info.root / "flwr-home")
     (info.root / "federation.json").unlink()
     return len(info.pids), others
 
