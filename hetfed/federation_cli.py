@@ -240,7 +240,9 @@ def cmd_compose(args: argparse.Namespace) -> int:
     argv += ["--tls"] * args.tls + ["--out", args.out, "--run-config", args.run_config]
     write_compose(Path(args.out), Path(args.run_config), args.silos, args.problem, args.tls, shlex.join(argv))
     print(f"wrote {args.out} ({args.silos} silos, problem {args.problem}) and {args.run_config}")
-    print(f"start it with: docker compose -f {args.out} up --build -d")
+    print("build the image offline first (README, 'Building the image offline'):")
+    print("  hetfed docker wheelhouse && DOCKER_BUILDKIT=0 docker build --network none -t hetfed-app:local .")
+    print(f"then start it with: docker compose -f {args.out} up -d --no-build")
     return 0
 
 

@@ -354,3 +354,22 @@ def test_readme_hetfed_commands_parse() -> None:
             parser.parse_args(argv[1:])
         except SystemExit:
             pytest.fail(f"README command does not parse: {cmd}")
+
+
+def test_the_compose_command_prints_the_offline_build_the_readme_documents(tmp_path: Path) -> None:
+    from tests.conftest import hetfed_cli
+
+    out = hetfed_cli(
+        "federation", "compose", "--silos", "2", "--out", str(tmp_path / "c.yml"),
+        "--run-config", str(tmp_path / "run.toml"), timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = [line.strip() for line in out.stdout.splitlines()]
+    build = next(line for line in lines if "docker build" in line)
+    commands = section_commands()
+    for step in build.split(" && "):  # each step is a command of the README's offline build
+        assert step in commands, step
+    assert "--network none" in build  # nothing is fetched while building
+    assert lines[-1] == f"then start it with: docker compose -f {tmp_path / 'c.yml'} up -d --no-build"
+    services = yaml.safe_load((tmp_path / "c.yml").read_text())["services"]
+    assert len(services) == len(load("docker-compose.yml")["services"]) - 2  # one silo (2 services) fewer
