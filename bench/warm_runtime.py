@@ -288,8 +288,12 @@ The rest of an exchange is Flower's HTTP request chain between the ServerApp, th
 the SuperNode (the ServerApp pushing messages and their objects, the SuperNode's pull of message \
 and objects from the SuperLink, its push of the reply, the ServerApp's 0.1 s reply pull) and the \
 SuperNode's idle pull interval: 0.1 s right after a message, growing x1.5 per empty pull back to \
-Flower's 3 s (hetfed/runtime/waits.py). With more SuperNodes than cores these steps queue for a \
-core, which is why the latency grows with N on this 2-core machine."""
+Flower's 3 s (hetfed/runtime/waits.py). Every request costs the SuperLink CPU (FastAPI and its \
+middlewares), and the SuperLink is the busiest process of an exchange (last column of the first \
+table); each array of a message is two objects and so two requests per hop, which is why hetfed \
+packs a message's arrays into one per dtype (hetfed/records.py: the knapsack MLP's 4 parameters \
+travel as 1 array). With more SuperNodes than cores these steps queue for a core, which is why \
+the latency grows with N on this 2-core machine."""
     print(body)
     write_section("warm_runtime", "Warm ClientApp runtime vs stock Flower", body)
 

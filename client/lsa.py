@@ -27,7 +27,7 @@ from flwr.app import ConfigRecord, Context, MetricRecord, RecordDict
 
 from client.session import ClientSession
 from client.state import ClientState
-from hetfed.records import to_record
+from hetfed.records import to_numpy, to_record
 
 SAMPLE_STREAM = 11  # stream id of the TD(0) samples (other seeded streams use other ids)
 
@@ -149,9 +149,10 @@ class LSAClient:
 
     def received(self, content: RecordDict, key: str) -> np.ndarray:
         """The server's array ``key``, checked: shape (d,) and finite."""
-        if "arrays" not in content or key not in content["arrays"]:
+        arrays = to_numpy(content["arrays"]) if "arrays" in content else {}
+        if key not in arrays:
             raise ValueError(f"the server's message has no array {key!r}")
-        value = content["arrays"][key].numpy()
+        value = arrays[key]
         if value.shape != (self.agent.dim,) or not np.all(np.isfinite(value)):
             raise ValueError(
                 f"array {key!r} from the server must hold {self.agent.dim} finite numbers; "

@@ -21,6 +21,7 @@ from typing import Any
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
+from hetfed.records import to_numpy
 from server.store import RunStore
 
 POLL_INTERVAL = 0.1  # seconds between pulls (Flower's own loop sleeps 3 s)
@@ -388,9 +389,9 @@ def _scalar_metrics(content: RecordDict) -> dict[str, float | int]:
 def _traffic(server_round: int, kind: str, pid: int, content: RecordDict) -> dict[str, Any]:
     """What a reply carried: array names/shapes and metric names with value kinds."""
     arrays = {
-        f"{name}/{key}": list(record[key].shape)
+        f"{name}/{key}": list(value.shape)
         for name, record in content.array_records.items()
-        for key in record
+        for key, value in to_numpy(record).items()
     }
     metrics = {
         f"{name}/{key}": type(value).__name__ + (f"[{len(value)}]" if isinstance(value, list) else "")

@@ -142,19 +142,23 @@ def ceil_fraction(fraction: float, n: int) -> int:
 def check_arrays(received: ArrayRecord, reference: ArrayRecord) -> str | None:
     """Why ``received`` cannot be aggregated against ``reference`` (None if it can).
 
-    Catches missing or extra arrays, wrong shapes and NaN/Inf values.
+    Catches unreadable records, missing or extra arrays, wrong shapes and NaN/Inf values.
     """
-    keys, expected = set(received.keys()), set(reference.keys())
+    try:
+        got = to_numpy(received)
+    except (ValueError, TypeError) as exc:  # a malformed packed layout from a broken client
+        return f"arrays cannot be read ({exc})"
+    want = to_numpy(reference)
+    keys, expected = set(got), set(want)
     if keys != expected:
         return (
             f"arrays do not match the model (missing {sorted(expected - keys)[:3]}, "
             f"unexpected {sorted(keys - expected)[:3]})"
         )
-    for key in reference:
-        got, want = received[key].numpy(), reference[key].numpy()
-        if got.shape != want.shape:
-            return f"array {key!r} has shape {got.shape}, expected {want.shape}"
-        if not np.all(np.isfinite(got)):
+    for key, value in want.items():
+        if got[key].shape != value.shape:
+            return f"array {key!r} has shape {got[key].shape}, expected {value.shape}"
+        if not np.all(np.isfinite(got[key])):
             return f"array {key!r} contains NaN or Inf"
     return None
 

@@ -9,7 +9,7 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 
-from hetfed.records import to_record
+from hetfed.records import to_numpy, to_record
 from server.summary import summarize
 from strategies.base import FederatedStrategy, ceil_fraction, check_arrays
 
@@ -80,11 +80,10 @@ class FedAvg(FederatedStrategy):
             return None, MetricRecord({"clients-used": 0})
         n = {pid: float(c["metrics"]["num-examples"]) for pid, c in usable.items()}
         total = sum(n.values())
+        received = {pid: to_numpy(c["arrays"]) for pid, c in usable.items()}
         new = {}
-        for key in self.arrays:
-            w = self.arrays[key].numpy()
-            delta = sum(n[pid] * (c["arrays"][key].numpy() - w) for pid, c in usable.items()) / total
-            new[key] = w + delta
+        for key, w in to_numpy(self.arrays).items():
+            new[key] = w + sum(n[pid] * (received[pid][key] - w) for pid in usable) / total
         losses = {pid: float(c["metrics"]["train-loss"]) for pid, c in usable.items()}
         return to_record(new), MetricRecord(
             {

@@ -33,7 +33,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 
 from hetfed.config import ConfigError
-from hetfed.records import to_record
+from hetfed.records import to_numpy, to_record
 from problems.registry import get_problem
 from server.pool import FederationError
 from server.summary import summarize
@@ -129,7 +129,7 @@ class LSAStrategy(FederatedStrategy):
             else:
                 self.pool.reject(reply, problem)
         self.require_some(server_round, "train", usable)
-        start = self.arrays[self.broadcast_key].numpy() if self.arrays is not None else None
+        start = to_numpy(self.arrays)[self.broadcast_key] if self.arrays is not None else None
         stale = [pid for pid in self.pool.partitions if pid not in usable]
         for pid in stale:
             values[pid] = self.stand_in(server_round, pid, start)
@@ -179,9 +179,13 @@ class LSAStrategy(FederatedStrategy):
         if self.reply_key is None:
             return None, None
         key = self.reply_key
-        if "arrays" not in content or list(content["arrays"].keys()) != [key]:
+        try:
+            arrays = to_numpy(content["arrays"]) if "arrays" in content else {}
+        except (ValueError, TypeError) as exc:
+            return None, f"arrays cannot be read ({exc})"
+        if list(arrays) != [key]:
             return None, f"the reply must carry exactly one array, {key!r}"
-        value = content["arrays"][key].numpy()
+        value = arrays[key]
         if value.shape != (self.dim,):
             return None, f"array {key!r} has shape {value.shape}, expected ({self.dim},)"
         if not np.all(np.isfinite(value)):

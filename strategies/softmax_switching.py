@@ -289,7 +289,7 @@ class ConstrainedRounds(FederatedStrategy):
         """The average of the w_k with ``averaged`` rounds so far (None before the first)."""
         if not self.count:
             return None
-        dtypes = {k: self.arrays[k].numpy().dtype for k in self.arrays}
+        dtypes = {k: v.dtype for k, v in to_numpy(self.arrays).items()}
         return to_record({k: (v / self.count).astype(dtypes[k]) for k, v in self.total.items()})
 
     def _evaluate_messages(self, server_round: int) -> list[Message]:

@@ -15,6 +15,7 @@ from client.constrained import local_objective, local_steps, normalised_update
 from hetfed.config import ConfigError, validate
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.engines.runner import run_experiment
+from hetfed.records import to_numpy
 from problems import quadratic
 from server.pool import FederationError
 from strategies.softmax_switching import (
@@ -229,7 +230,7 @@ def test_fifty_rounds_equal_an_independent_numpy_transcription(tmp_path: Path) -
     def observe(instruction, reply) -> None:
         kind = instruction.metadata.message_type
         if kind == "query.fg":
-            seen.setdefault(int(instruction.metadata.group_id), instruction.content["arrays"]["w"].numpy())
+            seen.setdefault(int(instruction.metadata.group_id), to_numpy(instruction.content["arrays"])["w"])
         if kind == "train":
             train_instructions.append(instruction)
             assert not reply.has_error(), reply.error
