@@ -11,7 +11,8 @@ none``), and for the plain and the TLS file: ``up -d --no-build``,
 the topology read back with the Docker SDK, a 2-round FedRSPO+ run submitted with ``flwr run``,
 ``finished:completed`` from ``flwr ls``, summary.json, rounds.csv and the traffic audit (model
 weights and scalars only) read out of the results volume, ``down -v``, nothing of the project
-left. ``dockerd`` is stopped by its pid.
+left. A third test kills one silo's containers mid-run and checks that compose restarts them and
+that the silo continues from its volume. ``dockerd`` is stopped by its pid.
 
 The topology assertions are also run on the checked-in compose files and on broken copies of
 them (no engine needed), to show that they catch a shared silo volume, an executor on the
@@ -20,6 +21,7 @@ shared network, a silo network that is not internal and a port published beyond 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import csv
 import hashlib
@@ -43,6 +45,7 @@ import yaml
 
 from hetfed.config import to_toml
 from hetfed.engines.flower import free_port
+from hetfed.engines.inline import node_configs, run_inline
 from hetfed.images import BASE_IMAGE, read_wheelhouse, requirements
 from tests.conftest import REPO
 
@@ -383,26 +386,83 @@ def wait_for(what: str, ready: Any, timeout: float, logs: Any) -> None:
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; logs:\n{logs()}")
 
 
-def read_from_volume(client: Any, service: str, path: str) -> bytes:
-    """A file out of a (running or stopped) container of the project, via the engine's archive API."""
-    labels = [f"com.docker.compose.project={PROJECT}", f"com.docker.compose.service={service}"]
-    (container,) = client.containers.list(all=True, filters={"label": labels})
-    stream, _ = container.get_archive(path)
-    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-        member = tar.next()
-        assert member is not None
-        return tar.extractfile(member).read()  # type: ignore[union-attr]
+@dataclass
+class Federation:
+    """A compose project brought up by :func:`compose_up`: flwr's environment and its containers."""
+
+    env: dict[str, str]
+    compose: list[str]
+    client: Any
+    tmp: Path
+
+    def logs(self) -> str:
+        out = subprocess.run(
+            [*self.compose, "logs", "--tail", "25", "--no-color"], env=self.env, capture_output=True
+        )
+        return out.stdout.decode(errors="replace")[-6000:]
+
+    def container(self, service: str) -> Any:
+        labels = [f"com.docker.compose.project={PROJECT}", f"com.docker.compose.service={service}"]
+        (found,) = self.client.containers.list(all=True, filters={"label": labels})
+        return found
+
+    def wait_online(self, silos: int = SILOS, timeout: float = 300) -> None:
+        def online() -> bool:
+            nodes = flwr_json(self.env, "supernode", "ls", "hetfed-compose", timeout=30).get("nodes", [])
+            return sum(n.get("status") == "online" for n in nodes) >= silos
+
+        wait_for(f"{silos} SuperNodes online", online, timeout, self.logs)
+
+    def submit(self, run_config: dict[str, Any]) -> str:
+        """``flwr run`` of this clone with ``run_config``; the run id."""
+        path = self.tmp / f"{run_config['run-name']}.toml"
+        path.write_text(to_toml(run_config))
+        submitted = flwr_json(
+            self.env, "run", str(REPO), "hetfed-compose", "--run-config", str(path), timeout=300
+        )
+        assert "run-id" in submitted, submitted
+        return str(submitted["run-id"])
+
+    def wait_finished(self, run_id: str, timeout: float = 1500) -> str:
+        """The run's final status from ``flwr ls`` (``finished:...``)."""
+        status: dict[str, str] = {}
+
+        def finished() -> bool:
+            runs = flwr_json(self.env, "ls", "hetfed-compose", "--run-id", run_id, timeout=30).get("runs", [])
+            status["now"] = str(runs[0]["status"]) if runs else "unknown"
+            return status["now"].startswith("finished")
+
+        wait_for(f"run {run_id} to finish", finished, timeout, self.logs)
+        return status["now"]
+
+    def result(self, run_name: str, file: str) -> bytes:
+        """A result file of the run, out of the ServerApp's container via the engine's archive API."""
+        stream, _ = self.container("superexec-serverapp").get_archive(f"/app/results/{run_name}/{file}")
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.next()
+            assert member is not None
+            return tar.extractfile(member).read()  # type: ignore[union-attr]
+
+    def rows(self, run_name: str) -> list[dict[str, str]]:
+        return list(csv.DictReader(io.StringIO(self.result(run_name, "rounds.csv").decode())))
 
 
-@pytest.mark.docker
-@pytest.mark.timeout(3000)
-@pytest.mark.parametrize("name", list(FILES))
-def test_the_compose_federation_runs_fedrspo_for_real(engine: Engine, name: str, tmp_path: Path) -> None:
+@contextlib.contextmanager
+def compose_up(
+    engine: Engine, name: str, tmp_path: Path, node_config: dict[int, str] | None = None, label: str = ""
+) -> Iterator[Federation]:
+    """``up -d --no-build`` of compose file ``name`` (SuperLink port moved to a free one, ``node_config``
+    appended to silo i's SuperNode), ``down -v`` after, and nothing of the project left; timings are
+    kept under ``label`` (default: the variant, plain or tls)."""
     tls = FILES[name]
-    variant = "tls" if tls else "plain"
+    variant = label or ("tls" if tls else "plain")
     spec = yaml.safe_load((REPO / name).read_text())
     port = free_port()  # the checked-in 8000 may be taken on this host: same loopback-only binding
     spec["services"]["superlink"]["ports"] = [f"127.0.0.1:{port}:8000"]
+    for i, extra in (node_config or {}).items():
+        command = spec["services"][f"supernode-{i}"]["command"]
+        at = command.index("--node-config") + 1
+        command[at] = f"{command[at]} {extra}"
     project = tmp_path / "project"
     project.mkdir()
     (project / "docker-compose.yml").write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -423,47 +483,43 @@ def test_the_compose_federation_runs_fedrspo_for_real(engine: Engine, name: str,
         f'[superlink.hetfed-compose]\naddress = "127.0.0.1:{port}"\n{security}\n'
     )
     env = dict(engine.env, FLWR_HOME=str(home))
-    compose = ["docker", "compose", "-f", str(project / "docker-compose.yml")]
-
-    def logs() -> str:
-        out = subprocess.run([*compose, "logs", "--tail", "25", "--no-color"], env=env, capture_output=True)
-        return out.stdout.decode(errors="replace")[-6000:]
-
-    run_name = f"compose-{variant}"
-    (tmp_path / "run.toml").write_text(to_toml({**RUN, "run-name": run_name}))
-    client = engine.client
+    fed = Federation(
+        env, ["docker", "compose", "-f", str(project / "docker-compose.yml")], engine.client, tmp_path
+    )
     try:
         t = time.time()
-        _logged([*compose, "up", "-d", "--no-build"], engine.logs / f"up-{variant}.log", env, 600)
+        _logged([*fed.compose, "up", "-d", "--no-build"], engine.logs / f"up-{variant}.log", env, 600)
         engine.timings[f"{variant}-up-s"] = time.time() - t
-
-        def online() -> bool:
-            nodes = flwr_json(env, "supernode", "ls", "hetfed-compose", timeout=30).get("nodes", [])
-            return sum(n.get("status") == "online" for n in nodes) >= SILOS
-
-        wait_for(f"{SILOS} SuperNodes online", online, 300, logs)
+        fed.wait_online()
         engine.timings[f"{variant}-nodes-online-s"] = time.time() - t
-        check_topology(*topology_from_engine(client), SILOS)
-
+        yield fed
+    finally:
         t = time.time()
-        submitted = flwr_json(
-            env, "run", str(REPO), "hetfed-compose", "--run-config", str(tmp_path / "run.toml"), timeout=300
+        subprocess.run(
+            [*fed.compose, "down", "-v", "--timeout", "20"], env=env, capture_output=True, timeout=600
         )
-        assert "run-id" in submitted, submitted
-        run_id = str(submitted["run-id"])
-        status: dict[str, str] = {}
+        engine.timings[f"{variant}-down-s"] = time.time() - t
+    label = {"label": f"com.docker.compose.project={PROJECT}"}
+    assert engine.client.containers.list(all=True) == []
+    assert (
+        engine.client.networks.list(filters=label) == [] and engine.client.volumes.list(filters=label) == []
+    )
 
-        def finished() -> bool:
-            runs = flwr_json(env, "ls", "hetfed-compose", "--run-id", run_id, timeout=30).get("runs", [])
-            status["now"] = str(runs[0]["status"]) if runs else "unknown"
-            return status["now"].startswith("finished")
 
-        wait_for(f"run {run_id} to finish", finished, 1500, logs)
+@pytest.mark.docker
+@pytest.mark.timeout(3000)
+@pytest.mark.parametrize("name", list(FILES))
+def test_the_compose_federation_runs_fedrspo_for_real(engine: Engine, name: str, tmp_path: Path) -> None:
+    variant = "tls" if FILES[name] else "plain"
+    run_name = f"compose-{variant}"
+    with compose_up(engine, name, tmp_path) as fed:
+        check_topology(*topology_from_engine(engine.client), SILOS)
+        t = time.time()
+        run_id = fed.submit({**RUN, "run-name": run_name})
+        status = fed.wait_finished(run_id)
         engine.timings[f"{variant}-run-s"] = time.time() - t
-        assert status["now"] == "finished:completed", logs()
-        summary = json.loads(
-            read_from_volume(client, "superexec-serverapp", f"/app/results/{run_name}/summary.json")
-        )
+        assert status == "finished:completed", fed.logs()
+        summary = json.loads(fed.result(run_name, "summary.json"))
         assert summary["status"] == "completed", summary
         assert sorted(summary["clients"]) == [f"client-{i:02d}" for i in range(SILOS)]
         assert (summary["run-name"], summary["strategy"], summary["problem"]) == (
@@ -473,27 +529,80 @@ def test_the_compose_federation_runs_fedrspo_for_real(engine: Engine, name: str,
         )
         for metrics in summary["clients"].values():
             assert 0 <= metrics["fed-relative-regret"] < 1 and 0 <= metrics["per-relative-regret"] < 1
-        results = f"/app/results/{run_name}"
-        rows = list(
-            csv.DictReader(
-                io.StringIO(read_from_volume(client, "superexec-serverapp", f"{results}/rounds.csv").decode())
-            )
-        )
-        exchanges = [(r["round"], r["exchange"]) for r in rows if r["client"] != "server"]
+        exchanges = [(r["round"], r["exchange"]) for r in fed.rows(run_name) if r["client"] != "server"]
         assert exchanges.count(("0", "query.calibrate")) == SILOS  # calibration, rounds 1-2, personalization
         assert exchanges.count(("3", "train.personalize")) == SILOS, exchanges
         # The traffic audit, inside compose: the silos' replies carry model weights and scalars only.
-        audit = read_from_volume(client, "superexec-serverapp", f"{results}/traffic.jsonl").decode()
-        traffic = [json.loads(line) for line in audit.splitlines()]
+        traffic = [json.loads(line) for line in fed.result(run_name, "traffic.jsonl").decode().splitlines()]
         assert len(traffic) >= 2 * SILOS, traffic
         for entry in traffic:
             assert all(all(isinstance(d, int) for d in shape) for shape in entry["arrays"].values()), entry
             assert all(re.fullmatch(r"(int|float)(\[\d+\])?", k) for k in entry["metrics"].values()), entry
             assert entry["exchange"].startswith("query.") or not entry["configs"], entry
-    finally:
+
+
+# Ditto keeps each client's personal model across rounds in its state dir (on the silo's volume).
+FAULT_RUN = {
+    **{k: RUN[k] for k in ("problem", "num-clients", "fraction", "local-epochs", "n-train", "n-test")},
+    **{"num-items": RUN["num-items"], "seed": RUN["seed"]},
+    **{"strategy": "fedrspo", "loss": "mse", "ditto-mu": 0.1, "personal-rounds": 0, "num-rounds": 5},
+    "round-timeout": 300.0,
+}
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(3000)
+def test_a_killed_silo_is_restarted_by_compose_and_continues_from_its_volume(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """Silo 1's SuperNode and ClientApp executor are killed (SIGKILL to their processes, from the
+    host) while round 3 runs there; compose's restart policy brings both back, the SuperNode
+    registers anew and the run finishes. Round 3 is recorded failed for client-01, rounds 4-5 are
+    not, and every client's metrics equal an inline run where client-01 fails round 3 before
+    touching its state: the restarted silo continued from the personal model on its volume."""
+    run_name = "compose-fault"
+    stall = {1: "stall-round=3 stall-seconds=300"}
+    with compose_up(engine, "docker-compose.yml", tmp_path, stall, label="fault") as fed:
         t = time.time()
-        subprocess.run([*compose, "down", "-v", "--timeout", "20"], env=env, capture_output=True, timeout=600)
-        engine.timings[f"{variant}-down-s"] = time.time() - t
-    label = {"label": f"com.docker.compose.project={PROJECT}"}
-    assert client.containers.list(all=True) == []
-    assert client.networks.list(filters=label) == [] and client.volumes.list(filters=label) == []
+        run_id = fed.submit({**FAULT_RUN, "run-name": run_name})
+        supernode, executor = fed.container("supernode-1"), fed.container("superexec-clientapp-1")
+        wait_for("round 3 on silo 1", lambda: b"ROUND 3]" in supernode.logs(), 600, fed.logs)
+        time.sleep(1.0)  # inside the stall of round 3
+        state = subprocess.run(
+            ["docker", "exec", executor.id, "find", "/silo/state", "-name", "personal.npz"],
+            env=fed.env,
+            capture_output=True,
+            text=True,
+        )
+        assert "personal.npz" in state.stdout, f"round 2 left no personal model on the volume: {state}"
+        for container in (supernode, executor):
+            container.reload()
+            os.kill(container.attrs["State"]["Pid"], signal.SIGKILL)  # a crash: not `docker stop`
+
+        def restarted() -> bool:
+            for container in (supernode, executor):
+                container.reload()
+                if container.attrs["RestartCount"] < 1 or container.status != "running":
+                    return False
+            return True
+
+        wait_for("compose to restart silo 1", restarted, 120, fed.logs)
+        status = fed.wait_finished(run_id)
+        engine.timings["fault-run-s"] = time.time() - t
+        assert status == "finished:completed", fed.logs()
+        rows = {(r["round"], r["client"]): r for r in fed.rows(run_name)}
+        deployed = json.loads(fed.result(run_name, "summary.json"))
+    assert rows[("3", "client-01")]["status"] == "failed", rows[("3", "client-01")]
+    assert rows[("4", "client-01")]["status"] == rows[("5", "client-01")]["status"] == "ok"
+    configs = node_configs(SILOS)
+    configs[1]["fail-round"] = 3
+    inline = {**FAULT_RUN, "results-dir": str(tmp_path / "inline")}
+    reference = run_inline({**inline, "run-name": "ref"}, configs)
+    clean = run_inline({**inline, "run-name": "clean"}, node_configs(SILOS))
+    # The comparison can fail: client-01's metrics depend on its missing round 3 ...
+    assert clean["clients"]["client-01"] != reference["clients"]["client-01"]
+    # ... and the restarted silo reproduces the reference: it continued from its saved state.
+    assert sorted(deployed["clients"]) == sorted(reference["clients"])
+    for client_name, metrics in reference["clients"].items():
+        for key, value in metrics.items():
+            assert deployed["clients"][client_name][key] == pytest.approx(value, rel=1e-6), (client_name, key)
