@@ -448,7 +448,9 @@ def test_a_signal_stops_a_deployment_run_on_the_federation(
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=120)
     line = one_line(stderr, proc.returncode, code)
-    assert time.time() - started < 30, line  # not after the run or a timeout
+    # Not a timeout: the designed worst case is `flwr stop` (15 s) plus the wait for the ServerApp to
+    # close its segment (30 s); under CI's load (3 test workers on 2 cores) a stop took 37 s.
+    assert time.time() - started < 60, line
     assert f"interrupted by {signal.Signals(sig).name} after round" in line and f"--resume {name}" in line
     run_id = stdout.split("submitted run ")[1].split()[0]
     flower = FederationInfo.load(federation.root).flower()
