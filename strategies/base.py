@@ -139,28 +139,29 @@ def ceil_fraction(fraction: float, n: int) -> int:
     return max(1, min(n, math.ceil(round(fraction * n, 9))))
 
 
-def check_arrays(received: ArrayRecord, reference: ArrayRecord) -> str | None:
-    """Why ``received`` cannot be aggregated against ``reference`` (None if it can).
+def checked_arrays(
+    received: ArrayRecord, model: Mapping[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray] | None, str | None]:
+    """``received`` as NumPy arrays if it can be aggregated against ``model``, else (None, why not).
 
     Catches unreadable records, missing or extra arrays, wrong shapes and NaN/Inf values.
     """
     try:
         got = to_numpy(received)
     except (ValueError, TypeError) as exc:  # a malformed packed layout from a broken client
-        return f"arrays cannot be read ({exc})"
-    want = to_numpy(reference)
-    keys, expected = set(got), set(want)
+        return None, f"arrays cannot be read ({exc})"
+    keys, expected = set(got), set(model)
     if keys != expected:
-        return (
+        return None, (
             f"arrays do not match the model (missing {sorted(expected - keys)[:3]}, "
             f"unexpected {sorted(keys - expected)[:3]})"
         )
-    for key, value in want.items():
+    for key, value in model.items():
         if got[key].shape != value.shape:
-            return f"array {key!r} has shape {got[key].shape}, expected {value.shape}"
+            return None, f"array {key!r} has shape {got[key].shape}, expected {value.shape}"
         if not np.all(np.isfinite(got[key])):
-            return f"array {key!r} contains NaN or Inf"
-    return None
+            return None, f"array {key!r} contains NaN or Inf"
+    return got, None
 
 
 def weighted_mean(values: Mapping[int, float], weights: Mapping[int, float]) -> float:

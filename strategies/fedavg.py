@@ -11,7 +11,7 @@ from flwr.serverapp import Grid
 
 from hetfed.records import to_numpy, to_record
 from server.summary import summarize
-from strategies.base import FederatedStrategy, ceil_fraction, check_arrays
+from strategies.base import FederatedStrategy, ceil_fraction, checked_arrays
 
 
 class FedAvg(FederatedStrategy):
@@ -68,11 +68,14 @@ class FedAvg(FederatedStrategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        w = to_numpy(self.arrays)
         usable: dict[int, RecordDict] = {}
+        received: dict[int, dict[str, np.ndarray]] = {}
         for reply in replies:
-            problem = check_arrays(reply.content["arrays"], self.arrays)
+            arrays, problem = checked_arrays(reply.content["arrays"], w)
             if problem is None:
-                usable[self.pool.partition_of(reply)] = reply.content
+                pid = self.pool.partition_of(reply)
+                usable[pid], received[pid] = reply.content, arrays
             else:
                 self.pool.reject(reply, problem)
         if not usable:
@@ -80,10 +83,10 @@ class FedAvg(FederatedStrategy):
             return None, MetricRecord({"clients-used": 0})
         n = {pid: float(c["metrics"]["num-examples"]) for pid, c in usable.items()}
         total = sum(n.values())
-        received = {pid: to_numpy(c["arrays"]) for pid, c in usable.items()}
-        new = {}
-        for key, w in to_numpy(self.arrays).items():
-            new[key] = w + sum(n[pid] * (received[pid][key] - w) for pid in usable) / total
+        new = {
+            key: value + sum(n[pid] * (received[pid][key] - value) for pid in usable) / total
+            for key, value in w.items()
+        }
         losses = {pid: float(c["metrics"]["train-loss"]) for pid, c in usable.items()}
         return to_record(new), MetricRecord(
             {

@@ -40,7 +40,7 @@ from hetfed.config import ConfigError
 from hetfed.records import to_numpy, to_record
 from problems.constrained import theory_defaults
 from server.summary import summarize
-from strategies.base import FederatedStrategy
+from strategies.base import FederatedStrategy, checked_arrays
 
 SAMPLING_STREAM = 61  # the client-sampling RNG is default_rng(SeedSequence([seed, SAMPLING_STREAM]))
 
@@ -103,22 +103,6 @@ def weighted_step(
         step = sum((weights[i] / total) * u[key].astype(np.float64) for i, u in updates.items())
         out[key] = (value.astype(np.float64) - eta * step).astype(value.dtype)
     return out
-
-
-def update_problem(update: Mapping[str, np.ndarray], w: Mapping[str, np.ndarray]) -> str | None:
-    """Why an update ``u_i`` cannot be used with the model ``w`` (None if it can): keys, shapes, NaN/Inf.
-
-    The NumPy counterpart of :func:`strategies.base.check_arrays`, which takes ArrayRecords and
-    would decode the model again for every reply.
-    """
-    if set(update) != set(w):
-        return f"arrays do not match the model (got {sorted(update)[:3]}, expected {sorted(w)[:3]})"
-    for key, value in w.items():
-        if update[key].shape != value.shape:
-            return f"array {key!r} has shape {update[key].shape}, expected {value.shape}"
-        if not np.all(np.isfinite(update[key])):
-            return f"array {key!r} contains NaN or Inf"
-    return None
 
 
 @dataclass(frozen=True)
@@ -264,8 +248,7 @@ class ConstrainedRounds(FederatedStrategy):
         updates: dict[int, dict[str, np.ndarray]] = {}
         for reply in replies:
             self.grad_evals += int(reply.content["metrics"]["local-steps"])
-            update = to_numpy(reply.content["arrays"])
-            problem = update_problem(update, w)
+            update, problem = checked_arrays(reply.content["arrays"], w)
             if problem is None:
                 updates[self.pool.partition_of(reply)] = update
             else:

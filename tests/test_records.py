@@ -12,7 +12,7 @@ from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
 from client.models import load_record, make_mlp, model_record
 from hetfed.records import PACKED_PREFIX, to_numpy, to_record
-from strategies.base import check_arrays
+from strategies.base import checked_arrays
 
 
 def mixed_arrays(seed: int = 0) -> dict[str, np.ndarray]:
@@ -72,17 +72,28 @@ def test_a_layout_that_does_not_match_its_values_is_an_error_not_a_silent_misrea
     smuggled = ArrayRecord({PACKED_PREFIX + '[["w",[2]]]': Array(np.arange(5.0))})  # 3 values too many
     with pytest.raises(ValueError, match="holds 5 values, its layout names 2"):
         to_numpy(smuggled)
-    reference = to_record({"w": np.zeros(2)})
-    assert "cannot be read" in str(check_arrays(smuggled, reference))
+    reference = {"w": np.zeros(2)}
+    assert checked_arrays(smuggled, reference) == (
+        None,
+        "arrays cannot be read (packed array holds 5 values, its layout names 2)",
+    )
     garbage = ArrayRecord({PACKED_PREFIX + "not json": Array(np.arange(2.0))})
-    assert "cannot be read" in str(check_arrays(garbage, reference))
+    arrays, problem = checked_arrays(garbage, reference)
+    assert arrays is None and "cannot be read" in str(problem)
 
 
-def test_check_arrays_names_the_bad_array() -> None:
-    reference = to_record({"w": np.zeros((2, 2)), "b": np.zeros(2)})
-    assert check_arrays(to_record({"w": np.ones((2, 2)), "b": np.ones(2)}), reference) is None
-    misshaped = to_record({"w": np.ones((2, 2)), "b": np.ones(3)})
-    assert "shape (3,), expected (2,)" in str(check_arrays(misshaped, reference))
-    nan = to_record({"w": np.full((2, 2), np.nan), "b": np.ones(2)})
-    assert "'w' contains NaN" in str(check_arrays(nan, reference))
-    assert "missing ['b']" in str(check_arrays(to_record({"w": np.ones((2, 2))}), reference))
+def test_checked_arrays_returns_the_arrays_or_names_the_bad_one() -> None:
+    reference = {"w": np.zeros((2, 2)), "b": np.zeros(2)}
+    arrays, problem = checked_arrays(to_record({"w": np.ones((2, 2)), "b": np.arange(2.0)}), reference)
+    assert problem is None and arrays is not None
+    assert np.array_equal(arrays["w"], np.ones((2, 2))) and np.array_equal(arrays["b"], [0.0, 1.0])
+
+    def problem_of(record: ArrayRecord) -> str | None:
+        arrays, problem = checked_arrays(record, reference)
+        assert arrays is None
+        return problem
+
+    assert "shape (3,), expected (2,)" in str(problem_of(to_record({"w": np.ones((2, 2)), "b": np.ones(3)})))
+    assert "'w' contains NaN" in str(problem_of(to_record({"w": np.full((2, 2), np.nan), "b": np.ones(2)})))
+    assert "missing ['b']" in str(problem_of(to_record({"w": np.ones((2, 2))})))
+    assert "unexpected ['c']" in str(problem_of(to_record({**reference, "c": np.ones(1)})))
