@@ -406,12 +406,12 @@ class Federation:
         (found,) = self.client.containers.list(all=True, filters={"label": labels})
         return found
 
-    def wait_online(self, silos: int = SILOS, timeout: float = 300) -> None:
+    def wait_online(self, timeout: float = 300) -> None:
         def online() -> bool:
             nodes = flwr_json(self.env, "supernode", "ls", "hetfed-compose", timeout=30).get("nodes", [])
-            return sum(n.get("status") == "online" for n in nodes) >= silos
+            return sum(n.get("status") == "online" for n in nodes) >= SILOS
 
-        wait_for(f"{silos} SuperNodes online", online, timeout, self.logs)
+        wait_for(f"{SILOS} SuperNodes online", online, timeout, self.logs)
 
     def submit(self, run_config: dict[str, Any]) -> str:
         """``flwr run`` of this clone with ``run_config``; the run id."""
@@ -499,11 +499,9 @@ def compose_up(
             [*fed.compose, "down", "-v", "--timeout", "20"], env=env, capture_output=True, timeout=600
         )
         engine.timings[f"{variant}-down-s"] = time.time() - t
-    label = {"label": f"com.docker.compose.project={PROJECT}"}
+    ours = {"label": f"com.docker.compose.project={PROJECT}"}  # not `label`: that names the timings
     assert engine.client.containers.list(all=True) == []
-    assert (
-        engine.client.networks.list(filters=label) == [] and engine.client.volumes.list(filters=label) == []
-    )
+    assert engine.client.networks.list(filters=ours) == [] and engine.client.volumes.list(filters=ours) == []
 
 
 @pytest.mark.docker
