@@ -37,10 +37,16 @@ RUN sed -i 's/"flwr\[simulation\]/"flwr/' pyproject.toml \
 
 # Mount points of the named volumes, owned by the image's user so fresh volumes are writable:
 # /state (SuperLink database), /app/results (ServerApp results), /silo/{data,state} (one silo).
+# Last, with /app final: the FAB hash of this very app (as `flwr run /app` builds it) becomes the
+# silos' allow-list (app pinning in docker-compose.tls.yml), root-owned so no ClientApp can extend
+# it. The TLS compose SuperLink also needs nginx (its reverse proxy): the stand-in base image
+# (`hetfed docker base-image`) has Debian's nginx-light; on another base image install it there.
 USER root
 RUN rm -rf /tmp/wheelhouse \
  && mkdir -p /state /app/results /silo/data /silo/state \
- && chown -R app:app /state /app/results /silo
+ && chown -R app:app /state /app/results /silo \
+ && hetfed federation approve /app --file /etc/hetfed/approved-apps \
+ && (command -v nginx >/dev/null || echo "warning: no nginx in the image: docker-compose.tls.yml's SuperLink needs it")
 USER app
 
 ENTRYPOINT ["flower-superexec"]

@@ -16,8 +16,18 @@ hetfed + CPU torch, runtime dependency installation off) for every container:
 
 With ``tls`` the certificates (``hetfed federation certs --out certs --host superlink``)
 and node keys (``hetfed federation keygen keys/silo-i``) are compose secrets, the
-SuperLink authenticates SuperNodes, and a one-shot ``register`` service registers the
-silos' public keys before their SuperNodes start.
+SuperLink authenticates SuperNodes, and the Control API is closed to the silos as on a
+SuperLink host (``hetfed federation superlink``): the ``superlink`` container runs the
+SuperLink on its own 127.0.0.1:8001 behind nginx, which serves port 8000 with TLS and
+forwards only the Fleet API and ``/health`` (403 for the rest). The operator's services
+share the SuperLink's network namespace (``network_mode: service:superlink``) and reach
+127.0.0.1:8001 there: ``superexec-serverapp`` (Runtime API) and a one-shot ``register``
+that registers the silos' public keys before their SuperNodes start. The operator runs
+``flwr`` inside the ``superlink`` container (``docker compose exec superlink flwr ...``,
+connection ``hetfed`` in ``$FLWR_HOME=/state/flwr-home``) and submits the image's own app
+``/app``. Every silo is pinned to that build: the image carries its FAB hash in
+``/etc/hetfed/approved-apps`` (computed when the image is built, by ``hetfed federation
+approve``), and each SuperNode and ClientApp worker refuses any other app.
 """
 
 from __future__ import annotations
@@ -29,14 +39,16 @@ from typing import Any
 import yaml
 
 from hetfed.config import to_toml, validate
-from hetfed.credentials import TlsFiles
 from hetfed.engines.flower import superexec_args, superlink_args, supernode_args
 
-LINK_PORT = 8000  # Flower's default SuperLink port (Fleet, Control and Runtime APIs)
+LINK_PORT = 8000  # Flower's default SuperLink port (Fleet, Control and Runtime APIs; TLS: the proxy)
+LOCAL_PORT = 8001  # TLS: the SuperLink itself, on the superlink container's 127.0.0.1
 NODE_PORT = 9094  # each SuperNode's Runtime API (its ClientApp executor connects here)
 IMAGE = "hetfed-app:local"
 SECRETS = "/run/secrets"
 SILO_DATA, SILO_STATE = "/silo/data", "/silo/state"
+APPROVED_APPS = "/etc/hetfed/approved-apps"  # the image's own build (Dockerfile), root-owned
+OPERATOR_HOME = "/state/flwr-home"  # TLS: flwr's connection inside the superlink container
 
 
 def compose_spec(silos: int, problem: str, tls: bool) -> dict[str, Any]:
@@ -59,29 +71,38 @@ def compose_spec(silos: int, problem: str, tls: bool) -> dict[str, Any]:
             **extra,
         }
 
-    server_tls = TlsFiles(Path(SECRETS, "ca.crt"), Path(SECRETS, "server.pem"), Path(SECRETS, "server.key"))
-    services: dict[str, Any] = {
-        "superlink": service(
+    # The Control and Runtime APIs: the SuperLink's port (plain) or its own loopback (TLS, behind nginx).
+    control = f"127.0.0.1:{LOCAL_PORT}" if tls else link
+    beside_superlink = {"network_mode": "service:superlink"} if tls else {"networks": ["link"]}
+    if tls:
+        superlink = service(
+            "hetfed",
+            ["federation", "superlink", "--dir", "/state", "--tls-dir", SECRETS, "--host", "0.0.0.0"]
+            + ["--port", str(LINK_PORT), "--local-port", str(LOCAL_PORT), "--isolation", "process"]
+            + ["--silos", str(silos)],
+            **_secrets(["ca.crt", "server.pem", "server.key"]),
+        )
+        superlink["environment"]["FLWR_HOME"] = OPERATOR_HOME  # `docker compose exec superlink flwr ...`
+    else:
+        superlink = service(
             "flower-superlink",
             superlink_args(
-                host="0.0.0.0",
-                port=LINK_PORT,
-                database="/state/state.db",
-                tls=server_tls if tls else None,
-                node_auth=tls,
-                isolation="process",
+                host="0.0.0.0", port=LINK_PORT, database="/state/state.db", tls=None, isolation="process"
             ),
-            ports=[f"127.0.0.1:{LINK_PORT}:{LINK_PORT}"],  # the operator's flwr, on this host only
-            volumes=["superlink-state:/state"],
-            networks=["link"],
-            restart="on-failure",
-            **_secrets(["ca.crt", "server.pem", "server.key"] if tls else []),
-        ),
+        )
+    superlink |= {
+        "ports": [f"127.0.0.1:{LINK_PORT}:{LINK_PORT}"],  # the operator's host only (TLS: the proxy)
+        "volumes": ["superlink-state:/state"],
+        "networks": ["link"],
+        "restart": "on-failure",
+    }
+    services: dict[str, Any] = {
+        "superlink": superlink,
         "superexec-serverapp": service(
             "flower-superexec",
-            superexec_args(runtime_api=link, ca=ca),
+            superexec_args(runtime_api=control, ca=ca),
             volumes=["results:/app/results"],  # the ServerApp's results-dir "results", cwd /app
-            networks=["link"],
+            **beside_superlink,
             depends_on=["superlink"],
             restart="on-failure",
             **_secrets(["ca.crt"] if tls else []),
@@ -90,9 +111,9 @@ def compose_spec(silos: int, problem: str, tls: bool) -> dict[str, Any]:
     if tls:
         services["register"] = service(
             "hetfed",
-            ["federation", "register", "--superlink", link, "--ca", ca, "--wait", "120"]
+            ["federation", "register", "--superlink", control, "--ca", ca, "--wait", "120"]
             + [f"{SECRETS}/silo-{i}.pub" for i in range(silos)],
-            networks=["link"],
+            **beside_superlink,
             depends_on=["superlink"],
             restart="no",
             **_secrets(["ca.crt", *(f"silo-{i}.pub" for i in range(silos))]),
@@ -104,9 +125,12 @@ def compose_spec(silos: int, problem: str, tls: bool) -> dict[str, Any]:
             "data-path": SILO_DATA,
             "state-dir": SILO_STATE,
         }
+        pinning = ["--approved-apps", APPROVED_APPS] if tls else []
+        if tls:
+            node_config["approved-apps"] = APPROVED_APPS  # the ClientApp reports what its silo approved
         services[f"supernode-{i}"] = service(
             "hetfed-supernode",
-            ["--runtime", "warm", "--worker", "external"]
+            ["--runtime", "warm", "--worker", "external", *pinning]
             + supernode_args(
                 superlink=link,
                 node_config=node_config,
@@ -126,7 +150,7 @@ def compose_spec(silos: int, problem: str, tls: bool) -> dict[str, Any]:
         # The silo's Runtime API traffic stays on its internal network, so it is not encrypted.
         services[f"superexec-clientapp-{i}"] = service(
             "hetfed-worker",
-            ["--runtime-api-address", f"supernode-{i}:{NODE_PORT}"],
+            ["--runtime-api-address", f"supernode-{i}:{NODE_PORT}", *pinning],
             volumes=[f"silo-{i}:/silo"],
             networks=[f"silo-{i}"],
             depends_on=[f"supernode-{i}"],

@@ -255,6 +255,7 @@ def superlink_host(
     proxy: bool = False,
     local_port: int = 0,
     state: str = "file",
+    isolation: str = "subprocess",
 ) -> HostCommand:
     """Prepare ``root`` (state database, flwr connection, ``federation.json``) and the SuperLink command.
 
@@ -268,6 +269,10 @@ def superlink_host(
 
     ``state`` ``file`` (the default: ``root/state.db``) keeps registered keys, nodes and runs
     across SuperLink restarts; ``memory`` is faster and must re-register every key after one.
+
+    ``isolation`` ``subprocess`` (the default) runs each ServerApp as a child of the SuperLink
+    (results in ``root/results``); ``process`` leaves it to a separate ``flower-superexec``
+    that reaches the Runtime API on 127.0.0.1 (the compose TLS topology).
     """
     database = superlink_database(state, Path(root).resolve())
     if silos < 0:
@@ -307,7 +312,9 @@ def superlink_host(
             root / "proxy", host=public_host, port=public_port, upstream_port=port, tls=tls
         )
         check_nginx_conf(proxy_argv)
-    args = superlink_args(host=host, port=port, database=database, tls=tls, node_auth=node_auth)
+    args = superlink_args(
+        host=host, port=port, database=database, tls=tls, node_auth=node_auth, isolation=isolation
+    )
     info = FederationInfo(
         root,
         port,

@@ -162,6 +162,7 @@ def cmd_superlink(args: argparse.Namespace) -> int:
         proxy=not (args.no_proxy or args.insecure),  # plain HTTP is loopback only: nothing to shield
         local_port=args.local_port,
         state=args.superlink_state,
+        isolation=args.isolation,
     )
     print(shlex.join(command.argv), flush=True)
     if command.proxy:
@@ -347,6 +348,12 @@ def add_federation_parser(sub: argparse._SubParsersAction) -> None:
     )
     link.add_argument(
         "--local-port", type=int, default=0, help="SuperLink port on 127.0.0.1 behind the proxy (--port+1)"
+    )
+    link.add_argument(
+        "--isolation",
+        choices=["subprocess", "process"],
+        default="subprocess",
+        help="subprocess: the SuperLink runs each ServerApp itself; process: a separate flower-superexec does",
     )
     link.add_argument("--silos", type=int, default=0, help="number of silos expected (for `status`)")
     _add_superlink_state_argument(link, "file", "a restarted SuperLink keeps the registered silo keys")

@@ -32,7 +32,10 @@ PYTHON_VERSION = "3.11"  # Debian 12's python3, and the CPU torch wheel's cp311
 GLIBC = "2.36"  # Debian 12's; Ubuntu 24.04 (Flower's images) has 2.39
 QPTH = "qpth==0.0.18"  # declares numpy<2: installed without its dependencies (as in the Makefile)
 SUITE = "bookworm"
-DEBIAN_PACKAGES = "python3,python3-venv,python3-pip,ca-certificates"
+# nginx-light: the reverse proxy of docker-compose.tls.yml's SuperLink (hetfed/proxy.py).
+DEBIAN_PACKAGES = "python3,python3-venv,python3-pip,ca-certificates,nginx-light"
+PACKAGES_LABEL = "org.hetfed.debian-packages"  # on the imported Debian, inherited by images built on it
+STAND_IN_LABEL = "org.hetfed.stand-in"  # docker/base.Dockerfile's
 MARKER = "wheelhouse.json"  # written last: a wheelhouse without it is incomplete
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
@@ -172,10 +175,23 @@ def debian_mirror(suite: str = SUITE, apt_dir: Path = Path("/etc/apt")) -> str:
     raise FileNotFoundError(f"no Debian mirror for {suite} in {apt_dir}: pass --mirror URL")
 
 
-def image_present(tag: str, env: dict[str, str] | None = None) -> bool:
-    """Whether the Docker engine has the image ``tag``."""
-    out = subprocess.run(["docker", "image", "inspect", tag], capture_output=True, env=env)
-    return out.returncode == 0
+def image_labels(tag: str, env: dict[str, str] | None = None) -> dict[str, str] | None:
+    """The labels of image ``tag`` ({} if it has none), or None if the engine does not have it."""
+    out = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{json .Config.Labels}}", tag],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    return (json.loads(out.stdout) or {}) if out.returncode == 0 else None
+
+
+def base_image_current(tag: str = BASE_IMAGE, env: dict[str, str] | None = None) -> bool:
+    """Whether ``tag`` is present and, if it is our stand-in, built on today's Debian package set."""
+    labels = image_labels(tag, env)
+    if labels is None:
+        return False
+    return STAND_IN_LABEL not in labels or labels.get(PACKAGES_LABEL) == DEBIAN_PACKAGES
 
 
 def build_base_image(
@@ -187,8 +203,11 @@ def build_base_image(
     force: bool = False,
     env: dict[str, str] | None = None,
 ) -> str:
-    """Build the stand-in for Flower's image unless ``tag`` is present; returns what was done."""
-    if image_present(tag, env) and not force:
+    """Build the stand-in for Flower's image unless ``tag`` is present; returns what was done.
+
+    A stand-in built on another Debian package set (an older hetfed's) is rebuilt.
+    """
+    if base_image_current(tag, env) and not force:
         return f"{tag} is present: nothing to build"
     info = read_wheelhouse(wheelhouse)
     debian = f"local/debian:{suite}"
@@ -196,7 +215,7 @@ def build_base_image(
         Path(work_dir).mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="hetfed-base-", dir=work_dir))
     try:
-        if not image_present(debian, env):
+        if (image_labels(debian, env) or {}).get(PACKAGES_LABEL) != DEBIAN_PACKAGES:
             debootstrap = shutil.which("debootstrap") or "/usr/sbin/debootstrap"
             if not Path(debootstrap).exists():
                 raise FileNotFoundError("debootstrap not found: apt-get install debootstrap")
@@ -217,7 +236,10 @@ def build_base_image(
                 ["tar", "-C", str(rootfs), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE
             )
             imported = subprocess.run(
-                ["docker", "import", "-", debian], stdin=tar.stdout, capture_output=True, env=env
+                ["docker", "import", "--change", f"LABEL {PACKAGES_LABEL}={DEBIAN_PACKAGES}", "-", debian],
+                stdin=tar.stdout,
+                capture_output=True,
+                env=env,
             )
             tar.stdout.close()  # type: ignore[union-attr]
             if tar.wait() or imported.returncode:

@@ -25,7 +25,7 @@ from flwr.superlink.cli.flower_superlink import _parse_args_run_superlink as sup
 from flwr.supernode.cli.flower_supernode import _parse_args_run_supernode as supernode_parser
 
 from hetfed.cli import build_parser
-from hetfed.compose import compose_spec, render, run_config
+from hetfed.compose import APPROVED_APPS, compose_spec, render, run_config
 from hetfed.config import PROBLEMS, validate
 from hetfed.images import QPTH
 from hetfed.runtime.supernode import split_options, split_worker
@@ -33,14 +33,17 @@ from hetfed.runtime.worker import parse_args as worker_args
 from tests.conftest import REPO
 
 FILES = {"docker-compose.yml": False, "docker-compose.tls.yml": True}
+
+
 class HetfedSuperNodeParser:
     """``hetfed-supernode``: its own flags (checked), then Flower's SuperNode parser on the rest."""
 
     def parse_args(self, argv: list[str]) -> argparse.Namespace:
-        runtime, _, rest = split_options(argv)
+        runtime, approved_apps, rest = split_options(argv)
         worker, rest = split_worker(rest)
         args = supernode_parser().parse_args(rest)
         args.hetfed_runtime, args.hetfed_worker = runtime, worker
+        args.hetfed_approved_apps = str(approved_apps) if approved_apps else None
         return args
 
 
@@ -126,14 +129,33 @@ def test_every_command_parses_with_flowers_parsers_and_wires_the_topology(name: 
     parsed = {s: parse(svc) for s, svc in services.items()}
 
     link = parsed["superlink"]
-    assert link.host == "0.0.0.0" and link.isolation == "process"
-    assert "--disable-runtime-dependency-installation" in services["superlink"]["command"]
-    assert link.runtime_dependency_install is False
-    assert link.enable_supernode_auth is tls and link.insecure is not tls
-    assert Path(link.database).parent.as_posix() == mounts(services["superlink"])["superlink-state"]
+    assert link.host == "0.0.0.0" and link.isolation == "process" and link.insecure is not tls
     assert services["superlink"]["ports"] == [f"127.0.0.1:{link.port}:{link.port}"]
+    state = mounts(services["superlink"])["superlink-state"]
     link_address = f"superlink:{link.port}"
-    assert parsed["superexec-serverapp"].runtime_api_address == link_address
+    if tls:  # the SuperLink host's command: nginx on link.port, the SuperLink on its own 127.0.0.1
+        assert (link.action, link.no_proxy, link.no_node_auth, link.tls_dir) == (
+            "superlink",
+            False,
+            False,
+            "/run/secrets",
+        )
+        assert link.dir == state and link.silos == silos
+        assert (
+            services["superlink"]["environment"]["FLWR_HOME"] == f"{state}/flwr-home"
+        )  # the operator's flwr
+        control = f"127.0.0.1:{link.local_port}"
+        for operator in ("superexec-serverapp", "register"):
+            assert (
+                services[operator]["network_mode"] == "service:superlink"
+                and "networks" not in services[operator]
+            )
+    else:
+        assert "--disable-runtime-dependency-installation" in services["superlink"]["command"]
+        assert link.runtime_dependency_install is False and link.enable_supernode_auth is False
+        assert Path(link.database).parent.as_posix() == state
+        control = link_address
+    assert parsed["superexec-serverapp"].runtime_api_address == control
     assert mounts(services["superexec-serverapp"]) == {"results": "/app/results"}
 
     node_names = sorted(s for s in services if s.startswith("supernode-"))
@@ -151,6 +173,10 @@ def test_every_command_parses_with_flowers_parsers_and_wires_the_topology(name: 
             assert Path(config[key]).is_relative_to(silo_mount), (key, config[key])
         assert executor.runtime_api_address == f"supernode-{i}:{node.port}"
         assert node.insecure is not tls and (node.auth_supernode_private_key is not None) is tls
+        # TLS: every silo runs only the image's own build (its SuperNode and its worker check).
+        pinned = APPROVED_APPS if tls else None
+        assert node.hetfed_approved_apps == pinned and executor.approved_apps == pinned
+        assert config.get("approved-apps") == pinned
 
     for svc_name, svc in services.items():
         assert svc["environment"]["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] == "1"
@@ -165,12 +191,14 @@ def test_every_command_parses_with_flowers_parsers_and_wires_the_topology(name: 
         key = getattr(parsed[svc_name], "auth_supernode_private_key", None)
         assert key is None or key in files
     if tls:
-        assert link.ssl_ca_certfile in secret_targets(services["superlink"])
-        assert parsed["superexec-serverapp"].root_certificates == link.ssl_ca_certfile
+        assert {f"{link.tls_dir}/{f}" for f in ("ca.crt", "server.pem", "server.key")} <= set(
+            secret_targets(services["superlink"])
+        )
+        assert parsed["superexec-serverapp"].root_certificates == f"{link.tls_dir}/ca.crt"
         for source in {s for svc in services.values() for s in secret_targets(svc).values()}:
             assert re.fullmatch(r"\./(certs|keys)/[\w.-]+", spec["secrets"][source]["file"]), source
         register = parsed["register"]
-        assert register.action == "register" and register.superlink == link_address and register.ca
+        assert register.action == "register" and register.superlink == control and register.ca
         registered = sorted(Path(k).name for k in register.public_keys)
         assert registered == sorted(f"silo-{i}.pub" for i in range(silos))
         for i in range(silos):
@@ -373,3 +401,36 @@ def test_the_compose_command_prints_the_offline_build_the_readme_documents(tmp_p
     assert lines[-1] == f"then start it with: docker compose -f {tmp_path / 'c.yml'} up -d --no-build"
     services = yaml.safe_load((tmp_path / "c.yml").read_text())["services"]
     assert len(services) == len(load("docker-compose.yml")["services"]) - 2  # one silo (2 services) fewer
+
+
+def test_the_tls_superlink_service_runs_flower_on_its_loopback_behind_nginx(tmp_path: Path) -> None:
+    """docker-compose.tls.yml's superlink command, run with ``--print`` against real certificates
+    (``certs --host superlink``, as the README makes them): Flower's SuperLink on 127.0.0.1 with node
+    auth and process isolation (parsed by Flower's parser), nginx on the published port forwarding to
+    it, and the allow-list the silos read is what the image's last build step writes."""
+    from hetfed.credentials import write_certificates
+    from hetfed.proxy import find_nginx
+    from tests.conftest import hetfed_cli
+
+    try:
+        find_nginx()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    service = load("docker-compose.tls.yml")["services"]["superlink"]
+    write_certificates(tmp_path / "secrets", ["superlink"])
+    paths = {"/run/secrets": str(tmp_path / "secrets"), "/state": str(tmp_path / "state")}
+    command = [paths.get(word, word) for word in service["command"]]
+    out = hetfed_cli(*command, "--print", timeout=120)
+    assert out.returncode == 0, out.stderr
+    superlink, proxy = (shlex.split(line) for line in out.stdout.splitlines()[:2])
+    assert Path(superlink[0]).name == "flower-superlink"
+    flower = superlink_parser().parse_args(superlink[1:])
+    assert (flower.host, flower.port, flower.isolation) == ("127.0.0.1", 8001, "process")
+    assert flower.enable_supernode_auth and flower.ssl_ca_certfile == str(tmp_path / "secrets" / "ca.crt")
+    assert flower.database == str(tmp_path / "state" / "state.db")
+    conf = Path(proxy[proxy.index("-c") + 1]).read_text()
+    published = service["ports"][0].split(":")[-1]
+    assert f"listen 0.0.0.0:{published} ssl;" in conf and "proxy_pass https://127.0.0.1:8001;" in conf
+    assert "location / {\n            return 403;" in conf
+    dockerfile = re.sub(r"\\\n\s*", " ", (REPO / "Dockerfile").read_text())
+    assert f"hetfed federation approve /app --file {APPROVED_APPS}" in dockerfile

@@ -43,10 +43,11 @@ from typing import Any
 import pytest
 import yaml
 
+from hetfed.compose import APPROVED_APPS, LOCAL_PORT
 from hetfed.config import to_toml
 from hetfed.engines.flower import free_port
 from hetfed.engines.inline import node_configs, run_inline
-from hetfed.images import BASE_IMAGE, read_wheelhouse, requirements
+from hetfed.images import BASE_IMAGE, base_image_current, read_wheelhouse, requirements
 from tests.conftest import REPO
 
 FILES = {"docker-compose.yml": False, "docker-compose.tls.yml": True}
@@ -79,11 +80,13 @@ RUN = {  # a 2-round FedRSPO+ run (RSPO+ loss) on small knapsack data, every sil
 # --- topology, as the assertions see it ------------------------------------------------------
 @dataclass
 class Box:
-    """One service's container: named volumes, networks, published ports (host ip, host port)."""
+    """One service's container: named volumes, networks, published ports (host ip, host port), and
+    the service whose network namespace it shares ('' if its own)."""
 
     volumes: set[str] = field(default_factory=set)
     networks: set[str] = field(default_factory=set)
     ports: list[tuple[str, str]] = field(default_factory=list)
+    shares_network_of: str = ""
 
 
 def topology_from_spec(spec: dict[str, Any]) -> tuple[dict[str, Box], dict[str, bool]]:
@@ -94,8 +97,9 @@ def topology_from_spec(spec: dict[str, Any]) -> tuple[dict[str, Box], dict[str, 
         for p in svc.get("ports", []):
             parts = str(p).split(":")
             ports.append((parts[0], parts[1]) if len(parts) == 3 else ("0.0.0.0", parts[0]))
-        networks = svc.get("networks", ["default"])
-        boxes[name] = Box({v.split(":")[0] for v in svc.get("volumes", [])}, set(networks), ports)
+        shared = str(svc.get("network_mode", "")).removeprefix("service:")
+        networks = svc.get("networks", [] if shared else ["default"])
+        boxes[name] = Box({v.split(":")[0] for v in svc.get("volumes", [])}, set(networks), ports, shared)
     internal = {n: bool((cfg or {}).get("internal")) for n, cfg in spec.get("networks", {}).items()}
     return boxes, internal
 
@@ -104,13 +108,17 @@ def topology_from_engine(client: Any) -> tuple[dict[str, Box], dict[str, bool]]:
     """The same, read from the running engine with the Docker SDK (every container of the project)."""
     label = f"com.docker.compose.project={PROJECT}"
     boxes = {}
-    for c in client.containers.list(all=True, filters={"label": label}):
+    containers = client.containers.list(all=True, filters={"label": label})
+    service_of = {c.id: c.labels["com.docker.compose.service"] for c in containers}
+    for c in containers:
         mounts = c.attrs["Mounts"]
         bindings = c.attrs["HostConfig"].get("PortBindings") or {}
-        boxes[c.labels["com.docker.compose.service"]] = Box(
+        mode = c.attrs["HostConfig"]["NetworkMode"]  # "container:<id>" when sharing another's namespace
+        boxes[service_of[c.id]] = Box(
             {m["Name"].removeprefix(f"{PROJECT}_") for m in mounts if m["Type"] == "volume"},
             {n.removeprefix(f"{PROJECT}_") for n in c.attrs["NetworkSettings"]["Networks"]},
             [(b.get("HostIp") or "0.0.0.0", b["HostPort"]) for bs in bindings.values() for b in bs or []],
+            service_of.get(mode.removeprefix("container:"), "?") if mode.startswith("container:") else "",
         )
     internal = {
         n.name.removeprefix(f"{PROJECT}_"): bool(n.attrs["Internal"])
@@ -121,7 +129,9 @@ def topology_from_engine(client: Any) -> tuple[dict[str, Box], dict[str, bool]]:
 
 def check_topology(boxes: dict[str, Box], internal: dict[str, bool], silos: int) -> None:
     """Each silo's volume only in that silo's containers; each ClientApp executor only on its silo's
-    internal network (with its own SuperNode alone); the SuperLink's port on 127.0.0.1 only."""
+    internal network (with its own SuperNode alone); the SuperLink's port on 127.0.0.1 only; only the
+    operator's services (ServerApp executor, key registration) share the SuperLink's namespace, where
+    the TLS variant's Control API listens."""
     for i in range(silos):
         silo, executor = f"silo-{i}", f"superexec-clientapp-{i}"
         own = {executor, f"supernode-{i}"}
@@ -132,6 +142,9 @@ def check_topology(boxes: dict[str, Box], internal: dict[str, bool], silos: int)
         members = {s for s, b in boxes.items() if silo in b.networks}
         assert members == own, f"network {silo} holds {sorted(members)}"
         assert internal.get(silo) is True, f"network {silo} is not internal"
+    beside = {s for s, b in boxes.items() if b.shares_network_of}
+    assert beside <= {"superexec-serverapp", "register"}, f"sharing a network namespace: {sorted(beside)}"
+    assert all(boxes[s].shares_network_of == "superlink" for s in beside), {s: boxes[s] for s in beside}
     published = {s: b.ports for s, b in boxes.items() if b.ports}
     assert list(published) == ["superlink"], f"published ports: {published}"
     assert all(ip == "127.0.0.1" for ip, _ in published["superlink"]), f"the SuperLink is on {published}"
@@ -164,6 +177,9 @@ def test_the_topology_checks_pass_on_the_compose_files_and_fail_on_broken_copies
             "the SuperLink is on .*0.0.0.0": lambda s, n: s["superlink"].update(ports=["8000:8000"]),
             "published ports: .*superexec-serverapp": lambda s, n: s["superexec-serverapp"].update(
                 ports=["127.0.0.1:9091:9091"]
+            ),
+            "sharing a network namespace: .*'supernode-2'": lambda s, n: s["supernode-2"].update(
+                network_mode="service:superlink"
             ),
         }
         for message, change in cases.items():
@@ -266,12 +282,13 @@ def _present(engine: Engine, tag: str) -> bool:
     return True
 
 
-def app_context(dest: Path, wheelhouse: Path) -> str:
+def app_context(dest: Path, wheelhouse: Path, base_id: str) -> str:
     """The app image's build context (the files the Dockerfile copies, the wheelhouse hard-linked);
-    returns a hash of its inputs, kept as the image's label so a stale image is rebuilt."""
+    returns a hash of its inputs (with the base image's id), kept as the image's label so a stale
+    image is rebuilt."""
     steps = re.findall(r"^COPY (.+)$", (REPO / "Dockerfile").read_text(), re.M)
     sources = [w for s in steps for w in s.split()[:-1] if not w.startswith("--")]
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(base_id.encode())
     for src in ["Dockerfile", ".dockerignore", *sources]:
         if src.rstrip("/") == "wheelhouse":
             continue
@@ -306,7 +323,7 @@ def ensure_images(engine: Engine) -> None:
         t = time.time()
         _logged([*hetfed, "wheelhouse", str(wheelhouse)], logs / "wheelhouse.log", env, 900)
         engine.timings["wheelhouse-s"] = time.time() - t
-    if not _present(engine, BASE_IMAGE):
+    if not base_image_current(BASE_IMAGE, env):  # missing, or a stand-in of an older Debian package set
         if not (shutil.which("debootstrap") or Path("/usr/sbin/debootstrap").exists()):
             pytest.skip(
                 f"no {BASE_IMAGE} and no debootstrap to build its stand-in (apt-get install debootstrap)"
@@ -321,7 +338,7 @@ def ensure_images(engine: Engine) -> None:
     shutil.rmtree(context, ignore_errors=True)
     context.mkdir(parents=True)
     try:
-        inputs = app_context(context, wheelhouse)
+        inputs = app_context(context, wheelhouse, engine.client.images.get(BASE_IMAGE).id)
         image = engine.client.images.get(APP_IMAGE) if _present(engine, APP_IMAGE) else None
         if image is None or (image.labels or {}).get(INPUTS_LABEL) != inputs:
             t = time.time()
@@ -366,17 +383,6 @@ def engine() -> Iterator[Engine]:
 
 
 # --- the federation ----------------------------------------------------------------------------
-def flwr_json(env: dict[str, str], *args: str, timeout: float = 120) -> dict[str, Any]:
-    """``flwr <args> --format json`` on the host, parsed ({} when it did not answer JSON)."""
-    try:
-        out = subprocess.run(
-            [str(FLWR), *args, "--format", "json"], env=env, capture_output=True, text=True, timeout=timeout
-        )
-        return json.loads(out.stdout)
-    except (json.JSONDecodeError, subprocess.TimeoutExpired):
-        return {}
-
-
 def wait_for(what: str, ready: Any, timeout: float, logs: Any) -> None:
     end = time.time() + timeout
     while time.time() < end:
@@ -388,12 +394,18 @@ def wait_for(what: str, ready: Any, timeout: float, logs: Any) -> None:
 
 @dataclass
 class Federation:
-    """A compose project brought up by :func:`compose_up`: flwr's environment and its containers."""
+    """A compose project brought up by :func:`compose_up`: flwr's environment and its containers.
+
+    The operator's ``flwr`` runs on the host in the plain variant (the SuperLink's published port,
+    connection ``hetfed-compose``, this clone's app) and inside the ``superlink`` container in the
+    TLS variant (its Control API is on that container's 127.0.0.1 only; connection ``hetfed``;
+    the image's app ``/app``, the build every silo approved)."""
 
     env: dict[str, str]
     compose: list[str]
     client: Any
     tmp: Path
+    tls: bool
 
     def logs(self) -> str:
         out = subprocess.run(
@@ -406,20 +418,61 @@ class Federation:
         (found,) = self.client.containers.list(all=True, filters={"label": labels})
         return found
 
+    def exec(self, service: str, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        """``docker compose exec -T service argv...`` (text output)."""
+        return subprocess.run(
+            [*self.compose, "exec", "-T", service, *argv],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    @property
+    def connection(self) -> str:
+        return "hetfed" if self.tls else "hetfed-compose"
+
+    def flwr(self, *args: str, timeout: float = 120) -> dict[str, Any]:
+        """``flwr <args> --format json`` as the operator runs it, parsed ({} if not JSON)."""
+        try:
+            if self.tls:
+                out = self.exec("superlink", "flwr", *args, "--format", "json", timeout=timeout).stdout
+            else:
+                cmd = [str(FLWR), *args, "--format", "json"]
+                out = subprocess.run(
+                    cmd, env=self.env, capture_output=True, text=True, timeout=timeout
+                ).stdout
+            return json.loads(out)
+        except (json.JSONDecodeError, subprocess.TimeoutExpired):
+            return {}
+
     def wait_online(self, timeout: float = 300) -> None:
         def online() -> bool:
-            nodes = flwr_json(self.env, "supernode", "ls", "hetfed-compose", timeout=30).get("nodes", [])
+            nodes = self.flwr("supernode", "ls", self.connection, timeout=30).get("nodes", [])
             return sum(n.get("status") == "online" for n in nodes) >= SILOS
 
         wait_for(f"{SILOS} SuperNodes online", online, timeout, self.logs)
 
-    def submit(self, run_config: dict[str, Any]) -> str:
-        """``flwr run`` of this clone with ``run_config``; the run id."""
-        path = self.tmp / f"{run_config['run-name']}.toml"
-        path.write_text(to_toml(run_config))
-        submitted = flwr_json(
-            self.env, "run", str(REPO), "hetfed-compose", "--run-config", str(path), timeout=300
-        )
+    def put(self, service: str, path: str, data: bytes) -> None:
+        """Write file ``path`` into the service's container (the engine's archive API)."""
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            info = tarfile.TarInfo(Path(path).name)
+            info.size, info.mode, info.uid, info.gid = len(data), 0o644, 49999, 49999
+            tar.addfile(info, io.BytesIO(data))
+        assert self.container(service).put_archive(str(Path(path).parent), buf.getvalue())
+
+    def submit(self, run_config: dict[str, Any], app: str = "") -> str:
+        """``flwr run`` of ``app`` (default: this clone, or the image's /app with TLS); the run id."""
+        name = f"{run_config['run-name']}.toml"
+        if self.tls:
+            path = f"/tmp/{name}"
+            self.put("superlink", path, to_toml(run_config).encode())
+        else:
+            path = str(self.tmp / name)
+            Path(path).write_text(to_toml(run_config))
+        app = app or ("/app" if self.tls else str(REPO))
+        submitted = self.flwr("run", app, self.connection, "--run-config", path, timeout=300)
         assert "run-id" in submitted, submitted
         return str(submitted["run-id"])
 
@@ -428,7 +481,7 @@ class Federation:
         status: dict[str, str] = {}
 
         def finished() -> bool:
-            runs = flwr_json(self.env, "ls", "hetfed-compose", "--run-id", run_id, timeout=30).get("runs", [])
+            runs = self.flwr("ls", self.connection, "--run-id", run_id, timeout=30).get("runs", [])
             status["now"] = str(runs[0]["status"]) if runs else "unknown"
             return status["now"].startswith("finished")
 
@@ -484,7 +537,7 @@ def compose_up(
     )
     env = dict(engine.env, FLWR_HOME=str(home))
     fed = Federation(
-        env, ["docker", "compose", "-f", str(project / "docker-compose.yml")], engine.client, tmp_path
+        env, ["docker", "compose", "-f", str(project / "docker-compose.yml")], engine.client, tmp_path, tls
     )
     try:
         t = time.time()
@@ -537,6 +590,112 @@ def test_the_compose_federation_runs_fedrspo_for_real(engine: Engine, name: str,
             assert all(all(isinstance(d, int) for d in shape) for shape in entry["arrays"].values()), entry
             assert all(re.fullmatch(r"(int|float)(\[\d+\])?", k) for k in entry["metrics"].values()), entry
             assert entry["exchange"].startswith("query.") or not entry["configs"], entry
+
+
+# The Control, Runtime and registration paths a silo must not reach, and the health check it may.
+CLOSED = ["/v1/control/start-run", "/v1/control/list-runs", "/v1/control/register-node"]
+CLOSED += ["/v1/runtime/acquire-task", "/v1/fleet/%2e%2e/control/list-runs"]
+PROBE = """
+import json, ssl, sys, urllib.error, urllib.request
+base, ca, paths = sys.argv[1], sys.argv[2], sys.argv[3:]
+ctx = ssl.create_default_context(cafile=ca)
+out = {}
+for path in paths:
+    req = urllib.request.Request(base + path, data=None if path == "/health" else b"")
+    try:
+        out[path] = urllib.request.urlopen(req, timeout=10, context=ctx).status
+    except urllib.error.HTTPError as exc:
+        out[path] = exc.code
+    except OSError as exc:
+        out[path] = type(getattr(exc, "reason", exc)).__name__
+print(json.dumps(out))
+"""
+SECRET_CA = "/run/secrets/ca.crt"
+CANARY = "/tmp/hetfed-canary"  # the modified ClientApp module writes it when imported
+MODIFY = f"""
+import pathlib, shutil
+shutil.copytree("/app", "/tmp/app-modified")
+client = pathlib.Path("/tmp/app-modified/client/app.py")
+lines = client.read_text().splitlines(keepends=True)
+at = next(i for i, line in enumerate(lines) if line.startswith("import "))
+lines.insert(at, "import pathlib; pathlib.Path({CANARY!r}).write_text('imported')  # noqa\\n")
+client.write_text("".join(lines))
+"""
+
+
+@pytest.mark.docker
+@pytest.mark.timeout(3000)
+def test_the_tls_compose_closes_the_control_api_to_silos_and_pins_them_to_the_image_build(
+    engine: Engine, tmp_path: Path
+) -> None:
+    """docker-compose.tls.yml: nginx in the superlink container forwards the Fleet API and /health
+    only; a silo's container (and the host's published port) gets 403 for the Control and Runtime
+    APIs and no connection to the SuperLink's own port, while the registered silos are online
+    through the proxy. An app that differs from the image's by one line is refused by every silo
+    before its ClientApp module is imported (no canary), and the refusals are in the run's rows."""
+    with compose_up(engine, "docker-compose.tls.yml", tmp_path, label="tls-security") as fed:
+        project = tmp_path / "project"
+        ca = str(project / "certs" / "ca.crt")
+        port = yaml.safe_load((project / "docker-compose.yml").read_text())["services"]["superlink"]["ports"]
+        host_port = port[0].split(":")[1]
+        expected = {"/health": 200, **dict.fromkeys(CLOSED, 403)}
+        from_host = subprocess.run(
+            [sys.executable, "-c", PROBE, f"https://127.0.0.1:{host_port}", ca, "/health", *CLOSED],
+            capture_output=True,
+            text=True,
+        )
+        assert json.loads(from_host.stdout) == expected, from_host.stderr
+        for i in range(SILOS):  # each silo's SuperNode container, on the shared network
+            probe = [
+                "python",
+                "-c",
+                PROBE,
+                "https://superlink:8000",
+                "/run/secrets/ca.crt",
+                "/health",
+                *CLOSED,
+            ]
+            assert json.loads(fed.exec(f"supernode-{i}", *probe).stdout) == expected
+        own = ["python", "-c", PROBE, f"https://superlink:{LOCAL_PORT}", "/run/secrets/ca.crt", "/health"]
+        assert json.loads(fed.exec("supernode-0", *own).stdout) == {"/health": "ConnectionRefusedError"}
+        # The host's flwr reaches the proxy only: listing runs there is refused.
+        host_ls = subprocess.run(
+            [str(FLWR), "ls", "hetfed-compose", "--format", "json"],
+            env=fed.env,
+            capture_output=True,
+            text=True,
+        )
+        assert '"success": false' in host_ls.stdout.replace(" ", "").replace(
+            '"success":false', '"success": false'
+        )
+        access = fed.exec("superlink", "cat", "/state/proxy/access.log").stdout
+        assert '"POST /v1/control/list-runs HTTP/1.1" 403' in access and "/v1/fleet/" in access
+
+        # App pinning: the operator submits a build that differs by one line.
+        good = fed.exec("superlink", "hetfed", "federation", "approve", "--list", "--file", APPROVED_APPS)
+        assert fed.exec("superlink", "python", "-c", MODIFY).returncode == 0
+        bad = fed.exec(
+            "superlink", "hetfed", "federation", "approve", "/tmp/app-modified", "--print"
+        ).stdout.strip()
+        assert re.fullmatch(r"[0-9a-f]{64}", bad) and bad not in good.stdout, (bad, good)
+        run_name = "compose-refused"
+        run_id = fed.submit({**RUN, "run-name": run_name, "num-rounds": 1}, app="/tmp/app-modified")
+        assert fed.wait_finished(run_id, timeout=600) == "finished:failed", fed.logs()
+        summary = json.loads(fed.result(run_name, "summary.json"))
+        assert summary["status"] == "failed"
+        refusals = {
+            r["client"]: r["error"]
+            for r in fed.rows(run_name)
+            if r["exchange"] == "query.info" and r["status"] == "failed"
+        }
+        assert sorted(refusals) == [f"partition-{i}" for i in range(SILOS)], refusals
+        for i in range(SILOS):
+            assert f"refused app build {bad}: not approved by this silo" in refusals[f"partition-{i}"]
+            assert f"refused app build {bad}" in fed.container(f"supernode-{i}").logs().decode(
+                errors="replace"
+            )
+            for service in (f"supernode-{i}", f"superexec-clientapp-{i}"):
+                assert fed.exec(service, "test", "-e", CANARY).returncode == 1, f"canary in {service}"
 
 
 # Ditto keeps each client's personal model across rounds in its state dir (on the silo's volume).
