@@ -11,8 +11,12 @@ none``), and for the plain and the TLS file: ``up -d --no-build``,
 the topology read back with the Docker SDK, a 2-round FedRSPO+ run submitted with ``flwr run``,
 ``finished:completed`` from ``flwr ls``, summary.json, rounds.csv and the traffic audit (model
 weights and scalars only) read out of the results volume, ``down -v``, nothing of the project
-left. A third test kills one silo's containers mid-run and checks that compose restarts them and
-that the silo continues from its volume. ``dockerd`` is stopped by its pid.
+left. In the TLS file the operator's ``flwr`` runs inside the ``superlink`` container and submits
+the image's ``/app``. A third test kills one silo's containers mid-run and checks that compose
+restarts them and that the silo continues from its volume; a fourth checks the TLS file's proxy
+(the Control and Runtime APIs refused from a silo's container and the host) and app pinning (a
+one-line change refused by every silo, run after the silos approve it). ``dockerd`` is stopped by
+its pid.
 
 The topology assertions are also run on the checked-in compose files and on broken copies of
 them (no engine needed), to show that they catch a shared silo volume, an executor on the
@@ -418,10 +422,12 @@ class Federation:
         (found,) = self.client.containers.list(all=True, filters={"label": labels})
         return found
 
-    def exec(self, service: str, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        """``docker compose exec -T service argv...`` (text output)."""
+    def exec(
+        self, service: str, *argv: str, timeout: float = 300, user: str = ""
+    ) -> subprocess.CompletedProcess:
+        """``docker compose exec -T [--user user] service argv...`` (text output)."""
         return subprocess.run(
-            [*self.compose, "exec", "-T", service, *argv],
+            [*self.compose, "exec", "-T", *(["--user", user] if user else []), service, *argv],
             env=self.env,
             capture_output=True,
             text=True,
@@ -670,6 +676,11 @@ def test_the_tls_compose_closes_the_control_api_to_silos_and_pins_them_to_the_im
         )
         access = fed.exec("superlink", "cat", "/state/proxy/access.log").stdout
         assert '"POST /v1/control/list-runs HTTP/1.1" 403' in access and "/v1/fleet/" in access
+        status = fed.exec("superlink", "hetfed", "federation", "status", "--dir", "/state")
+        refused_count = len(CLOSED) * (SILOS + 1) + 1  # the probes above and the host's flwr ls
+        assert f"{SILOS} of {SILOS} SuperNodes online" in status.stdout, status
+        assert "reverse proxy nginx on 0.0.0.0:8000: running (pid " in status.stdout, status
+        assert f"; {refused_count} requests refused (403)" in status.stdout, status
 
         # App pinning: the operator submits a build that differs by one line.
         good = fed.exec("superlink", "hetfed", "federation", "approve", "--list", "--file", APPROVED_APPS)
@@ -696,6 +707,20 @@ def test_the_tls_compose_closes_the_control_api_to_silos_and_pins_them_to_the_im
             )
             for service in (f"supernode-{i}", f"superexec-clientapp-{i}"):
                 assert fed.exec(service, "test", "-e", CANARY).returncode == 1, f"canary in {service}"
+
+        # The rollout of a new build: each silo approves it (root edits the allow-list in its two
+        # containers); the same app then runs, and its ClientApp module writes the canary, so the
+        # check above would have seen it had a refused build been imported.
+        for i in range(SILOS):
+            for service in (f"supernode-{i}", f"superexec-clientapp-{i}"):
+                approve = ["hetfed", "federation", "approve", "--hash", bad, "--file", APPROVED_APPS]
+                assert fed.exec(service, *approve, user="root").returncode == 0
+        run_id = fed.submit(
+            {**RUN, "run-name": "compose-rolled-out", "num-rounds": 1}, app="/tmp/app-modified"
+        )
+        assert fed.wait_finished(run_id, timeout=600) == "finished:completed", fed.logs()
+        for i in range(SILOS):
+            assert fed.exec(f"superexec-clientapp-{i}", "cat", CANARY).stdout == "imported"
 
 
 # Ditto keeps each client's personal model across rounds in its state dir (on the silo's volume).
