@@ -1,11 +1,12 @@
 """The hetfed ClientApp: one entry point for every strategy, dispatching by message type.
 
-Each strategy has a client class (``CLIENTS``) whose methods handle the message
-types it lists in ``handles`` (``query.info`` -> ``query_info``). The node's own
-partition comes from its node config; the run config is identical to the server's.
+Every message names, in its ConfigRecord's ``client``, the client class that serves it
+(``CLIENTS``; the strategy sets it, strategies/base.py ``client_settings``), whose methods
+handle the message types it lists in ``handles`` (``query.info`` -> ``query_info``). The
+node's own partition comes from its node config, its problem from the run config.
 
-A client class is imported on the first message of its strategy, so a node imports
-only what its run needs: the LSA clients (NumPy) never import torch.
+A client class is imported on its first message, so a node imports only what its run
+needs: the LSA clients (NumPy) never import torch.
 """
 
 from __future__ import annotations
@@ -22,17 +23,15 @@ from flwr.clientapp import ClientApp
 
 from client.session import ClientSession
 
-# Strategy name -> its client class, "module:attribute". Every class handles "query.info".
+# Client handler name (a message's ``client``) -> its class, "module:attribute". Every class
+# handles "query.info".
 CLIENTS: dict[str, str] = {
-    **dict.fromkeys(("fedavg", "fedrspo", "local-only"), "client.decision_client:DecisionClient"),
-    "pflsa": "client.lsa:PFLSAClient",
-    "fedlsa": "client.lsa:FedLSAClient",
-    "scafflsa": "client.lsa:SCAFFLSAClient",
-    "single-lsa": "client.lsa:SingleLSAClient",
-    **dict.fromkeys(
-        ("softmax-switching", "penalty", "primal-dual", "fedavg-unconstrained", "crpo"),
-        "client.constrained:ConstrainedClient",
-    ),
+    "decision": "client.decision_client:DecisionClient",
+    "constrained": "client.constrained:ConstrainedClient",
+    "lsa-mixing": "client.lsa:PFLSAClient",
+    "lsa-local-steps": "client.lsa:FedLSAClient",
+    "lsa-control-variates": "client.lsa:SCAFFLSAClient",
+    "lsa-alone": "client.lsa:SingleLSAClient",
 }
 
 # Every message type some client class handles (the union of their ``handles``, checked by a
@@ -64,9 +63,14 @@ def fault_drills(message: Message, context: Context) -> None:
 
 
 @functools.cache
-def client_class(strategy: str) -> Any:
-    """The client class of ``strategy``, imported on first use."""
-    cls = resolve_name(CLIENTS[strategy])
+def client_class(name: str) -> Any:
+    """The client class named ``name`` by a message, imported on first use."""
+    if name not in CLIENTS:
+        raise ValueError(
+            f"the message names client {name!r}, which this ClientApp does not have "
+            f"({', '.join(CLIENTS)}): is the server running another hetfed version?"
+        )
+    cls = resolve_name(CLIENTS[name])
     if "torch" in sys.modules:
         # Small models: one thread is faster and leaves the other core to the other clients.
         sys.modules["torch"].set_num_threads(1)
@@ -77,11 +81,12 @@ def handle(message: Message, context: Context) -> Message:
     """Run the handler of this message's type on this node's client."""
     fault_drills(message, context)
     session = ClientSession.from_context(context)
-    client_cls = client_class(session.cfg["strategy"])
+    config = message.content["config"] if "config" in message.content else {}
+    client_cls = client_class(str(config.get("client", "")))
     kind = message.metadata.message_type
     if kind not in client_cls.handles:
-        raise ValueError(f"strategy {session.cfg['strategy']!r} has no client handler for {kind!r}")
-    client = client_cls(session, context)
+        raise ValueError(f"client {config['client']!r} has no handler for {kind!r}")
+    client = client_cls(session, context, config)
     content = getattr(client, kind.replace(".", "_"))(message.content)
     if kind == "query.info" and "approved-apps" in context.node_config:
         content["info"]["approved-apps"] = approved_builds(str(context.node_config["approved-apps"]))

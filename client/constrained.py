@@ -116,9 +116,10 @@ class ConstrainedClient:
 
     handles: ClassVar[tuple[str, ...]] = ("query.info", "query.fg", "train", "evaluate")
 
-    def __init__(self, session: ClientSession, context: Context) -> None:
+    def __init__(self, session: ClientSession, context: Context, settings: Mapping[str, Any]) -> None:
         self.session = session
-        self.cfg = session.cfg
+        self.cfg = session.cfg  # the problem's keys only (seed, data)
+        self.settings = settings  # the method: the message's ConfigRecord (strategy's client_settings)
         self.task: ConstrainedClientTask = session.data()
         self.context = context
 
@@ -157,7 +158,7 @@ class ConstrainedClient:
         w_k = to_numpy(content["arrays"])
         model = self.model(w_k)
         batch = self.task.sample_batch(
-            self.rng(QUERY_STREAM, server_round), int(self.cfg["batch-zeta"]), model
+            self.rng(QUERY_STREAM, server_round), int(self.settings["batch-zeta"]), model
         )
         with torch.no_grad():
             f, g = float(self.task.f(model, batch)), float(self.task.g(model, batch))
@@ -188,7 +189,7 @@ class ConstrainedClient:
             objective,
             gamma=gamma,
             steps=steps,
-            batch_size=int(self.cfg["batch-size"]),
+            batch_size=int(self.settings["batch-size"]),
             rng=self.rng(TRAIN_STREAM, server_round),
         )
         end = {key: value.detach().numpy() for key, value in model.state_dict().items()}

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -61,7 +61,7 @@ def calibrate(data: DecisionClientData, alpha: float) -> dict[str, float]:
 PROJECTION_LOSSES = ("rspo+", "optnet")  # losses that need Euclidean projections onto the polytope
 
 
-def check_projection(data: DecisionClientData, cfg: dict[str, Any]) -> None:
+def check_projection(data: DecisionClientData, cfg: Mapping[str, Any]) -> None:
     """Fail before round 1, naming the client, if its polytope cannot project as the loss needs."""
     losses = {phase_loss(cfg, "warm"), phase_loss(cfg, "personal")}
     backend = cfg["optnet-backend"] if "optnet" in losses else "auto"
@@ -119,7 +119,7 @@ def solution_cache(split: DecisionSplit, polytope) -> SolutionCache:
 
 
 def make_loss(
-    name: str, split: DecisionSplit, poly, cfg: dict[str, Any], lam: float, generator: torch.Generator
+    name: str, split: DecisionSplit, poly, cfg: Mapping[str, Any], lam: float, generator: torch.Generator
 ) -> BatchLoss:
     """The batch loss ``loss(c_hat, c, index)`` of ``name`` on a training split over ``poly``."""
     cache = solution_cache(split, poly)
@@ -151,7 +151,7 @@ def make_loss(
     return losses[name]()
 
 
-def phase_loss(cfg: dict[str, Any], phase: str) -> str:
+def phase_loss(cfg: Mapping[str, Any], phase: str) -> str:
     """The loss of a phase: ``mse->spo+`` warms up with MSE and personalizes with SPO+."""
     if cfg["loss"] == "mse->spo+":
         return "mse" if phase == "warm" else "spo+"
@@ -169,9 +169,10 @@ class DecisionClient:
         "evaluate",
     )
 
-    def __init__(self, session: ClientSession, context: Context) -> None:
+    def __init__(self, session: ClientSession, context: Context, settings: Mapping[str, Any]) -> None:
         self.session = session
-        self.cfg = session.cfg
+        self.cfg = session.cfg  # the problem's keys only (seed, data)
+        self.settings = settings  # the method: the message's ConfigRecord (strategy's client_settings)
         self.data: DecisionClientData = session.data()
         self.context = context
         self.pid = session.partition_id
@@ -179,7 +180,7 @@ class DecisionClient:
     # --- helpers ---------------------------------------------------------------------------
     def new_model(self) -> torch.nn.Module:
         return make_mlp(
-            self.data.num_features, self.cfg["hidden"], self.data.num_costs, seed=self.cfg["seed"]
+            self.data.num_features, self.settings["hidden"], self.data.num_costs, seed=self.cfg["seed"]
         )
 
     def model(self, arrays: ArrayRecord) -> torch.nn.Module:
@@ -216,9 +217,9 @@ class DecisionClient:
             loss,
             optimizer,
             epochs=epochs,
-            batch_size=self.cfg["batch-size"],
+            batch_size=self.settings["batch-size"],
             generator=self.gen(BATCHES, server_round),
-            clip_norm=self.cfg["clip-norm"],
+            clip_norm=self.settings["clip-norm"],
             penalty=penalty,
         )
 
@@ -239,8 +240,8 @@ class DecisionClient:
         )
 
     def query_calibrate(self, content: RecordDict) -> RecordDict:
-        check_projection(self.data, self.cfg)
-        cal = calibrate(self.data, self.cfg["rspo-alpha"])
+        check_projection(self.data, self.settings)
+        cal = calibrate(self.data, self.settings["rspo-alpha"])
         return RecordDict({"metrics": MetricRecord({**cal, "num-examples": len(self.data.train)})})
 
     def train(self, content: RecordDict) -> RecordDict:
@@ -249,23 +250,22 @@ class DecisionClient:
         rnd = int(config["server-round"])
         lam, lr = float(config.get("lam", 1.0)), float(config["lr"])
         loss = make_loss(
-            phase_loss(self.cfg, "warm"),
+            phase_loss(self.settings, "warm"),
             self.data.train,
             self.data.polytope,
-            self.cfg,
+            self.settings,
             lam,
             self.gen(NOISE, rnd),
         )
         epochs = int(config["local-epochs"])
-        if self.cfg["strategy"] == "local-only":
+        if self.settings["own-model"]:
             return self._train_local_only(content, loss, lr, epochs, rnd)
         model = self.model(content["arrays"])
         val = decision_metrics(model, self.data.val, self.data.polytope)
         optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-        penalty = (
-            proximal_term(model, model, self.cfg["proximal-mu"]) if self.cfg["proximal-mu"] > 0 else None
-        )
-        if self.cfg["ditto-mu"] > 0:
+        mu = self.settings["proximal-mu"]
+        penalty = proximal_term(model, model, mu) if mu > 0 else None
+        if self.settings["ditto-mu"] > 0:
             self._ditto_step(self.state(content), content["arrays"], loss, lr, epochs, rnd)
         train_loss = self.fit(model, optimizer, loss, epochs, rnd, penalty)
         return RecordDict(
@@ -292,7 +292,7 @@ class DecisionClient:
     ) -> None:
         """Ditto: E epochs on ``loss(v) + (mu/2)||v - w_global||^2`` for the persistent personal model v."""
         personal = self.stored_model(state, "personal") or self.model(global_arrays)
-        penalty = proximal_term(personal, self.model(global_arrays), self.cfg["ditto-mu"])
+        penalty = proximal_term(personal, self.model(global_arrays), self.settings["ditto-mu"])
         self.fit(personal, torch.optim.Adam(personal.parameters(), lr=lr), loss, epochs, rnd, penalty)
         state.set_arrays("personal", personal.state_dict())
 
@@ -319,7 +319,7 @@ class DecisionClient:
 
     def train_personalize(self, content: RecordDict) -> RecordDict:
         """All personalization rounds t = 1..R_per, locally (ALGORITHMS.md 1.4)."""
-        cfg, config = self.cfg, content["config"]
+        cfg, config = self.settings, content["config"]
         state = self.state(content)
         lam0, lr0 = float(config["lam"]), float(config["lr"])
         name = phase_loss(cfg, "personal")
@@ -328,7 +328,7 @@ class DecisionClient:
             lr0 = lr0 * cfg["rspo-alpha-personal"] / cfg["rspo-alpha"]
         sched = state.values("schedule")
         if sched is None:  # a fresh start from the global (or, local-only, the client's own) model
-            start = self.stored_model(state, "local") if cfg["strategy"] == "local-only" else None
+            start = self.stored_model(state, "local") if cfg["own-model"] else None
             model = start or self.model(content["arrays"])
             optimizer = torch.optim.Adam(model.parameters(), lr=lr0)
             sched = {"round": 0, "frozen-at": 0, "lam": lam0, "lr": lr0}
@@ -338,7 +338,7 @@ class DecisionClient:
             optimizer_from_state(optimizer, state.arrays("optimizer"), state.values("optimizer"))
         metrics: dict[str, float] = {}
         rounds = cfg["personal-rounds"]
-        monitor = np.random.default_rng(np.random.SeedSequence([cfg["seed"], MONITOR, self.pid]))
+        monitor = np.random.default_rng(np.random.SeedSequence([self.cfg["seed"], MONITOR, self.pid]))
         for t in range(1, rounds + 1):
             # Draw the monitor subset every round, also for rounds already done, to keep the stream aligned.
             index = torch.from_numpy(
@@ -402,12 +402,12 @@ class DecisionClient:
         lowest SPO+ loss; the local SPO+ model trains on the rest for ``interp-local-epochs`` epochs
         (to convergence: ~60 Adam steps, the warm start's budget, leave it far behind the federated
         model, and the blend would always pick the federated one)."""
-        cfg, poly, train = self.cfg, self.data.polytope, self.data.train
+        cfg, poly, train = self.settings, self.data.polytope, self.data.train
         n_cal = max(1, round(cfg["interp-split"] * len(train)))
         fit_part = DecisionSplit(train.x[:-n_cal], train.c[:-n_cal])
         cal = DecisionSplit(train.x[-n_cal:], train.c[-n_cal:])
         local = self.new_model()
-        lr = cfg["lr"]
+        lr = cfg["interp-lr"]
         loss = make_loss("spo+", fit_part, poly, cfg, 1.0, self.gen(NOISE, 2000))
         train_epochs(
             local,
@@ -450,7 +450,7 @@ class DecisionClient:
         metrics: dict[str, float] = {}
         state = self.state(content)
         models = {"per": self.stored_model(state, "personal")}
-        if self.cfg["strategy"] == "local-only":
+        if self.settings["own-model"]:
             models["per"] = models["per"] or self.stored_model(state, "local")
         else:
             models["fed"] = fed = self.model(content["arrays"])
@@ -459,7 +459,7 @@ class DecisionClient:
                 metrics.update({f"{prefix}-{k}": v for k, v in decision_metrics(model, test, poly).items()})
                 val = decision_metrics(model, self.data.val, poly)["relative-regret"]
                 metrics[f"{prefix}-val-relative-regret"] = val
-        if self.cfg["interp-dffl"] and self.cfg["strategy"] != "local-only":
+        if self.settings["interp-dffl"] and not self.settings["own-model"]:
             metrics.update({f"interp-{k}": v for k, v in self.interp_dffl(fed).items()})
         metrics["num-examples"] = len(test)
         return RecordDict({"metrics": MetricRecord(metrics)})

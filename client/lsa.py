@@ -20,6 +20,7 @@ round k (strategies/lsa.py).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -110,9 +111,10 @@ class LSAClient:
 
     handles: ClassVar[tuple[str, ...]] = ("query.info", "train", "evaluate")
 
-    def __init__(self, session: ClientSession, context: Context) -> None:
+    def __init__(self, session: ClientSession, context: Context, settings: Mapping[str, Any]) -> None:
         self.session = session
-        self.cfg = session.cfg
+        self.cfg = session.cfg  # the problem's keys only (seed, data)
+        self.settings = settings  # the method: the message's ConfigRecord (strategy's client_settings)
         self.agent = session.data()
         self.context = context
 
@@ -127,20 +129,20 @@ class LSAClient:
                         "num-partitions": self.session.num_partitions,
                     }
                 ),
-                "metrics": MetricRecord({"num-examples": self.cfg["lsa-batch"]}),
+                "metrics": MetricRecord({"num-examples": self.settings["lsa-batch"]}),
             }
         )
 
     def residual(self, theta: np.ndarray, iteration: int) -> np.ndarray:
         """``g_c^t(theta) = A_c theta - b_c`` on iteration ``t``'s samples (or the exact means)."""
-        if self.cfg["lsa-exact"]:
+        if self.settings["lsa-exact"]:
             return self.agent.A_bar @ theta - self.agent.b_bar
         rng = sample_rng(self.cfg["seed"], self.session.partition_id, iteration)
-        return self.agent.g(theta, rng, self.cfg["lsa-batch"])
+        return self.agent.g(theta, rng, self.settings["lsa-batch"])
 
     def log(self, config: ConfigRecord) -> RoundLog:
         state = self.session.state(self.context, str(config["run-name"]))
-        return RoundLog(state, self.cfg["checkpoint-every"])
+        return RoundLog(state, self.settings["checkpoint-every"])
 
     @staticmethod
     def last_round(config: ConfigRecord, default: int) -> int:

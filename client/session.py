@@ -1,8 +1,10 @@
-"""What one ClientApp invocation knows: its run config, its partition, its data, its state.
+"""What one ClientApp invocation knows: its problem config, its partition, its data, its state.
 
 A node learns which private partition it holds from its node config
 (``partition-id``, ``num-partitions``, optional ``data-path`` and ``state-dir``),
-never from the server. Data are loaded once per process and partition.
+never from the server. Of the run config a client sees only the problem's keys
+(:data:`hetfed.config.PROBLEM_KEYS`): the method's values arrive in each message.
+Data are loaded once per process, problem config and partition.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 from flwr.app import Context
 
 from client.state import ClientState
-from hetfed.config import validate
+from hetfed.config import PROBLEM_KEYS, validate
 from problems.registry import get_problem
 
 
@@ -32,17 +34,28 @@ class SiloDataError(NodeConfigError):
     """This partition's data could not be loaded; the message names the partition and the file."""
 
 
+class ProblemConfig(dict[str, Any]):
+    """The problem keys of a validated run config; reading any other key is an error that says
+    where the value comes from instead (the message)."""
+
+    def __missing__(self, key: str) -> Any:
+        raise KeyError(
+            f"{key!r} is not a problem key of the run config: a client handler takes the method's "
+            "values from the message's ConfigRecord (the strategy's client_settings)"
+        )
+
+
 @dataclass
 class ClientSession:
     """The validated view of one ClientApp call."""
 
-    cfg: dict[str, Any]
+    cfg: ProblemConfig
     partition_id: int
     num_partitions: int
     data_path: Path | None
     state_dir: Path | None
     node_id: int
-    cfg_json: str = ""  # the validated config as sorted JSON: the per-process data cache's key
+    cfg_json: str = ""  # the problem config as sorted JSON: the per-process data cache's key
 
     @classmethod
     def from_context(cls, context: Context) -> ClientSession:
@@ -61,7 +74,7 @@ class ClientSession:
         if data_path is not None and not data_path.exists():
             raise NodeConfigError(f"partition {pid} of {n}: data-path '{data_path}' does not exist")
         state_dir = Path(str(nc["state-dir"])) if nc.get("state-dir") else None
-        return cls(dict(cfg), pid, n, data_path, state_dir, context.node_id, cfg_json)
+        return cls(ProblemConfig(cfg), pid, n, data_path, state_dir, context.node_id, cfg_json)
 
     def data(self) -> Any:
         """This partition's private data (cached per process); a failure names the partition."""
@@ -83,9 +96,10 @@ class ClientSession:
 
 @functools.lru_cache(maxsize=16)
 def _validated(run_config: tuple[tuple[str, Any], ...]) -> tuple[dict[str, Any], str]:
-    """The validated run config and its JSON, once per process and config (every message of a run
-    carries the same run config; validating it costs as much as a small client's whole step)."""
-    cfg = validate(dict(run_config))
+    """The problem keys of the validated run config and their JSON, once per process and config
+    (every message of a run carries the same run config; validating it costs as much as a small
+    client's whole step)."""
+    cfg = {k: v for k, v in validate(dict(run_config)).items() if k in PROBLEM_KEYS}
     return cfg, json.dumps(cfg, sort_keys=True)
 
 
@@ -93,6 +107,6 @@ def _validated(run_config: tuple[tuple[str, Any], ...]) -> tuple[dict[str, Any],
 # cache smaller than the node count would reload every client's data on every message.
 @functools.lru_cache(maxsize=256)
 def _load(cfg_json: str, partition_id: int, num_partitions: int, data_path: str) -> Any:
-    cfg = json.loads(cfg_json)
+    cfg = ProblemConfig(json.loads(cfg_json))
     spec = get_problem(cfg["problem"])
     return spec.load_client(cfg, partition_id, num_partitions, Path(data_path) if data_path else None)

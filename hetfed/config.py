@@ -247,6 +247,19 @@ SCHEMA: dict[str, Key] = {
 }
 
 
+# The keys a ClientApp reads from its run config: which problem, and how its data are made or read
+# (problems/registry.py). Everything a client's handlers need for the method (losses, schedules,
+# step sizes, batch sizes, ...) arrives in each message's ConfigRecord, set by the strategy
+# (strategies/base.py, client_settings); client/session.py shows a client these keys only.
+PROBLEM_KEYS = frozenset(
+    {"problem", "seed", "n-train", "n-val", "n-test", "num-features", "degree"}
+    | {"num-items", "capacity-ratio", "eta-o", "eta-c", "eta-d"}  # knapsack
+    | {"energy-zones", "energy-exclude-storm", "energy-train-days"}
+    | {"grid-size", "sp-endpoints", "sp-terrain", "sp-noise"}  # shortest path
+    | {key for key in SCHEMA if key.startswith(("garnet-", "np-", "fair-", "rl-", "quadratic-"))}
+)
+
+
 def defaults() -> dict[str, Value]:
     """The default run config (the same values as pyproject.toml's [tool.flwr.app.config])."""
     return {name: key.default for name, key in SCHEMA.items()}

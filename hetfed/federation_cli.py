@@ -353,7 +353,7 @@ def add_federation_parser(sub: argparse._SubParsersAction) -> None:
         "--isolation",
         choices=["subprocess", "process"],
         default="subprocess",
-        help="subprocess: the SuperLink runs each ServerApp itself; process: a separate flower-superexec does",
+        help="subprocess: the SuperLink runs each ServerApp; process: a separate flower-superexec does",
     )
     link.add_argument("--silos", type=int, default=0, help="number of silos expected (for `status`)")
     _add_superlink_state_argument(link, "file", "a restarted SuperLink keeps the registered silo keys")

@@ -79,6 +79,7 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
             round_timeout=cfg["round-timeout"],
             audit=cfg["audit-traffic"],
             log=say,
+            settings=strategy.client_settings(),
         )
         pool.connect(run_name)
         summary = strategy.run(pool, store)

@@ -6,7 +6,9 @@ a node holds, from its node config), so that the same seed samples the same
 clients on every engine. :class:`ClientPool` discovers the partition of every
 node with a ``query.info`` exchange, sends per-partition messages, maps replies
 (and errors, which the SuperLink may send on a node's behalf) back to partitions,
-and records one results row per client and exchange.
+and records one results row per client and exchange. Every message it builds carries the
+strategy's client settings (``settings``: the client handler's name and the method values it
+reads) in its ConfigRecord, beside the exchange's own values.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,8 +56,10 @@ class ClientPool:
         round_timeout: float,
         audit: bool = False,
         log: Callable[[str], None] = print,
+        settings: Mapping[str, Any] | None = None,
     ) -> None:
         self.grid = grid
+        self.settings = dict(settings or {})
         self.store = store
         self.required = required
         self.wait_timeout = wait_timeout
@@ -108,8 +112,12 @@ class ClientPool:
             )
         for (pid, node), (name, reason) in zip(found.bad_keys(), self.left_out.items(), strict=True):
             self.store.add_row(  # also when the run cannot go on: each refusal is in rounds.csv
-                round=0, exchange="query.info", **{"partition-id": "" if pid is None else pid},
-                client=name, status="failed", error=reason,
+                round=0,
+                exchange="query.info",
+                **{"partition-id": "" if pid is None else pid},
+                client=name,
+                status="failed",
+                error=reason,
             )
             self.log(f"{name} is left out (node {node}): {reason}")
         expected = found.expected(self.required)
@@ -155,7 +163,7 @@ class ClientPool:
         """Ask ``node_ids`` for their partition; record the answers and the failures in ``found``."""
         if not node_ids:
             return
-        content = RecordDict({"config": ConfigRecord({"run-name": run_name})})
+        content = self.with_settings(RecordDict({"config": ConfigRecord({"run-name": run_name})}))
         msgs = [Message(content, dst_node_id=n, message_type="query.info", group_id="0") for n in node_ids]
         replies, refused = self._push_pull(msgs)
         infos: dict[int, dict[str, Any]] = {}
@@ -218,13 +226,19 @@ class ClientPool:
     def message(
         self, partition_id: int, message_type: str, content: RecordDict, server_round: int
     ) -> Message:
-        """An instruction for the node holding ``partition_id``."""
+        """An instruction for the node holding ``partition_id`` (with the client settings)."""
         return Message(
-            content,
+            self.with_settings(content),
             dst_node_id=self.clients[partition_id].node_id,
             message_type=message_type,
             group_id=str(server_round),
         )
+
+    def with_settings(self, content: RecordDict) -> RecordDict:
+        """``content`` with the client settings added to its ConfigRecord (a new RecordDict: one
+        content may be sent to several clients)."""
+        config = content["config"] if "config" in content else {}
+        return RecordDict({**content, "config": ConfigRecord({**self.settings, **config})})
 
     def partition_of(self, reply: Message) -> int:
         """The partition a reply came from."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
@@ -28,7 +28,16 @@ from server.store import RunStore
 
 
 class FederatedStrategy(Strategy):
-    """Base class: subclasses implement the four Flower hooks, ``setup``/``finish`` and state."""
+    """Base class: subclasses implement the four Flower hooks, ``setup``/``finish`` and state.
+
+    The message contract: every instruction's ConfigRecord carries :meth:`client_settings`, the
+    name of the client handler that serves the strategy (``client``) and the run-config values
+    its handlers read (``client_keys``), so a client takes the method from the message and
+    its run config only for its problem and data.
+    """
+
+    client_handler: ClassVar[str] = ""  # the client class that serves this strategy (client/app.py)
+    client_keys: ClassVar[tuple[str, ...]] = ()  # run-config keys its handlers read
 
     def __init__(self, cfg: Mapping[str, Any], initial_arrays: ArrayRecord | None = None) -> None:
         self.cfg = dict(cfg)
@@ -37,6 +46,10 @@ class FederatedStrategy(Strategy):
         self.history: dict[int, dict[str, float]] = {}  # round -> aggregate metrics
 
     # --- what subclasses provide ---------------------------------------------------------
+    def client_settings(self) -> dict[str, Any]:
+        """What every message to a client carries besides the exchange's own values."""
+        return {"client": self.client_handler, **{key: self.cfg[key] for key in self.client_keys}}
+
     @property
     def num_rounds(self) -> int:
         return int(self.cfg["num-rounds"])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
@@ -12,6 +12,35 @@ from flwr.serverapp import Grid
 from hetfed.records import to_numpy, to_record
 from server.summary import summarize
 from strategies.base import FederatedStrategy, ceil_fraction, checked_arrays
+
+# What the decision client's handlers read (client/decision_client.py): the model, the losses and
+# their parameters, the FedProx / Ditto terms and the personalization schedule.
+DECISION_CLIENT_KEYS = (
+    "loss",
+    "hidden",
+    "batch-size",
+    "clip-norm",
+    "proximal-mu",
+    "ditto-mu",
+    "rspo-alpha",
+    "rspo-alpha-personal",
+    "personal-rounds",
+    "personal-epochs",
+    "anneal",
+    "kappa-lam",
+    "kappa-lr",
+    "coupled-lr",
+    "freeze-tau",
+    "freeze-extra-rounds",
+    "monitor-size",
+    "perturb-eps",
+    "perturb-samples",
+    "optnet-mult",
+    "optnet-backend",
+    "interp-dffl",
+    "interp-split",
+    "interp-local-epochs",
+)
 
 
 class FedAvg(FederatedStrategy):
@@ -26,11 +55,19 @@ class FedAvg(FederatedStrategy):
     After the last round every client evaluates ``w_T`` on its own test set.
     """
 
+    client_handler = "decision"
+    client_keys = DECISION_CLIENT_KEYS
+    own_model: ClassVar[bool] = False  # local-only: each client trains and evaluates its own model
+
     def __init__(self, cfg: Mapping[str, Any], initial_arrays: ArrayRecord) -> None:
         super().__init__(cfg, initial_arrays)
         # A stream of its own, so sampling is the same whatever the loss or batch order.
         self.rng = np.random.default_rng(np.random.SeedSequence([int(cfg["seed"]), 7]))
         self.final: dict[str, Any] = {}
+
+    def client_settings(self) -> dict[str, Any]:
+        # Interp-DFFL's local model trains with the run's lr (a train message's "lr" is the client's).
+        return {**super().client_settings(), "own-model": self.own_model, "interp-lr": self.cfg["lr"]}
 
     def participants(self) -> list[int]:
         """The partitions taking part in the run (every connected client)."""

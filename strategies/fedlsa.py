@@ -34,6 +34,7 @@ class FedLSA(LSAStrategy):
 
     broadcast_key = "theta"
     reply_key = "theta"
+    client_handler = "lsa-local-steps"
 
     def __init__(self, cfg: Mapping[str, Any]) -> None:
         dim = get_problem(cfg["problem"]).model_dims(cfg)[0]
@@ -53,3 +54,5 @@ class FedLSA(LSAStrategy):
 
 class SCAFFLSA(FedLSA):
     """FedLSA whose clients correct their local steps with control variates (server unchanged)."""
+
+    client_handler = "lsa-control-variates"

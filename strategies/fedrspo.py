@@ -142,6 +142,8 @@ class LocalOnly(FedRSPO):
     """Local-only baseline: the same calibration, rounds and schedules, but every client trains
     its own model on its own data every round and nothing is averaged (no model crosses the wire)."""
 
+    own_model = True
+
     def sample(self) -> list[int]:
         return self.participants()  # every client, every round
 

@@ -39,8 +39,6 @@ from server.pool import FederationError
 from server.summary import summarize
 from strategies.base import FederatedStrategy
 
-LSA_STRATEGIES = ("pflsa", "fedlsa", "scafflsa", "single-lsa")
-
 
 def check_lsa_config(cfg: Mapping[str, Any]) -> None:
     """Cross-key checks of an LSA run: the problem must be an LSA task, and a valid Garnet."""
@@ -66,6 +64,7 @@ class LSAStrategy(FederatedStrategy):
 
     broadcast_key: ClassVar[str | None] = None
     reply_key: ClassVar[str | None] = None
+    client_keys = ("lsa-batch", "lsa-exact", "checkpoint-every")  # client/lsa.py's oracle and log
 
     def __init__(self, cfg: Mapping[str, Any], initial_arrays: ArrayRecord | None = None) -> None:
         check_lsa_config(cfg)
@@ -262,3 +261,5 @@ class SingleLSA(LSAStrategy):
 
     No arrays cross the wire; rounds exist only to drive the clients and collect the error.
     """
+
+    client_handler = "lsa-alone"

@@ -28,6 +28,7 @@ class PFLSA(LSAStrategy):
 
     broadcast_key = "g-bar"
     reply_key = "g"
+    client_handler = "lsa-mixing"
 
     def __init__(self, cfg: Mapping[str, Any]) -> None:
         if cfg["lsa-local-steps"] != 1:

@@ -161,6 +161,9 @@ def resolve_steps(cfg: Mapping[str, Any], num_clients: int) -> Steps:
 class ConstrainedRounds(FederatedStrategy):
     """The two-exchange round of ALGORITHMS.md 2 with the method's decision left to :meth:`plan`."""
 
+    client_handler = "constrained"
+    client_keys = ("batch-zeta", "batch-size")  # client/constrained.py's query and local steps
+
     def __init__(self, cfg: Mapping[str, Any], initial_arrays: ArrayRecord) -> None:
         super().__init__(cfg, initial_arrays)
         self.rng = np.random.default_rng(np.random.SeedSequence([int(cfg["seed"]), SAMPLING_STREAM]))

@@ -10,12 +10,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from pkgutil import resolve_name
 
 import pytest
 
 from client.app import CLIENTS, MESSAGE_TYPES, client_class
-from hetfed.config import STRATEGIES
-from strategies.registry import CONSTRAINED, DECISION, LSA
+from hetfed.config import STRATEGIES, validate
+from strategies.registry import CONSTRAINED, DECISION, LSA, build_strategy
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "scipy", "matplotlib", "sklearn", "gymnasium")
@@ -32,7 +33,7 @@ from client.app import app
 from hetfed.config import validate
 from hetfed.records import to_record
 
-strategy, problem, state_dir = sys.argv[1:4]
+strategy, problem, state_dir, settings = sys.argv[1:4] + [json.loads(sys.argv[4])]
 TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
 run_config = {"strategy": strategy, "problem": problem, "seed": 5, "num-rounds": 2}
 nodes = {"partition-id": 1, "num-partitions": 3, "state-dir": state_dir}
@@ -41,8 +42,8 @@ def context():
     return Context(run_id=1, node_id=7, node_config=nodes, state=RecordDict(), run_config=run_config)
 
 def send(ctx, kind, server_round=0):
-    config = {"run-name": "r", "server-round": server_round, "report": True, "eta": 0.5, "beta": 0.5,
-              "local-steps": 2}
+    config = {**settings, "run-name": "r", "server-round": server_round, "report": True, "eta": 0.5,
+              "beta": 0.5, "local-steps": 2}
     content = RecordDict({"config": ConfigRecord(config)})
     if server_round:
         zeros = np.zeros(validate(run_config)["garnet-dim"])
@@ -53,7 +54,7 @@ def send(ctx, kind, server_round=0):
 
 ctx = context()
 metrics = [send(ctx, "query.info")]
-if sys.argv[4:] == ["rounds"]:
+if sys.argv[5:] == ["rounds"]:
     metrics += [send(ctx, "train", 1), send(ctx, "train", 2), send(ctx, "evaluate", 2)]
     metrics.append(send(context(), "evaluate", 2))  # restored from state-dir
 torch = sys.modules.get("torch")
@@ -78,8 +79,17 @@ def fresh_python(script: str, *args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def client_settings(strategy: str, problem: str) -> str:
+    """What the strategy's messages carry for its client (JSON), from the strategy it builds."""
+    cfg = validate({"strategy": strategy, "problem": problem, "seed": 5, "num-rounds": 2})
+    return json.dumps(build_strategy(cfg).client_settings())
+
+
 def test_the_client_table_covers_every_strategy_and_message_type() -> None:
-    assert sorted(CLIENTS) == sorted(STRATEGIES) == sorted({**DECISION, **CONSTRAINED, **LSA})
+    registry = {**DECISION, **CONSTRAINED, **LSA}
+    assert sorted(registry) == sorted(STRATEGIES)
+    # Every strategy names a client class the ClientApp has, and every client class serves one.
+    assert {resolve_name(path).client_handler for path in registry.values()} == set(CLIENTS)
     handled = {kind for name in CLIENTS for kind in client_class(name).handles}
     assert sorted(MESSAGE_TYPES) == sorted(handled)
 
@@ -91,7 +101,7 @@ def test_loading_the_client_app_imports_no_torch() -> None:
 
 @pytest.mark.parametrize("strategy", sorted(LSA))
 def test_an_lsa_client_runs_its_rounds_without_torch(tmp_path: Path, strategy: str) -> None:
-    out = fresh_python(SEND, strategy, "garnet", str(tmp_path), "rounds")
+    out = fresh_python(SEND, strategy, "garnet", str(tmp_path), client_settings(strategy, "garnet"), "rounds")
     assert out["loaded"] == [], out["loaded"]
     assert out["metrics"][0]["num-examples"] == 1
     restored, final = out["metrics"][-1], out["metrics"][-2]
@@ -106,7 +116,7 @@ def test_an_lsa_client_runs_its_rounds_without_torch(tmp_path: Path, strategy: s
 def test_decision_and_constrained_clients_still_import_torch_on_one_thread(
     tmp_path: Path, strategy: str, problem: str
 ) -> None:
-    out = fresh_python(SEND, strategy, problem, str(tmp_path))
+    out = fresh_python(SEND, strategy, problem, str(tmp_path), client_settings(strategy, problem))
     assert "torch" in out["loaded"]
     assert out["threads"] == 1
 
