@@ -29,11 +29,11 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, RecordDic
 
 from client.decision import BatchLoss, batch_generator, decision_metrics, train_epochs
 from client.losses import dpo_loss, mse_loss, optnet_loss, pfyl_loss, rspo_plus_loss, spo_plus_loss
-from client.models import load_record, make_mlp, model_record
 from client.session import ClientSession
 from client.state import ClientState, optimizer_from_state, optimizer_to_state
 from problems.base import DecisionClientData, DecisionSplit
 from problems.metrics import qp_lp_gap
+from problems.models import load_record, make_mlp, model_record
 
 # Random streams of a client (ALGORITHMS.md 1.5: separate streams for batches, noise, monitor).
 BATCHES, NOISE, MONITOR, LOCAL_INIT = 2, 3, 4, 5

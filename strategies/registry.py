@@ -49,7 +49,7 @@ def build_strategy(cfg: Mapping[str, Any]) -> FederatedStrategy:
             f"but {spec.name!r} is a {spec.family} problem"
         )
     if name in DECISION:
-        from client.models import make_mlp, model_record
+        from problems.models import make_mlp, model_record
         from strategies.fedrspo import check_config
 
         check_config(cfg)
@@ -58,7 +58,7 @@ def build_strategy(cfg: Mapping[str, Any]) -> FederatedStrategy:
             cfg, model_record(make_mlp(in_dim, cfg["hidden"], out_dim, seed=cfg["seed"]))
         )
     if name in CONSTRAINED:
-        from client.models import model_record
+        from problems.models import model_record
 
         return resolve_name(CONSTRAINED[name])(cfg, model_record(spec.make_model(cfg)))
     if name in LSA:

@@ -18,9 +18,9 @@ import torch
 
 from client.decision import batch_generator, decision_metrics, train_epochs
 from client.decision_client import BATCHES, MONITOR, NOISE, calibrate, make_loss
-from client.models import make_mlp
 from hetfed.config import validate
 from problems.metrics import qp_lp_gap
+from problems.models import make_mlp
 from problems.registry import get_problem
 
 

@@ -13,12 +13,13 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from client.app import app as client_app
 from client.decision_client import CalibrationError, calibrate, proximal_term
-from client.models import make_mlp, model_record
 from hetfed.config import ConfigError, validate
 from hetfed.engines.inline import InlineGrid, node_configs, run_inline
 from problems.base import DecisionClientData, DecisionSplit
 from problems.knapsack import KnapsackParams, client_law, load_client
+from problems.models import make_mlp, model_record
 from problems.polytope import KnapsackPolytope
+from strategies.registry import build_strategy
 
 SMALL = {
     "strategy": "fedrspo",
@@ -160,12 +161,9 @@ def personalize(cfg: dict, state_dir: Path | None = None, context: Context | Non
     node = {"partition-id": 1, "num-partitions": 4, **({"state-dir": str(state_dir)} if state_dir else {})}
     context = context or Context(run_id=1, node_id=7, node_config=node, state=RecordDict(), run_config=full)
     model = make_mlp(8, 64, full["num-items"], seed=full["seed"])
-    content = RecordDict(
-        {
-            "arrays": model_record(model),
-            "config": ConfigRecord({"run-name": "p", "server-round": 3, "lam": 0.8, "lr": 0.002}),
-        }
-    )
+    settings = build_strategy(full).client_settings()  # the method, as the strategy sends it
+    exchange = {"run-name": "p", "server-round": 3, "lam": 0.8, "lr": 0.002}
+    content = RecordDict({"arrays": model_record(model), "config": ConfigRecord({**settings, **exchange})})
     ins = Message(content, dst_node_id=7, message_type="train.personalize")
     reply = client_app(ins, context)
     assert not reply.has_error(), reply.error

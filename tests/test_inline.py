@@ -11,10 +11,10 @@ import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
 from client.app import app as client_app
-from client.models import make_mlp
 from hetfed.config import ConfigError
 from hetfed.engines.inline import InlineGrid, node_configs, run_inline
 from hetfed.records import to_numpy, to_record
+from problems.models import make_mlp
 from server.app import run_server
 from server.pool import FederationError
 
@@ -220,7 +220,7 @@ def test_client_data_never_reaches_the_server_store(tmp_path: Path) -> None:
 
 def test_wrong_array_record_is_an_error_not_a_crash() -> None:
     """A reply whose arrays cannot load into the model is refused by load_record, by name."""
-    from client.models import load_record
+    from problems.models import load_record
 
     with pytest.raises(RuntimeError, match="size mismatch|Missing key"):
         load_record(make_mlp(2, 3, 1, seed=0), ArrayRecord({}))

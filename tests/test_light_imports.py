@@ -153,6 +153,6 @@ def test_an_inline_pflsa_run_loads_torch_only_for_the_server_store() -> None:
     assert out["iteration"] == 3
     assert {"client.lsa", "problems.garnet", "strategies.pflsa"} <= set(out["modules"])
     assert set(out["holders"]) <= {"server.store"}, out["holders"]
-    light = ("client.models", "client.decision_client", "client.constrained", "problems.constrained")
+    light = ("problems.models", "client.decision_client", "client.constrained", "problems.constrained")
     assert not set(light) & set(out["modules"])
     assert not {"scipy", "matplotlib", "sklearn", "gymnasium"} & set(out["loaded"])

@@ -32,10 +32,10 @@ from pathlib import Path
 
 import pytest
 
-from client.models import make_mlp
 from hetfed.config import parse_assignments
 from hetfed.engines.flower import flower_env
 from hetfed.engines.runner import run_experiment
+from problems.models import make_mlp
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.deployment

@@ -10,8 +10,8 @@ import torch
 from flwr.app import Array, ArrayRecord, RecordDict
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
-from client.models import load_record, make_mlp, model_record
 from hetfed.records import PACKED_PREFIX, to_numpy, to_record
+from problems.models import load_record, make_mlp, model_record
 from strategies.base import checked_arrays
 
 

@@ -8,7 +8,7 @@ import pytest
 from flwr.app import Context, RecordDict
 
 from client.session import ClientSession, _load
-from hetfed.config import ConfigError
+from hetfed.config import PROBLEM_KEYS, ConfigError
 from hetfed.engines.inline import node_configs, run_inline
 
 
@@ -34,12 +34,25 @@ def test_every_inline_partition_loads_its_data_once(tmp_path: Path) -> None:
 
 
 def test_sessions_share_the_validation_but_not_the_config_dict() -> None:
-    ctx = context({"strategy": "pflsa", "problem": "garnet", "lsa-eta": 0.5})
+    ctx = context({"strategy": "pflsa", "problem": "garnet", "garnet-dim": 4})
     first = ClientSession.from_context(ctx)
-    first.cfg["lsa-eta"] = 99.0  # a client that scribbles on its config must not change the next one's
+    first.cfg["garnet-dim"] = 99  # a client that scribbles on its config must not change the next one's
     second = ClientSession.from_context(ctx)
-    assert second.cfg["lsa-eta"] == 0.5 and second.cfg["lsa-batch"] == 1  # validated: defaults filled in
+    assert second.cfg["garnet-dim"] == 4 and second.cfg["garnet-states"] == 10  # defaults filled in
     assert second.cfg_json == first.cfg_json
+
+
+def test_a_client_sees_only_the_problem_keys_of_its_run_config() -> None:
+    """The method's values come in the message: reading one from the run config is an error."""
+    ctx = context({"strategy": "pflsa", "problem": "garnet", "lsa-eta": 0.5, "lsa-batch": 3})
+    session = ClientSession.from_context(ctx)
+    assert set(session.cfg) == PROBLEM_KEYS and session.cfg["problem"] == "garnet"
+    for method_key in ("lsa-eta", "lsa-batch", "strategy", "loss", "num-rounds"):
+        with pytest.raises(KeyError, match=f"'{method_key}' is not a problem key.*message"):
+            session.cfg[method_key]
+    # Runs that differ in the method only share the data cache entry.
+    other = ClientSession.from_context(context({"strategy": "fedlsa", "problem": "garnet", "lsa-eta": 0.1}))
+    assert other.cfg_json == session.cfg_json
 
 
 def test_a_bad_run_config_is_refused_on_every_message() -> None:

@@ -235,9 +235,9 @@ def final_model(run_dir: Path, cfg: Mapping[str, Any]) -> Any:
     """A run's final federated model (ERCOT features -> 24 prices), read from its checkpoint."""
     import torch
 
-    from client.models import make_mlp
     from hetfed.config import validate
     from problems.energy import FEATURE_NAMES, HOURS
+    from problems.models import make_mlp
 
     arrays = torch.load(run_dir / "checkpoint.pt", weights_only=False)["strategy"]["arrays"]
     model = make_mlp(len(FEATURE_NAMES), validate(cfg)["hidden"], HOURS, seed=0)

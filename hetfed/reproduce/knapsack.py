@@ -158,8 +158,8 @@ def centralized(row: str, seed: int, loss: str, clients: int, quick: bool) -> fl
 
     from client.decision import batch_generator, clip_per_array, decision_metrics
     from client.decision_client import calibrate, make_loss
-    from client.models import make_mlp
     from hetfed.config import validate
+    from problems.models import make_mlp
     from problems.registry import get_problem
 
     torch.set_num_threads(1)  # tiny matrices: more threads only spin (and fight the worker processes)

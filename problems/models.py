@@ -1,4 +1,4 @@
-"""Models the clients train, and their conversion to and from Flower records."""
+"""The decision problems' model (features -> costs MLP), and its conversion to and from Flower records."""
 
 from __future__ import annotations
 
