@@ -16,8 +16,9 @@ from flwr.supercore.run import RunNotRunningException
 from hetfed.config import ConfigError, validate
 from hetfed.runtime.waits import shorten_object_pull_backoff
 from server.pool import ClientPool, FederationError
+from server.report import report_markdown
+from server.rounds import run_rounds
 from server.store import RunStore, StoreError, load_checkpoint_file, run_path
-from server.summary import report_markdown
 
 app = ServerApp()
 
@@ -82,7 +83,7 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
             settings=strategy.client_settings(),
         )
         pool.connect(run_name)
-        summary = strategy.run(pool, store)
+        summary = run_rounds(strategy, pool, store)
         status, error = "completed", ""
     except (KeyboardInterrupt, SystemExit, RunNotRunningException) as exc:  # signals, `flwr stop`: resumable
         status, error = "interrupted", interrupt_reason(exc)

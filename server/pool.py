@@ -25,12 +25,9 @@ from flwr.serverapp import Grid
 
 from hetfed.records import to_numpy
 from server.store import RunStore
+from strategies.base import FederationError
 
 POLL_INTERVAL = 0.1  # seconds between pulls (Flower's own loop sleeps 3 s)
-
-
-class FederationError(RuntimeError):
-    """The federation cannot run (missing clients, inconsistent partitions, failed discovery)."""
 
 
 @dataclass(frozen=True)

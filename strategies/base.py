@@ -1,30 +1,57 @@
-"""The round loop every hetfed strategy shares: Flower's hooks over partitions, with checkpoints.
+"""What every hetfed strategy is: Flower's four hooks over clients addressed by partition.
 
 A strategy is a Flower :class:`~flwr.serverapp.strategy.Strategy`: per round,
 ``configure_train`` builds the instructions (it may run a first exchange itself,
 e.g. a query for scalars), ``aggregate_train`` folds the replies into the server
-state, then ``configure_evaluate`` / ``aggregate_evaluate`` likewise. What Flower's
-own ``start()`` lacks, :meth:`FederatedStrategy.run` adds: clients addressed by
-partition (``self.pool``), a ``setup`` exchange before round 1 and a ``finish``
-step after the last, a results row per client and exchange, and a checkpoint of
-the complete server state after every round, from which a run resumes.
+state, then ``configure_evaluate`` / ``aggregate_evaluate`` likewise. Beyond
+Flower's hooks it has ``setup`` (exchanges before round 1), ``finish`` (after the
+last round), ``state_dict`` / ``load_state_dict`` (its complete state, for
+checkpoints) and ``client_settings`` (what its clients read in every message).
+It holds the server's maths only: the round loop, the results and the checkpoints
+are the server's (server/rounds.py), and its clients are :class:`Clients`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from hetfed.records import to_numpy, to_record
-from server.interrupts import deferred
-from server.pool import ClientPool
-from server.store import RunStore
+
+
+class FederationError(RuntimeError):
+    """The federation cannot run (missing clients, inconsistent partitions, failed discovery,
+    every client lost); the message says which and why."""
+
+
+class Clients(Protocol):
+    """What a strategy uses of its clients (server.pool.ClientPool): partitions, names, exchanges."""
+
+    failed: dict[int, str]  # partition -> why, for the last exchange
+    log: Callable[[str], None]
+
+    @property
+    def partitions(self) -> list[int]: ...  # the connected partitions, sorted
+
+    def name(self, partition_id: int) -> str: ...
+
+    def message(
+        self, partition_id: int, message_type: str, content: RecordDict, server_round: int
+    ) -> Message: ...
+
+    def send(self, messages: Iterable[Message], server_round: int) -> list[Message]: ...
+
+    def partition_of(self, reply: Message) -> int: ...
+
+    def reject(self, reply: Message, reason: str) -> None: ...
+
+    def note(self, partition_id: int, **values: Any) -> None: ...
 
 
 class FederatedStrategy(Strategy):
@@ -42,7 +69,7 @@ class FederatedStrategy(Strategy):
     def __init__(self, cfg: Mapping[str, Any], initial_arrays: ArrayRecord | None = None) -> None:
         self.cfg = dict(cfg)
         self.arrays = initial_arrays
-        self.pool: ClientPool | None = None
+        self.pool: Clients | None = None  # set by the round loop
         self.history: dict[int, dict[str, float]] = {}  # round -> aggregate metrics
 
     # --- what subclasses provide ---------------------------------------------------------
@@ -60,6 +87,10 @@ class FederatedStrategy(Strategy):
     def finish(self) -> dict[str, Any]:
         """Final evaluation after the last round; returns ``{"clients": ..., "aggregate": ...}``."""
         return {"clients": {}, "aggregate": {}}
+
+    def final_models(self) -> dict[str, np.ndarray]:
+        """Models to keep beside the results after ``finish`` (``models.npz``). Default: none."""
+        return {}
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue after the current round (arrays as NumPy)."""
@@ -82,65 +113,15 @@ class FederatedStrategy(Strategy):
         """Log the strategy's settings (Flower calls this at start)."""
         self.log(f"{type(self).__name__}: {self.num_rounds} rounds")
 
-    # --- the loop ----------------------------------------------------------------------------
-    def run(self, pool: ClientPool, store: RunStore) -> dict[str, Any]:
-        """Setup (or restore the checkpoint), the rounds, then ``finish``; returns the summary."""
-        self.pool = pool
-        checkpoint = store.load_checkpoint()
-        if checkpoint is not None:
-            self.load_state_dict(checkpoint["strategy"])
-            first = int(checkpoint["round"]) + 1
-            store.drop_rows_after(first - 1)
-            self.log(f"resuming after round {first - 1} of {self.num_rounds}")
-        else:
-            self.summary()
-            self.setup()
-            with deferred():  # an interrupt never splits rounds.csv from the checkpoint
-                store.commit(0, self.num_rounds)
-                store.save_checkpoint({"round": 0, "strategy": self.state_dict()})
-            first = 1
-        for server_round in range(first, self.num_rounds + 1):
-            pool.refresh()  # a restarted SuperNode is back under a new node id
-            metrics: dict[str, float] = {}
-            config = ConfigRecord({"server-round": server_round, "run-name": store.run_name})
-            train = list(self.configure_train(server_round, self.arrays, config, pool.grid))
-            if train:
-                arrays, agg = self.aggregate_train(server_round, pool.send(train, server_round))
-                self.arrays = arrays if arrays is not None else self.arrays
-                metrics.update(dict(agg or {}))
-            evaluate = list(self.configure_evaluate(server_round, self.arrays, config, pool.grid))
-            if evaluate:
-                metrics.update(
-                    dict(self.aggregate_evaluate(server_round, pool.send(evaluate, server_round)) or {})
-                )
-            self.history[server_round] = metrics
-            store.add_row(
-                round=server_round, exchange="round", client="server", status="ok", error="", **metrics
-            )
-            every = int(self.cfg.get("checkpoint-every", 1))
-            if server_round == self.num_rounds or (every and server_round % every == 0):
-                with deferred():
-                    store.commit(server_round, self.num_rounds, metrics)
-                    store.save_checkpoint({"round": server_round, "strategy": self.state_dict()})
-                self.log(f"round {server_round}/{self.num_rounds} " + _fmt(metrics))
-        summary = self.finish()
-        if pool.left_out:  # clients left out at discovery (bad data): failed from the start
-            summary = {**summary, "failed": {**pool.left_out, **summary.get("failed", {})}}
-        return summary
-
     def start(  # Flower's entry point, for users who drive a strategy themselves
         self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600, **_: Any
     ) -> Result:
         raise NotImplementedError(
-            "hetfed strategies run through FederatedStrategy.run(pool, store) (see server/app.py)"
+            "hetfed strategies run through server.rounds.run_rounds(strategy, pool, store) (server/app.py)"
         )
 
     def log(self, text: str) -> None:
         (self.pool.log if self.pool is not None else print)(text)
-
-
-def _fmt(metrics: Mapping[str, float]) -> str:
-    return " ".join(f"{k}={v:.4g}" for k, v in metrics.items() if isinstance(v, int | float))
 
 
 def _arrays_to_numpy(arrays: ArrayRecord | None) -> dict[str, np.ndarray] | None:
@@ -153,12 +134,15 @@ def ceil_fraction(fraction: float, n: int) -> int:
 
 
 def checked_arrays(
-    received: ArrayRecord, model: Mapping[str, np.ndarray]
+    received: ArrayRecord | None, model: Mapping[str, np.ndarray]
 ) -> tuple[dict[str, np.ndarray] | None, str | None]:
     """``received`` as NumPy arrays if it can be aggregated against ``model``, else (None, why not).
 
-    Catches unreadable records, missing or extra arrays, wrong shapes and NaN/Inf values.
+    Catches a reply without arrays, unreadable records, missing or extra arrays, wrong shapes and
+    NaN/Inf values.
     """
+    if received is None:
+        return None, "the reply carries no arrays"
     try:
         got = to_numpy(received)
     except (ValueError, TypeError) as exc:  # a malformed packed layout from a broken client

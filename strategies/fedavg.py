@@ -10,8 +10,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 
 from hetfed.records import to_numpy, to_record
-from server.summary import summarize
 from strategies.base import FederatedStrategy, ceil_fraction, checked_arrays
+from strategies.summary import summarize
 
 # What the decision client's handlers read (client/decision_client.py): the model, the losses and
 # their parameters, the FedProx / Ditto terms and the personalization schedule.
@@ -109,7 +109,7 @@ class FedAvg(FederatedStrategy):
         usable: dict[int, RecordDict] = {}
         received: dict[int, dict[str, np.ndarray]] = {}
         for reply in replies:
-            arrays, problem = checked_arrays(reply.content["arrays"], w)
+            arrays, problem = checked_arrays(reply.content.get("arrays"), w)
             if problem is None:
                 pid = self.pool.partition_of(reply)
                 usable[pid], received[pid] = reply.content, arrays

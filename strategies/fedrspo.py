@@ -26,7 +26,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 
 from hetfed.config import ConfigError
-from server.pool import FederationError
+from strategies.base import FederationError
 from strategies.fedavg import FedAvg
 
 # Losses whose lr and lam come from the per-client calibration (the others use `lr`).

@@ -35,9 +35,8 @@ from flwr.serverapp import Grid
 from hetfed.config import ConfigError
 from hetfed.records import to_numpy, to_record
 from problems.registry import get_problem
-from server.pool import FederationError
-from server.summary import summarize
-from strategies.base import FederatedStrategy
+from strategies.base import FederatedStrategy, FederationError
+from strategies.summary import summarize
 
 
 def check_lsa_config(cfg: Mapping[str, Any]) -> None:

@@ -39,8 +39,8 @@ from flwr.serverapp import Grid
 from hetfed.config import ConfigError
 from hetfed.records import to_numpy, to_record
 from problems.constrained import theory_defaults
-from server.summary import summarize
 from strategies.base import FederatedStrategy, checked_arrays
+from strategies.summary import summarize
 
 SAMPLING_STREAM = 61  # the client-sampling RNG is default_rng(SeedSequence([seed, SAMPLING_STREAM]))
 
@@ -192,10 +192,7 @@ class ConstrainedRounds(FederatedStrategy):
             # F(w_0), G(w_0): the curves start at zero gradient evaluations.
             metrics = self._evaluate(self.pool.send(self._evaluate_messages(0), 0))
             metrics["grad-evals"] = 0
-            self.history[0] = metrics
-            self.pool.store.add_row(
-                round=0, exchange="round", client="server", status="ok", error="", **metrics
-            )
+            self.history[0] = metrics  # the round loop records it as round 0
 
     def sample(self) -> list[int]:
         """``I_k``: m partitions uniformly without replacement."""
@@ -251,13 +248,13 @@ class ConstrainedRounds(FederatedStrategy):
         updates: dict[int, dict[str, np.ndarray]] = {}
         for reply in replies:
             self.grad_evals += int(reply.content["metrics"]["local-steps"])
-            update, problem = checked_arrays(reply.content["arrays"], w)
+            update, problem = checked_arrays(reply.content.get("arrays"), w)
             if problem is None:
                 updates[self.pool.partition_of(reply)] = update
             else:
                 self.pool.reject(reply, problem)
         for pid, columns in plan.columns.items():
-            if pid in self.pool.clients and pid not in self.pool.failed:
+            if pid in self.pool.partitions and pid not in self.pool.failed:
                 self.pool.note(pid, **columns)
         metrics = {
             **plan.metrics,
@@ -328,11 +325,14 @@ class ConstrainedRounds(FederatedStrategy):
             }
         )
         self.final["aggregate"] = {**self.final.get("aggregate", {}), **extra}
+        return self.final
+
+    def final_models(self) -> dict[str, np.ndarray]:
+        """The last model and, when rounds were averaged, the average (``last/...``, ``average/...``)."""
         models = {f"last/{k}": v for k, v in to_numpy(self.arrays).items()}
         if self.count:
             models.update({f"average/{k}": v for k, v in to_numpy(self.average()).items()})
-        np.savez(self.pool.store.path / "models.npz", **models)
-        return self.final
+        return models
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -296,3 +296,19 @@ def test_sigint_stops_a_simulation_run_cleanly_and_resume_reaches_the_uninterrup
     for client, metrics in uninterrupted["clients"].items():
         for key, value in metrics.items():
             assert resumed["clients"][client][key] == pytest.approx(value, rel=1e-6), (client, key)
+
+
+def test_a_signal_that_arrives_as_the_run_completes_does_not_offer_a_resume(tmp_path: Path) -> None:
+    """The race of SIGINT with the last round: the run's summary decides what the one line says."""
+    from hetfed.engines.runner import RunInterrupted
+
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    stop = RunInterrupted(signal.SIGINT)
+    assert stop.describe(run_dir) == "interrupted by SIGINT before round 1 of r; nothing to resume"
+    (run_dir / "progress.json").write_text(json.dumps({"round": 3, "total": 5}))
+    (run_dir / "summary.json").write_text(json.dumps({"status": "interrupted"}))
+    line = stop.describe(run_dir)
+    assert "after round 3/5 of r" in line and "hetfed run --resume r" in line
+    (run_dir / "summary.json").write_text(json.dumps({"status": "completed"}))
+    assert stop.describe(run_dir) == f"SIGINT arrived as r completed; its results are final, in {run_dir}"

@@ -53,6 +53,8 @@ from hetfed.engines.flower import free_port
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.images import BASE_IMAGE, base_image_current, read_wheelhouse, requirements
 from tests.conftest import REPO
+from tests.http_probe import CLOSED
+from tests.http_probe import SOURCE as PROBE_SOURCE
 
 FILES = {"docker-compose.yml": False, "docker-compose.tls.yml": True}
 CACHE = Path(os.environ.get("HETFED_DOCKER_CACHE", "/var/cache/hetfed-docker"))
@@ -598,24 +600,6 @@ def test_the_compose_federation_runs_fedrspo_for_real(engine: Engine, name: str,
             assert entry["exchange"].startswith("query.") or not entry["configs"], entry
 
 
-# The Control, Runtime and registration paths a silo must not reach, and the health check it may.
-CLOSED = ["/v1/control/start-run", "/v1/control/list-runs", "/v1/control/register-node"]
-CLOSED += ["/v1/runtime/acquire-task", "/v1/fleet/%2e%2e/control/list-runs"]
-PROBE = """
-import json, ssl, sys, urllib.error, urllib.request
-base, ca, paths = sys.argv[1], sys.argv[2], sys.argv[3:]
-ctx = ssl.create_default_context(cafile=ca)
-out = {}
-for path in paths:
-    req = urllib.request.Request(base + path, data=None if path == "/health" else b"")
-    try:
-        out[path] = urllib.request.urlopen(req, timeout=10, context=ctx).status
-    except urllib.error.HTTPError as exc:
-        out[path] = exc.code
-    except OSError as exc:
-        out[path] = type(getattr(exc, "reason", exc)).__name__
-print(json.dumps(out))
-"""
 SECRET_CA = "/run/secrets/ca.crt"
 CANARY = "/tmp/hetfed-canary"  # the modified ClientApp module writes it when imported
 MODIFY = f"""
@@ -646,24 +630,19 @@ def test_the_tls_compose_closes_the_control_api_to_silos_and_pins_them_to_the_im
         host_port = port[0].split(":")[1]
         expected = {"/health": 200, **dict.fromkeys(CLOSED, 403)}
         from_host = subprocess.run(
-            [sys.executable, "-c", PROBE, f"https://127.0.0.1:{host_port}", ca, "/health", *CLOSED],
+            [sys.executable, "-c", PROBE_SOURCE, f"https://127.0.0.1:{host_port}", ca, "/health", *CLOSED],
             capture_output=True,
             text=True,
         )
         assert json.loads(from_host.stdout) == expected, from_host.stderr
+        probe = ["python", "-c", PROBE_SOURCE]
         for i in range(SILOS):  # each silo's SuperNode container, on the shared network
-            probe = [
-                "python",
-                "-c",
-                PROBE,
-                "https://superlink:8000",
-                "/run/secrets/ca.crt",
-                "/health",
-                *CLOSED,
-            ]
-            assert json.loads(fed.exec(f"supernode-{i}", *probe).stdout) == expected
-        own = ["python", "-c", PROBE, f"https://superlink:{LOCAL_PORT}", "/run/secrets/ca.crt", "/health"]
-        assert json.loads(fed.exec("supernode-0", *own).stdout) == {"/health": "ConnectionRefusedError"}
+            codes = fed.exec(
+                f"supernode-{i}", *probe, "https://superlink:8000", SECRET_CA, "/health", *CLOSED
+            )
+            assert json.loads(codes.stdout) == expected, codes
+        own = fed.exec("supernode-0", *probe, f"https://superlink:{LOCAL_PORT}", SECRET_CA, "/health")
+        assert json.loads(own.stdout) == {"/health": "ConnectionRefusedError"}, own
         # The host's flwr reaches the proxy only: listing runs there is refused.
         host_ls = subprocess.run(
             [str(FLWR), "ls", "hetfed-compose", "--format", "json"],

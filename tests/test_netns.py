@@ -37,35 +37,14 @@ from hetfed.engines.flower import flower_env
 from hetfed.engines.runner import run_experiment
 from problems.models import make_mlp
 from tests.conftest import REPO
+from tests.http_probe import CLOSED
+from tests.http_probe import SOURCE as PROBE_SOURCE
 
 pytestmark = pytest.mark.deployment
 
 BIN = Path(sys.executable).parent
 LINK_NAME = "superlink.hetfed.test"  # resolved through each namespace's /etc/netns/<ns>/hosts
 ADDRESSES = {"link": "10.77.0.1", "silo0": "10.77.0.10", "silo1": "10.77.0.11", "rogue": "10.77.0.99"}
-CLOSED = [  # Control API (start a run, list runs, register a key) and the Runtime API
-    "/v1/control/start-run",
-    "/v1/control/list-runs",
-    "/v1/control/register-node",
-    "/v1/runtime/acquire-task",
-    "/v1/runtime/pull-task-input",
-    "/v1/fleet/../control/list-runs",  # dot segments and encodings are resolved before matching
-    "/v1/fleet/%2e%2e/control/start-run",
-]
-PROBE = """\
-import json, ssl, sys, urllib.error, urllib.request
-ctx = ssl.create_default_context(cafile=sys.argv[2])
-codes = {}
-for path in sys.argv[3:]:
-    req = urllib.request.Request(sys.argv[1] + path, data=b"", method="POST" if path != "/health" else "GET")
-    try:
-        codes[path] = urllib.request.urlopen(req, timeout=10, context=ctx).status
-    except urllib.error.HTTPError as exc:
-        codes[path] = exc.code
-    except Exception as exc:
-        codes[path] = type(exc).__name__
-print(json.dumps(codes))
-"""
 FAST = ["num-items=10", "n-train=40", "n-test=30", "local-epochs=1", "num-rounds=2", "round-timeout=300.0"]
 
 
@@ -335,10 +314,10 @@ def test_tls_and_node_auth_federation_across_namespaces(hosts: Hosts, tmp_path: 
     public, internal = f"https://{LINK_NAME}:8000", f"https://{LINK_NAME}:8001"
     for name in ("silo0", "rogue"):
         ca = str(tls / "ca.crt")
-        codes = json.loads(hosts.run(name, [*py, PROBE, public, ca, "/health", *CLOSED], 60).stdout)
+        codes = json.loads(hosts.run(name, [*py, PROBE_SOURCE, public, ca, "/health", *CLOSED], 60).stdout)
         assert codes == {"/health": 200, **dict.fromkeys(CLOSED, 403)}, (name, codes)
-        direct = json.loads(hosts.run(name, [*py, PROBE, internal, ca, *CLOSED], 60).stdout)
-        assert set(direct.values()) == {"URLError"}, (name, direct)  # connection refused
+        direct = json.loads(hosts.run(name, [*py, PROBE_SOURCE, internal, ca, *CLOSED], 60).stdout)
+        assert set(direct.values()) == {"ConnectionRefusedError"}, (name, direct)
         # ... and with Flower's own CLI, as an intruder would try it.
         home = tmp_path / f"{name}-flwr"
         home.mkdir(exist_ok=True)

@@ -12,12 +12,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import ssl
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -26,26 +23,11 @@ from hetfed.credentials import write_certificates, write_node_key
 from hetfed.engines.flower import free_port
 from hetfed.proxy import find_nginx
 from tests.conftest import REPO
+from tests.http_probe import CLOSED, codes
 
 pytestmark = pytest.mark.deployment
 
 BIN = Path(sys.executable).parent
-CLOSED = ["/v1/control/start-run", "/v1/control/list-runs", "/v1/control/register-node"]
-CLOSED += ["/v1/runtime/acquire-task", "/v1/fleet/%2e%2e/control/list-runs"]
-
-
-def _codes(base: str, ca: Path, paths: list[str]) -> dict[str, int | str]:
-    ctx = ssl.create_default_context(cafile=str(ca))
-    out: dict[str, int | str] = {}
-    for path in paths:
-        req = urllib.request.Request(base + path, data=None if path == "/health" else b"")
-        try:
-            out[path] = urllib.request.urlopen(req, timeout=10, context=ctx).status
-        except urllib.error.HTTPError as exc:
-            out[path] = exc.code
-        except OSError as exc:
-            out[path] = type(exc).__name__
-    return out
 
 
 def _start(cmd: list[str], log: Path) -> subprocess.Popen:
@@ -105,8 +87,8 @@ def test_only_the_fleet_api_passes_the_proxy_and_node_auth_still_holds(tmp_path:
         assert (info["host"], info["link-port"], info["proxy"]) == ("127.0.0.1", port + 1, "nginx")
 
         public = f"https://127.0.0.1:{port}"
-        assert _codes(public, tls.ca, ["/health", *CLOSED]) == {"/health": 200, **dict.fromkeys(CLOSED, 403)}
-        assert _codes(f"https://127.0.0.1:{port + 1}", tls.ca, ["/health"]) == {"/health": 200}  # this host
+        assert codes(public, tls.ca, ["/health", *CLOSED]) == {"/health": 200, **dict.fromkeys(CLOSED, 403)}
+        assert codes(f"https://127.0.0.1:{port + 1}", tls.ca, ["/health"]) == {"/health": 200}  # this host
 
         def silo(name: str, partition: int) -> subprocess.Popen:
             proc = _start(
@@ -126,7 +108,7 @@ def test_only_the_fleet_api_passes_the_proxy_and_node_auth_still_holds(tmp_path:
         )  # fmt: skip
         assert "2 of 2 SuperNodes online" in online.stdout, online.stdout + online.stderr
         assert f"reverse proxy nginx on 127.0.0.1:{port}: running" in online.stdout
-        assert "5 requests refused (403)" in online.stdout  # the CLOSED probes above
+        assert f"{len(CLOSED)} requests refused (403)" in online.stdout  # the CLOSED probes above
         assert rogue.wait(timeout=90) != 0
         assert "Failed to activate SuperNode" in (tmp_path / "rogue.log").read_text()
         access = (link / "proxy" / "access.log").read_text()
@@ -146,7 +128,7 @@ def test_only_the_fleet_api_passes_the_proxy_and_node_auth_still_holds(tmp_path:
             time.sleep(0.5)
         assert restarted(), (tmp_path / "superlink.log").read_text()[-2000:]
         time.sleep(1)
-        assert _codes(public, tls.ca, ["/health"]) == {"/health": 200}
+        assert codes(public, tls.ca, ["/health"]) == {"/health": 200}
         assert "the proxy (nginx) exited" in (tmp_path / "superlink.log").read_text()
 
         run = subprocess.run(
@@ -165,6 +147,6 @@ def test_only_the_fleet_api_passes_the_proxy_and_node_auth_still_holds(tmp_path:
         superlink.wait(timeout=40)
         time.sleep(1)
         assert not _alive(nginx_pid)
-        assert _codes(public, tls.ca, ["/health"])["/health"] != 200
+        assert codes(public, tls.ca, ["/health"])["/health"] != 200
     finally:
         _stop(procs)

@@ -97,3 +97,4 @@ def test_checked_arrays_returns_the_arrays_or_names_the_bad_one() -> None:
     assert "'w' contains NaN" in str(problem_of(to_record({"w": np.full((2, 2), np.nan), "b": np.ones(2)})))
     assert "missing ['b']" in str(problem_of(to_record({"w": np.ones((2, 2))})))
     assert "unexpected ['c']" in str(problem_of(to_record({**reference, "c": np.ones(1)})))
+    assert checked_arrays(None, reference) == (None, "the reply carries no arrays")  # a reply of scalars only

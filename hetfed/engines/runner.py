@@ -47,8 +47,14 @@ class RunInterrupted(KeyboardInterrupt):
         self.signum = signum
 
     def describe(self, run_dir: Path) -> str:
-        """One line: what stopped, where the run got to, how to continue it."""
+        """One line: what stopped, where the run got to, how to continue it (a run whose last round
+        finished as the signal arrived says so: its summary is final, nothing to resume)."""
         name = signal.Signals(self.signum).name
+        try:
+            if json.loads((run_dir / "summary.json").read_text()).get("status") == "completed":
+                return f"{name} arrived as {run_dir.name} completed; its results are final, in {run_dir}"
+        except (OSError, ValueError):
+            pass
         try:
             progress = json.loads((run_dir / "progress.json").read_text())
         except (OSError, ValueError):

@@ -1,4 +1,4 @@
-"""Per-client final metrics -> the run's summary and its readable report."""
+"""Per-client final metrics -> the run's summary: macro averages, pooled ratios, failures."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def summarize(
             k
             for m in per_client.values()
             for k, v in m.items()
-            if isinstance(v, int | float) and not _is_extensive(k)
+            if isinstance(v, int | float) and not is_extensive(k)
         }
     )
     for key in names:
@@ -49,41 +49,6 @@ def pooled_ratios(per_client: Mapping[str, Mapping[str, float]]) -> dict[str, tu
     }
 
 
-def report_markdown(title: str, summary: Mapping[str, Any], columns: list[str] | None = None) -> str:
-    """A readable per-client table with the aggregate row, plus failures."""
-    clients: Mapping[str, Mapping[str, Any]] = summary.get("clients", {})
-    if columns is None:
-        seen: list[str] = []
-        for m in clients.values():
-            seen += [k for k in m if k not in seen]
-        columns = [c for c in seen if not _is_extensive(c)][:8]
-    lines = [f"# {title}", "", "| client | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
-    for name, m in clients.items():
-        lines.append(f"| {name} | " + " | ".join(_fmt(m.get(c)) for c in columns) + " |")
-    agg = summary.get("aggregate", {})
-    lines.append("| **mean over clients** | " + " | ".join(_fmt(agg.get(c)) for c in columns) + " |")
-    extra = {k: v for k, v in agg.items() if k not in columns}
-    if extra:
-        lines += ["", "Aggregate: " + ", ".join(f"{k} = {_fmt(v)}" for k, v in extra.items())]
-    if summary.get("failed"):
-        lines += ["", "Failures:"] + [f"- {k}: {v}" for k, v in summary["failed"].items()]
-    if len(summary.get("segments", [])) > 1:
-        lines += ["", "Segments (the run was resumed):"] + [
-            f"- {g['segment']}: {g['engine']}, started {g['started']}, "
-            f"{_fmt(g['wall-time-s'])} s, {g['status']}"
-            for g in summary["segments"]
-        ]
-    if summary.get("error"):
-        lines += ["", f"Stopped: {summary['error']}"]
-    return "\n".join(lines) + "\n"
-
-
-def _is_extensive(key: str) -> bool:
+def is_extensive(key: str) -> bool:
     """Totals and counts: meaningful summed, not averaged over clients."""
     return key.endswith("-sum") or key == "num-examples"
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return "" if v is None else str(v)

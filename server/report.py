@@ -1,0 +1,43 @@
+"""The run's readable report: a per-client table with the aggregate row, failures and segments."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from strategies.summary import is_extensive
+
+
+def report_markdown(title: str, summary: Mapping[str, Any], columns: list[str] | None = None) -> str:
+    """A readable per-client table with the aggregate row, plus failures."""
+    clients: Mapping[str, Mapping[str, Any]] = summary.get("clients", {})
+    if columns is None:
+        seen: list[str] = []
+        for m in clients.values():
+            seen += [k for k in m if k not in seen]
+        columns = [c for c in seen if not is_extensive(c)][:8]
+    lines = [f"# {title}", "", "| client | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    for name, m in clients.items():
+        lines.append(f"| {name} | " + " | ".join(_fmt(m.get(c)) for c in columns) + " |")
+    agg = summary.get("aggregate", {})
+    lines.append("| **mean over clients** | " + " | ".join(_fmt(agg.get(c)) for c in columns) + " |")
+    extra = {k: v for k, v in agg.items() if k not in columns}
+    if extra:
+        lines += ["", "Aggregate: " + ", ".join(f"{k} = {_fmt(v)}" for k, v in extra.items())]
+    if summary.get("failed"):
+        lines += ["", "Failures:"] + [f"- {k}: {v}" for k, v in summary["failed"].items()]
+    if len(summary.get("segments", [])) > 1:
+        lines += ["", "Segments (the run was resumed):"] + [
+            f"- {g['segment']}: {g['engine']}, started {g['started']}, "
+            f"{_fmt(g['wall-time-s'])} s, {g['status']}"
+            for g in summary["segments"]
+        ]
+    if summary.get("error"):
+        lines += ["", f"Stopped: {summary['error']}"]
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return "" if v is None else str(v)

@@ -1,0 +1,76 @@
+"""The round loop of every hetfed strategy: setup (or the checkpoint), Flower's hooks per round, finish.
+
+What Flower's own ``Strategy.start()`` lacks, and a hetfed run needs: clients addressed by
+partition (the :class:`~server.pool.ClientPool`), a ``setup`` exchange before round 1 and
+a ``finish`` step after the last, a results row per client and exchange, and a checkpoint
+of the strategy's complete state after every round (``checkpoint-every``), from which a
+run resumes. The strategy computes; this loop writes (rounds.csv, the checkpoint,
+models.npz), and an interrupt never splits rounds.csv from the checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from flwr.app import ConfigRecord
+
+from server.interrupts import deferred
+from server.pool import ClientPool
+from server.store import RunStore
+from strategies.base import FederatedStrategy
+
+
+def run_rounds(strategy: FederatedStrategy, pool: ClientPool, store: RunStore) -> dict[str, Any]:
+    """Setup (or restore the checkpoint), the rounds, then ``finish``; returns the summary."""
+    strategy.pool = pool
+    checkpoint = store.load_checkpoint()
+    if checkpoint is not None:
+        strategy.load_state_dict(checkpoint["strategy"])
+        first = int(checkpoint["round"]) + 1
+        store.drop_rows_after(first - 1)
+        strategy.log(f"resuming after round {first - 1} of {strategy.num_rounds}")
+    else:
+        strategy.summary()
+        strategy.setup()
+        if 0 in strategy.history:  # metrics of the initial model (e.g. switching's F(w_0), G(w_0))
+            store.add_row(
+                round=0, exchange="round", client="server", status="ok", error="", **strategy.history[0]
+            )
+        with deferred():
+            store.commit(0, strategy.num_rounds)
+            store.save_checkpoint({"round": 0, "strategy": strategy.state_dict()})
+        first = 1
+    for server_round in range(first, strategy.num_rounds + 1):
+        pool.refresh()  # a restarted SuperNode is back under a new node id
+        metrics: dict[str, float] = {}
+        config = ConfigRecord({"server-round": server_round, "run-name": store.run_name})
+        train = list(strategy.configure_train(server_round, strategy.arrays, config, pool.grid))
+        if train:
+            arrays, agg = strategy.aggregate_train(server_round, pool.send(train, server_round))
+            strategy.arrays = arrays if arrays is not None else strategy.arrays
+            metrics.update(dict(agg or {}))
+        evaluate = list(strategy.configure_evaluate(server_round, strategy.arrays, config, pool.grid))
+        if evaluate:
+            replies = pool.send(evaluate, server_round)
+            metrics.update(dict(strategy.aggregate_evaluate(server_round, replies) or {}))
+        strategy.history[server_round] = metrics
+        store.add_row(round=server_round, exchange="round", client="server", status="ok", error="", **metrics)
+        every = int(strategy.cfg.get("checkpoint-every", 1))
+        if server_round == strategy.num_rounds or (every and server_round % every == 0):
+            with deferred():
+                store.commit(server_round, strategy.num_rounds, metrics)
+                store.save_checkpoint({"round": server_round, "strategy": strategy.state_dict()})
+            strategy.log(f"round {server_round}/{strategy.num_rounds} " + _fmt(metrics))
+    summary = strategy.finish()
+    models = strategy.final_models()
+    if models:
+        np.savez(store.path / "models.npz", **models)
+    if pool.left_out:  # clients left out at discovery (bad data): failed from the start
+        summary = {**summary, "failed": {**pool.left_out, **summary.get("failed", {})}}
+    return summary
+
+
+def _fmt(metrics: Mapping[str, float]) -> str:
+    return " ".join(f"{k}={v:.4g}" for k, v in metrics.items() if isinstance(v, int | float))

@@ -1,0 +1,95 @@
+"""Import layers: no module imports a module of a higher layer (imports inside functions count).
+
+    0  leaves (import no other layer):     the run-config schema (hetfed.config), Flower records <->
+                                           NumPy (hetfed.records), Flower's waits and their
+                                           self-test (hetfed.runtime.waits, .internals), a silo's
+                                           allow-list of app builds (hetfed.runtime.pinning)
+    1  problems                            data, feasible sets, models, metrics
+    2  client | strategies                 the two sides of a method; neither imports the other
+    3  server                              the ServerApp: client pool, round loop, results store
+    4  hetfed (CLI, engines, runtimes, federation, reproductions), bench
+
+Imports under ``if TYPE_CHECKING:`` are annotations only and do not count.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.conftest import REPO
+
+BASE = {"hetfed.config", "hetfed.records", "hetfed.runtime.waits", "hetfed.runtime.internals"}
+BASE |= {"hetfed.runtime.pinning"}
+PACKAGES = ("problems", "client", "strategies", "server", "hetfed", "bench")
+
+
+def layer(module: str) -> tuple[int, str] | None:
+    """(layer, side) of a project module; None for third-party and standard modules."""
+    top = module.split(".")[0]
+    if any(module == b or module.startswith(b + ".") for b in BASE):
+        return 0, ""
+    if top == "problems":
+        return 1, ""
+    if top in ("client", "strategies"):
+        return 2, top
+    if top == "server":
+        return 3, ""
+    if top in ("hetfed", "bench"):
+        return 4, ""
+    return None
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import in ``path`` outside ``if TYPE_CHECKING:`` blocks."""
+    tree = ast.parse(path.read_text())
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module))
+            found += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+    return found
+
+
+def violations() -> list[str]:
+    out = []
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            rel = path.relative_to(REPO)
+            module = ".".join(rel.with_suffix("").parts).removesuffix(".__init__")
+            own = layer(module)
+            assert own is not None, module
+            for line, target in imports(path):
+                other = layer(target)
+                if other is None or target.split(".")[0] == module.split(".")[0] and own[0] == 4:
+                    continue
+                # `from hetfed import config` names a base module: judge the module, not the package.
+                if target in ("hetfed", "problems", "client", "strategies", "server"):
+                    continue
+                higher = other[0] > own[0]
+                across = other[0] == own[0] == 2 and other[1] != own[1]
+                if higher or across:
+                    out.append(f"{rel}:{line} imports {target} (layer {other[0]} from layer {own[0]})")
+    return out
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    assert violations() == []
+
+
+def test_the_check_sees_a_violation(tmp_path: Path) -> None:
+    """The AST reading catches a lazy import and ignores a TYPE_CHECKING one."""
+    path = tmp_path / "m.py"
+    path.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from server.pool import ClientPool\n"
+        "def f():\n    from client.session import ClientSession\n"
+    )
+    assert [m for _, m in imports(path) if layer(m)] == ["client.session", "client.session.ClientSession"]
