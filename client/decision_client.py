@@ -29,6 +29,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, RecordDic
 
 from client.decision import BatchLoss, batch_generator, decision_metrics, train_epochs
 from client.losses import dpo_loss, mse_loss, optnet_loss, pfyl_loss, rspo_plus_loss, spo_plus_loss
+from client.personalization import PersonalSchedule
 from client.session import ClientSession
 from client.state import ClientState, optimizer_from_state, optimizer_to_state
 from problems.base import DecisionClientData, DecisionSplit
@@ -318,83 +319,60 @@ class DecisionClient:
         )
 
     def train_personalize(self, content: RecordDict) -> RecordDict:
-        """All personalization rounds t = 1..R_per, locally (ALGORITHMS.md 1.4)."""
+        """All personalization rounds t = 1..R_per, locally (ALGORITHMS.md 1.4); lam_t, lr_t, the
+        freeze and the stop follow :class:`~client.personalization.PersonalSchedule`."""
         cfg, config = self.settings, content["config"]
         state = self.state(content)
-        lam0, lr0 = float(config["lam"]), float(config["lr"])
         name = phase_loss(cfg, "personal")
-        annealed = name == "rspo+" and cfg["anneal"]
-        if name == "rspo+":  # the personalization phase has its own alpha (energy: 0.001)
-            lr0 = lr0 * cfg["rspo-alpha-personal"] / cfg["rspo-alpha"]
-        sched = state.values("schedule")
-        if sched is None:  # a fresh start from the global (or, local-only, the client's own) model
+        sched = PersonalSchedule.from_settings(cfg, name, float(config["lam"]), float(config["lr"]))
+        kept = state.values("schedule")
+        if kept is None:  # a fresh start from the global (or, local-only, the client's own) model
             start = self.stored_model(state, "local") if cfg["own-model"] else None
             model = start or self.model(content["arrays"])
-            optimizer = torch.optim.Adam(model.parameters(), lr=lr0)
-            sched = {"round": 0, "frozen-at": 0, "lam": lam0, "lr": lr0}
+            optimizer = torch.optim.Adam(model.parameters(), lr=sched.lr0)
         else:  # a restarted node continues where it stopped
+            sched.resume(kept)
             model = self.stored_model(state, "personal")
-            optimizer = torch.optim.Adam(model.parameters(), lr=lr0)
+            optimizer = torch.optim.Adam(model.parameters(), lr=sched.lr0)
             optimizer_from_state(optimizer, state.arrays("optimizer"), state.values("optimizer"))
         metrics: dict[str, float] = {}
-        rounds = cfg["personal-rounds"]
         monitor = np.random.default_rng(np.random.SeedSequence([self.cfg["seed"], MONITOR, self.pid]))
-        for t in range(1, rounds + 1):
+        size = min(cfg["monitor-size"], len(self.data.val))
+        for t in range(1, cfg["personal-rounds"] + 1):
             # Draw the monitor subset every round, also for rounds already done, to keep the stream aligned.
-            index = torch.from_numpy(
-                np.sort(
-                    monitor.choice(
-                        len(self.data.val), size=min(cfg["monitor-size"], len(self.data.val)), replace=False
-                    )
-                )
-            )
-            if t <= sched["round"]:
+            index = torch.from_numpy(np.sort(monitor.choice(len(self.data.val), size=size, replace=False)))
+            if t <= sched.round:
                 continue
-            frozen_at = int(sched["frozen-at"])
-            if frozen_at and t > frozen_at + cfg["freeze-extra-rounds"]:
-                break  # a frozen client trains 3 more rounds and then stops
-            if annealed and not frozen_at:
-                sched["lam"] = lam0 / (1 + cfg["kappa-lam"] * (t - 1))
-                sched["lr"] = (
-                    cfg["rspo-alpha-personal"] * sched["lam"] / 4
-                    if cfg["coupled-lr"]
-                    else lr0 / (1 + cfg["kappa-lr"] * (t - 1))
-                )
+            if not sched.trains(t):
+                break  # a frozen client trains freeze-extra-rounds more and then stops
+            sched.begin(t)
             for group in optimizer.param_groups:
-                group["lr"] = sched["lr"]
+                group["lr"] = sched.lr
             loss = make_loss(
-                name, self.data.train, self.data.polytope, cfg, sched["lam"], self.gen(NOISE, 1000 + t)
+                name, self.data.train, self.data.polytope, cfg, sched.lam, self.gen(NOISE, 1000 + t)
             )
             train_loss = self.fit(model, optimizer, loss, cfg["personal-epochs"], 1000 + t)
-            u = qp_lp_gap(self.data.val.c[index], self.data.polytope, sched["lam"])
-            if annealed and not frozen_at and u <= cfg["freeze-tau"]:
-                sched["frozen-at"] = t
+            u = qp_lp_gap(self.data.val.c[index], self.data.polytope, sched.lam)
+            sched.end(t, u)
             val = decision_metrics(model, self.data.val, self.data.polytope)
             metrics.update(
                 {
-                    f"r{t}-lam": sched["lam"],
-                    f"r{t}-lr": sched["lr"],
+                    f"r{t}-lam": sched.lam,
+                    f"r{t}-lr": sched.lr,
                     f"r{t}-freeze-stat": u,
                     f"r{t}-train-loss": train_loss,
                     f"r{t}-val-relative-regret": val["relative-regret"],
                 }
             )
-            sched["round"] = t
             if state.directory is not None:  # on disk every round: a restarted node resumes here
-                self.save_personal(state, model, optimizer, sched)
-        self.save_personal(state, model, optimizer, sched)
-        return RecordDict(
-            {
-                "metrics": MetricRecord(
-                    {
-                        **metrics,
-                        "rounds-trained": int(sched["round"]),
-                        "frozen-at": int(sched["frozen-at"]),
-                        "num-examples": len(self.data.train),
-                    }
-                )
-            }
-        )
+                self.save_personal(state, model, optimizer, sched.position())
+        self.save_personal(state, model, optimizer, sched.position())
+        done = {
+            "rounds-trained": sched.round,
+            "frozen-at": sched.frozen_at,
+            "num-examples": len(self.data.train),
+        }
+        return RecordDict({"metrics": MetricRecord({**metrics, **done})})
 
     def interp_dffl(self, fed: torch.nn.Module) -> dict[str, float]:
         """Interp-DFFL: ``c_hat = (1 - a) c_hat_local + a c_hat_fed`` with ``a`` in {0, 0.05, ..., 1}

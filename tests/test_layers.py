@@ -93,3 +93,13 @@ def test_the_check_sees_a_violation(tmp_path: Path) -> None:
         "def f():\n    from client.session import ClientSession\n"
     )
     assert [m for _, m in imports(path) if layer(m)] == ["client.session", "client.session.ClientSession"]
+
+
+def test_no_strategy_writes_a_file() -> None:
+    """Strategies compute; the server's round loop and store write (server/rounds.py)."""
+    writers = {"open", "savez", "savez_compressed", "save", "write_text", "write_bytes", "dump", "mkdir"}
+    for path in sorted((REPO / "strategies").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+                assert name not in writers, f"{path.name}:{node.lineno} calls {name}"
