@@ -69,8 +69,19 @@ class FederatedStrategy(Strategy):
     def __init__(self, cfg: Mapping[str, Any], initial_arrays: ArrayRecord | None = None) -> None:
         self.cfg = dict(cfg)
         self.arrays = initial_arrays
-        self.pool: Clients | None = None  # set by the round loop
+        self._pool: Clients | None = None  # set by the round loop
         self.history: dict[int, dict[str, float]] = {}  # round -> aggregate metrics
+
+    @property
+    def pool(self) -> Clients:
+        """The clients this strategy runs with (set by the round loop before ``setup``)."""
+        if self._pool is None:
+            raise RuntimeError(f"{type(self).__name__} has no clients yet: run_rounds (server) sets them")
+        return self._pool
+
+    @pool.setter
+    def pool(self, clients: Clients) -> None:
+        self._pool = clients
 
     # --- what subclasses provide ---------------------------------------------------------
     def client_settings(self) -> dict[str, Any]:
@@ -121,7 +132,7 @@ class FederatedStrategy(Strategy):
         )
 
     def log(self, text: str) -> None:
-        (self.pool.log if self.pool is not None else print)(text)
+        (self._pool.log if self._pool is not None else print)(text)
 
 
 def _arrays_to_numpy(arrays: ArrayRecord | None) -> dict[str, np.ndarray] | None:
