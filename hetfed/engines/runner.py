@@ -50,14 +50,10 @@ class RunInterrupted(KeyboardInterrupt):
         """One line: what stopped, where the run got to, how to continue it (a run whose last round
         finished as the signal arrived says so: its summary is final, nothing to resume)."""
         name = signal.Signals(self.signum).name
-        try:
-            if json.loads((run_dir / "summary.json").read_text()).get("status") == "completed":
-                return f"{name} arrived as {run_dir.name} completed; its results are final, in {run_dir}"
-        except (OSError, ValueError):
-            pass
-        try:
-            progress = json.loads((run_dir / "progress.json").read_text())
-        except (OSError, ValueError):
+        if _read_json(run_dir / "summary.json").get("status") == "completed":
+            return f"{name} arrived as {run_dir.name} completed; its results are final, in {run_dir}"
+        progress = _read_json(run_dir / "progress.json")
+        if not progress:
             return f"interrupted by {name} before round 1 of {run_dir.name}; nothing to resume"
         return (
             f"interrupted by {name} after round {progress['round']}/{progress['total']} of "
@@ -212,14 +208,21 @@ def _submit_and_wait(
 
 def _where(run_dir: Path) -> str:
     """Where a stopped run got to and how to continue it."""
-    try:
-        progress = json.loads((run_dir / "progress.json").read_text())
-    except (OSError, ValueError):
+    progress = _read_json(run_dir / "progress.json")
+    if not progress:
         return f"run {run_dir.name} stopped before round 1; start it again"
     return (
         f"run {run_dir.name} stopped after round {progress['round']}/{progress['total']}; continue it, "
         f"once the SuperLink is back, with `hetfed run --resume {run_dir.name}`"
     )
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """A small JSON file of the run's folder ({} when it is missing or half written)."""
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return {}
 
 
 def _segment_ended(run_dir: Path, timeout: float) -> bool:
