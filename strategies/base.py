@@ -63,6 +63,7 @@ class FederatedStrategy(Strategy):
     its run config only for its problem and data.
     """
 
+    family: ClassVar[str] = ""  # the kind of problem it solves: decision, constrained or lsa
     client_handler: ClassVar[str] = ""  # the client class that serves this strategy (client/app.py)
     client_keys: ClassVar[tuple[str, ...]] = ()  # run-config keys its handlers read
 
@@ -82,6 +83,11 @@ class FederatedStrategy(Strategy):
     @pool.setter
     def pool(self, clients: Clients) -> None:
         self._pool = clients
+
+    @classmethod
+    def build(cls, cfg: Mapping[str, Any]) -> FederatedStrategy:
+        """The strategy for run config ``cfg`` (validated), with its initial model."""
+        return cls(cfg)
 
     # --- what subclasses provide ---------------------------------------------------------
     def client_settings(self) -> dict[str, Any]:

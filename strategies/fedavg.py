@@ -9,7 +9,10 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 
+from hetfed.config import ConfigError
 from hetfed.records import to_numpy, to_record
+from problems.models import make_mlp, model_record
+from problems.registry import get_problem
 from strategies.base import FederatedStrategy, ceil_fraction, checked_arrays
 from strategies.summary import summarize
 
@@ -55,6 +58,7 @@ class FedAvg(FederatedStrategy):
     After the last round every client evaluates ``w_T`` on its own test set.
     """
 
+    family = "decision"
     client_handler = "decision"
     client_keys = DECISION_CLIENT_KEYS
     own_model: ClassVar[bool] = False  # local-only: each client trains and evaluates its own model
@@ -64,6 +68,22 @@ class FedAvg(FederatedStrategy):
         # A stream of its own, so sampling is the same whatever the loss or batch order.
         self.rng = np.random.default_rng(np.random.SeedSequence([int(cfg["seed"]), 7]))
         self.final: dict[str, Any] = {}
+
+    @classmethod
+    def build(cls, cfg: Mapping[str, Any]) -> FederatedStrategy:
+        """The strategy with the seeded MLP of the problem's feature and cost dimensions."""
+        cls.check_config(cfg)
+        in_dim, out_dim = get_problem(cfg["problem"]).model_dims(cfg)
+        return cls(cfg, model_record(make_mlp(in_dim, cfg["hidden"], out_dim, seed=cfg["seed"])))
+
+    @classmethod
+    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+        """Cross-key checks the schema cannot express: RSPO+ and OptNet need a calibration."""
+        if cfg["loss"] in ("rspo+", "optnet"):
+            raise ConfigError(
+                f"run config 'loss': {cfg['loss']!r} needs the per-client calibration of "
+                "strategy 'fedrspo' (or 'local-only')"
+            )
 
     def client_settings(self) -> dict[str, Any]:
         # Interp-DFFL's local model trains with the run's lr (a train message's "lr" is the client's).

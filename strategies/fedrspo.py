@@ -36,6 +36,14 @@ CALIBRATED_LOSSES = ("rspo+",)
 class FedRSPO(FedAvg):
     """Calibration, federated warm start, personalization and evaluation, for any decision loss."""
 
+    @classmethod
+    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+        """Ditto keeps its own personal model: no personalization rounds on top of it."""
+        if cfg["ditto-mu"] > 0 and cfg["personal-rounds"] > 0:
+            raise ConfigError(
+                "run config 'ditto-mu': Ditto keeps its own personal model; set personal-rounds=0"
+            )
+
     def __init__(self, cfg: Mapping[str, Any], initial_arrays: ArrayRecord) -> None:
         super().__init__(cfg, initial_arrays)
         self.calibration: dict[int, dict[str, float]] = {}
@@ -159,14 +167,3 @@ class LocalOnly(FedRSPO):
         return None, MetricRecord(
             {"clients-used": len(losses), "train-loss": sum(losses) / max(len(losses), 1)}
         )
-
-
-def check_config(cfg: Mapping[str, Any]) -> None:
-    """Cross-key checks of the decision strategies that the schema cannot express."""
-    if cfg["strategy"] == "fedavg" and cfg["loss"] in ("rspo+", "optnet"):
-        raise ConfigError(
-            f"run config 'loss': {cfg['loss']!r} needs the per-client calibration of "
-            "strategy 'fedrspo' (or 'local-only')"
-        )
-    if cfg["ditto-mu"] > 0 and cfg["personal-rounds"] > 0 and cfg["strategy"] != "fedavg":
-        raise ConfigError("run config 'ditto-mu': Ditto keeps its own personal model; set personal-rounds=0")

@@ -63,6 +63,7 @@ class LSAStrategy(FederatedStrategy):
 
     broadcast_key: ClassVar[str | None] = None
     reply_key: ClassVar[str | None] = None
+    family = "lsa"
     client_keys = ("lsa-batch", "lsa-exact", "checkpoint-every")  # client/lsa.py's oracle and log
 
     def __init__(self, cfg: Mapping[str, Any], initial_arrays: ArrayRecord | None = None) -> None:

@@ -1,4 +1,11 @@
-"""Strategy names -> the server-side algorithm and its initial model."""
+"""The methods: strategy name -> its server-side class, imported when a run builds it.
+
+Each class says which kind of problem it solves (``family``: decision, constrained, lsa),
+which client class serves it and which run-config keys its clients read (``client_handler``,
+``client_keys``), and how it is built from the run config (``build``: its initial model).
+Importing a class imports only its own module: an LSA run imports neither the torch models
+nor the decision and constrained strategies.
+"""
 
 from __future__ import annotations
 
@@ -10,27 +17,18 @@ from hetfed.config import ConfigError
 from problems.registry import get_problem
 from strategies.base import FederatedStrategy
 
-# Strategy name -> its class, "module:attribute", imported when a run builds it (an LSA run
-# imports neither the torch models nor the decision and constrained strategies).
-
-# Strategies of decision-focused tasks (ALGORITHMS.md 1): features -> LP costs, MLP models.
-DECISION = {
+METHODS: dict[str, str] = {
+    # Decision-focused tasks (ALGORITHMS.md 1): features -> LP costs, MLP models.
     "fedavg": "strategies.fedavg:FedAvg",
     "fedrspo": "strategies.fedrspo:FedRSPO",
     "local-only": "strategies.fedrspo:LocalOnly",
-}
-
-# Strategies of constrained tasks (ALGORITHMS.md 2): the model comes from the task's make_model.
-CONSTRAINED = {
+    # Constrained tasks (ALGORITHMS.md 2): the model comes from the task's make_model.
     "softmax-switching": "strategies.softmax_switching:SoftmaxSwitching",
     "penalty": "strategies.constrained_baselines:FederatedPenalty",
     "primal-dual": "strategies.constrained_baselines:FederatedPrimalDual",
     "fedavg-unconstrained": "strategies.constrained_baselines:UnconstrainedFedAvg",
     "crpo": "strategies.constrained_baselines:ParallelCRPO",
-}
-
-# Strategies of linear systems from samples (ALGORITHMS.md 3): clients keep their own parameters.
-LSA = {
+    # Linear systems from samples (ALGORITHMS.md 3): clients keep their own parameters.
     "pflsa": "strategies.pflsa:PFLSA",
     "fedlsa": "strategies.fedlsa:FedLSA",
     "scafflsa": "strategies.fedlsa:SCAFFLSA",
@@ -38,29 +36,22 @@ LSA = {
 }
 
 
+def strategy_class(name: str) -> type[FederatedStrategy]:
+    """The class of strategy ``name``; one line naming the choices if there is none."""
+    if name not in METHODS:
+        raise ConfigError(f"run config 'strategy': unknown strategy {name!r}; choose one of {list(METHODS)}")
+    cls: type[FederatedStrategy] = resolve_name(METHODS[name])
+    return cls
+
+
 def build_strategy(cfg: Mapping[str, Any]) -> FederatedStrategy:
     """The strategy named by ``cfg['strategy']``, with its seeded initial model."""
     name = cfg["strategy"]
+    cls = strategy_class(name)
     spec = get_problem(cfg["problem"])
-    family = "constrained" if name in CONSTRAINED else "lsa" if name in LSA else "decision"
-    if spec.family != family:
+    if spec.family != cls.family:
         raise ConfigError(
-            f"run config 'problem': strategy {name!r} needs a {family} problem, "
+            f"run config 'problem': strategy {name!r} needs a {cls.family} problem, "
             f"but {spec.name!r} is a {spec.family} problem"
         )
-    if name in DECISION:
-        from problems.models import make_mlp, model_record
-        from strategies.fedrspo import check_config
-
-        check_config(cfg)
-        in_dim, out_dim = spec.model_dims(cfg)
-        return resolve_name(DECISION[name])(
-            cfg, model_record(make_mlp(in_dim, cfg["hidden"], out_dim, seed=cfg["seed"]))
-        )
-    if name in CONSTRAINED:
-        from problems.models import model_record
-
-        return resolve_name(CONSTRAINED[name])(cfg, model_record(spec.make_model(cfg)))
-    if name in LSA:
-        return resolve_name(LSA[name])(cfg)
-    raise ValueError(f"unknown strategy {name!r}")
+    return cls.build(cfg)

@@ -39,6 +39,8 @@ from flwr.serverapp import Grid
 from hetfed.config import ConfigError
 from hetfed.records import to_numpy, to_record
 from problems.constrained import theory_defaults
+from problems.models import model_record
+from problems.registry import get_problem
 from strategies.base import FederatedStrategy, checked_arrays
 from strategies.summary import summarize
 
@@ -161,8 +163,14 @@ def resolve_steps(cfg: Mapping[str, Any], num_clients: int) -> Steps:
 class ConstrainedRounds(FederatedStrategy):
     """The two-exchange round of ALGORITHMS.md 2 with the method's decision left to :meth:`plan`."""
 
+    family = "constrained"
     client_handler = "constrained"
     client_keys = ("batch-zeta", "batch-size")  # client/constrained.py's query and local steps
+
+    @classmethod
+    def build(cls, cfg: Mapping[str, Any]) -> FederatedStrategy:
+        """The strategy with the task's own seeded model (problems/registry.py make_model)."""
+        return cls(cfg, model_record(get_problem(cfg["problem"]).make_model(cfg)))
 
     def __init__(self, cfg: Mapping[str, Any], initial_arrays: ArrayRecord) -> None:
         super().__init__(cfg, initial_arrays)

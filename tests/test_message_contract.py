@@ -12,15 +12,13 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
-from pkgutil import resolve_name
 
 from client.app import CLIENTS
 from hetfed.config import PROBLEM_KEYS, STRATEGIES, validate
-from strategies.registry import CONSTRAINED, DECISION, LSA, build_strategy
+from strategies.registry import METHODS, build_strategy, strategy_class
 from tests.conftest import REPO
 
-REGISTRY = {**DECISION, **CONSTRAINED, **LSA}
-PROBLEM_OF = {"decision": "knapsack", "constrained": "quadratic"}  # LSA: garnet
+PROBLEM_OF = {"decision": "knapsack", "constrained": "quadratic", "lsa": "garnet"}
 
 
 def reads(source: str, pattern: str) -> set[str]:
@@ -31,11 +29,12 @@ def reads(source: str, pattern: str) -> set[str]:
 def settings_sent(handler: str) -> set[str]:
     """The keys every strategy served by ``handler`` puts in each message's ConfigRecord."""
     sent: list[set[str]] = []
-    for name, path in REGISTRY.items():
-        if resolve_name(path).client_handler != handler:
+    for name in METHODS:
+        cls = strategy_class(name)
+        if cls.client_handler != handler:
             continue
-        problem = PROBLEM_OF.get(handler, "garnet")
-        sent.append(set(build_strategy(validate({"strategy": name, "problem": problem})).client_settings()))
+        cfg = validate({"strategy": name, "problem": PROBLEM_OF[cls.family]})
+        sent.append(set(build_strategy(cfg).client_settings()))
     assert sent, f"no strategy uses client {handler!r}"
     return set.intersection(*sent)
 
