@@ -17,7 +17,7 @@ personalization has its own lr scale: ``lr0 = lr0_warm alpha_per / alpha``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -33,14 +33,13 @@ class PersonalSchedule:
     coupled_alpha: float | None  # alpha_per for the coupled lr, None for the kappa_lr schedule
     tau: float
     extra_rounds: int
-    round: int = 0  # the last round trained
-    frozen_at: int = 0  # 0 while not frozen
-    lam: float = 0.0
-    lr: float = 0.0
+    round: int = field(default=0, init=False)  # the last round trained
+    frozen_at: int = field(default=0, init=False)  # 0 while not frozen
+    lam: float = field(init=False)
+    lr: float = field(init=False)
 
     def __post_init__(self) -> None:
-        if self.round == 0:
-            self.lam, self.lr = self.lam0, self.lr0
+        self.lam, self.lr = self.lam0, self.lr0  # round 1's values until annealed (or resumed)
 
     @classmethod
     def from_settings(

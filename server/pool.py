@@ -109,12 +109,8 @@ class ClientPool:
             )
         for (pid, node), (name, reason) in zip(found.bad_keys(), self.left_out.items(), strict=True):
             self.store.add_row(  # also when the run cannot go on: each refusal is in rounds.csv
-                round=0,
-                exchange="query.info",
-                **{"partition-id": "" if pid is None else pid},
-                client=name,
-                status="failed",
-                error=reason,
+                round=0, exchange="query.info", **{"partition-id": "" if pid is None else pid},
+                client=name, status="failed", error=reason,
             )
             self.log(f"{name} is left out (node {node}): {reason}")
         expected = found.expected(self.required)

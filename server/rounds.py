@@ -35,9 +35,7 @@ def run_rounds(strategy: FederatedStrategy, pool: ClientPool, store: RunStore) -
         strategy.summary()
         strategy.setup()
         if 0 in strategy.history:  # metrics of the initial model (e.g. switching's F(w_0), G(w_0))
-            store.add_row(
-                round=0, exchange="round", client="server", status="ok", error="", **strategy.history[0]
-            )
+            _server_row(store, 0, strategy.history[0])
         with deferred():
             store.commit(0, strategy.num_rounds)
             store.save_checkpoint({"round": 0, "strategy": strategy.state_dict()})
@@ -56,7 +54,7 @@ def run_rounds(strategy: FederatedStrategy, pool: ClientPool, store: RunStore) -
             replies = pool.send(evaluate, server_round)
             metrics.update(dict(strategy.aggregate_evaluate(server_round, replies) or {}))
         strategy.history[server_round] = metrics
-        store.add_row(round=server_round, exchange="round", client="server", status="ok", error="", **metrics)
+        _server_row(store, server_round, metrics)
         every = int(strategy.cfg.get("checkpoint-every", 1))
         if server_round == strategy.num_rounds or (every and server_round % every == 0):
             with deferred():
@@ -70,6 +68,11 @@ def run_rounds(strategy: FederatedStrategy, pool: ClientPool, store: RunStore) -
     if pool.left_out:  # clients left out at discovery (bad data): failed from the start
         summary = {**summary, "failed": {**pool.left_out, **summary.get("failed", {})}}
     return summary
+
+
+def _server_row(store: RunStore, server_round: int, metrics: Mapping[str, float]) -> None:
+    """The round's aggregate metrics as the server's row of rounds.csv."""
+    store.add_row(round=server_round, exchange="round", client="server", status="ok", error="", **metrics)
 
 
 def _fmt(metrics: Mapping[str, float]) -> str:
