@@ -14,11 +14,12 @@ from __future__ import annotations
 import functools
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from pkgutil import resolve_name
 from typing import Any
 
-from flwr.app import Context, Message
+from flwr.app import ConfigRecordValues, Context, Message
 from flwr.clientapp import ClientApp
 
 from client.session import ClientSession
@@ -81,7 +82,8 @@ def handle(message: Message, context: Context) -> Message:
     """Run the handler of this message's type on this node's client."""
     fault_drills(message, context)
     session = ClientSession.from_context(context)
-    config = message.content["config"] if "config" in message.content else {}
+    records = message.content.config_records
+    config: Mapping[str, ConfigRecordValues] = records["config"] if "config" in records else {}
     client_cls = client_class(str(config.get("client", "")))
     kind = message.metadata.message_type
     if kind not in client_cls.handles:

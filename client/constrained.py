@@ -26,11 +26,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, MetricRecordValues, RecordDict
 
 from client.session import ClientSession
 from client.state import ClientState
-from hetfed.records import to_numpy, to_record
+from hetfed.records import scalar, to_numpy, to_record
 from problems.constrained import ConstrainedClientTask
 
 QUERY_STREAM, TRAIN_STREAM = 11, 12  # batch RNG streams of the two exchanges
@@ -153,9 +153,9 @@ class ConstrainedClient:
 
     def query_fg(self, content: RecordDict) -> RecordDict:
         """f_i(w_k, xi), g_i(w_k, xi) on a fresh batch of ``batch-zeta``; keep w_k for the train exchange."""
-        config = content["config"]
-        server_round = int(config["server-round"])
-        w_k = to_numpy(content["arrays"])
+        config = content.config_records["config"]
+        server_round = int(scalar(config["server-round"]))
+        w_k = to_numpy(content.array_records["arrays"])
         model = self.model(w_k)
         batch = self.task.sample_batch(
             self.rng(QUERY_STREAM, server_round), int(self.settings["batch-zeta"]), model
@@ -169,20 +169,19 @@ class ConstrainedClient:
 
     def train(self, content: RecordDict) -> RecordDict:
         """E local steps from the kept w_k on the instructed objective; reply u_i (ALGORITHMS.md 2.3)."""
-        config = content["config"]
-        server_round = int(config["server-round"])
+        config = content.config_records["config"]
+        server_round = int(scalar(config["server-round"]))
         state = self.state(config)
-        kept = state.values(KEPT)
-        if kept is None or int(kept["round"]) != server_round:
-            have = "none" if kept is None else f"round {kept['round']}"
+        kept, start = state.values(KEPT), state.arrays(KEPT)
+        if kept is None or start is None or int(kept["round"]) != server_round:
+            have = "none" if kept is None or start is None else f"round {kept['round']}"
             raise ValueError(
                 f"{self.task.name}: no model kept from the query.fg exchange of round {server_round} "
                 f"(kept: {have}); the train instruction carries no model, so the query must come first"
             )
-        start = state.arrays(KEPT)
         model = self.model(start)
-        gamma, steps = float(config["gamma"]), int(config["local-steps"])
-        objective = local_objective(self.task, str(config["objective"]), float(config["multiplier"]))
+        gamma, steps = float(scalar(config["gamma"])), int(scalar(config["local-steps"]))
+        objective = local_objective(self.task, str(config["objective"]), float(scalar(config["multiplier"])))
         last = local_steps(
             self.task,
             model,
@@ -203,9 +202,10 @@ class ConstrainedClient:
 
     def evaluate(self, content: RecordDict) -> RecordDict:
         """The task's metrics (``f``, ``g``, ...) of the iterate and, if sent, of the averaged model."""
-        metrics: dict[str, float] = {}
+        metrics: dict[str, MetricRecordValues] = {}
+        arrays = content.array_records
         for name, prefix in (("arrays", ""), ("average", "avg-")):
-            if name in content.array_records:
-                values = self.task.evaluate(self.model(content[name]))
+            if name in arrays:
+                values = self.task.evaluate(self.model(arrays[name]))
                 metrics.update({prefix + key: float(value) for key, value in values.items()})
         return RecordDict({"metrics": MetricRecord(metrics)})

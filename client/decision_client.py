@@ -21,17 +21,18 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, MetricRecordValues, RecordDict
 
 from client.decision import BatchLoss, batch_generator, decision_metrics, train_epochs
 from client.losses import dpo_loss, mse_loss, optnet_loss, pfyl_loss, rspo_plus_loss, spo_plus_loss
 from client.personalization import PersonalSchedule
 from client.session import ClientSession
 from client.state import ClientState, optimizer_from_state, optimizer_to_state
+from hetfed.records import scalar
 from problems.base import DecisionClientData, DecisionSplit
 from problems.metrics import qp_lp_gap
 from problems.models import load_record, make_mlp, model_record
@@ -82,7 +83,9 @@ def proximal_term(model: torch.nn.Module, anchor: torch.nn.Module, mu: float) ->
     fixed = [p.detach().clone() for p in anchor.parameters()]
 
     def term() -> torch.Tensor:
-        return 0.5 * mu * sum(((p - a) ** 2).sum() for p, a in zip(model.parameters(), fixed, strict=True))
+        # sum() starts from the int 0: a Tensor for every model with parameters
+        squares = sum(((p - a) ** 2).sum() for p, a in zip(model.parameters(), fixed, strict=True))
+        return 0.5 * mu * cast(torch.Tensor, squares)
 
     return term
 
@@ -198,7 +201,7 @@ class DecisionClient:
         return model
 
     def state(self, content: RecordDict) -> ClientState:
-        return self.session.state(self.context, str(content["config"]["run-name"]))
+        return self.session.state(self.context, str(content.config_records["config"]["run-name"]))
 
     def gen(self, stream: int, server_round: int) -> torch.Generator:
         return batch_generator(self.cfg["seed"], stream, self.pid, server_round)
@@ -247,9 +250,9 @@ class DecisionClient:
 
     def train(self, content: RecordDict) -> RecordDict:
         """One warm-start round (or one local-only round)."""
-        config = content["config"]
-        rnd = int(config["server-round"])
-        lam, lr = float(config.get("lam", 1.0)), float(config["lr"])
+        config = content.config_records["config"]
+        rnd = int(scalar(config["server-round"]))
+        lam, lr = float(scalar(config.get("lam", 1.0))), float(scalar(config["lr"]))
         loss = make_loss(
             phase_loss(self.settings, "warm"),
             self.data.train,
@@ -258,16 +261,16 @@ class DecisionClient:
             lam,
             self.gen(NOISE, rnd),
         )
-        epochs = int(config["local-epochs"])
+        epochs = int(scalar(config["local-epochs"]))
         if self.settings["own-model"]:
             return self._train_local_only(content, loss, lr, epochs, rnd)
-        model = self.model(content["arrays"])
+        model = self.model(content.array_records["arrays"])
         val = decision_metrics(model, self.data.val, self.data.polytope)
         optimizer = torch.optim.Adam(model.parameters(), lr=lr)
         mu = self.settings["proximal-mu"]
         penalty = proximal_term(model, model, mu) if mu > 0 else None
         if self.settings["ditto-mu"] > 0:
-            self._ditto_step(self.state(content), content["arrays"], loss, lr, epochs, rnd)
+            self._ditto_step(self.state(content), content.array_records["arrays"], loss, lr, epochs, rnd)
         train_loss = self.fit(model, optimizer, loss, epochs, rnd, penalty)
         return RecordDict(
             {
@@ -321,20 +324,28 @@ class DecisionClient:
     def train_personalize(self, content: RecordDict) -> RecordDict:
         """All personalization rounds t = 1..R_per, locally (ALGORITHMS.md 1.4); lam_t, lr_t, the
         freeze and the stop follow :class:`~client.personalization.PersonalSchedule`."""
-        cfg, config = self.settings, content["config"]
+        cfg, config = self.settings, content.config_records["config"]
         state = self.state(content)
         name = phase_loss(cfg, "personal")
-        sched = PersonalSchedule.from_settings(cfg, name, float(config["lam"]), float(config["lr"]))
+        lam, lr = float(scalar(config["lam"])), float(scalar(config["lr"]))
+        sched = PersonalSchedule.from_settings(cfg, name, lam, lr)
         kept = state.values("schedule")
         if kept is None:  # a fresh start from the global (or, local-only, the client's own) model
             start = self.stored_model(state, "local") if cfg["own-model"] else None
-            model = start or self.model(content["arrays"])
+            model = start or self.model(content.array_records["arrays"])
             optimizer = torch.optim.Adam(model.parameters(), lr=sched.lr0)
         else:  # a restarted node continues where it stopped
             sched.resume(kept)
-            model = self.stored_model(state, "personal")
+            personal = self.stored_model(state, "personal")
+            saved_arrays, saved_values = state.arrays("optimizer"), state.values("optimizer")
+            if personal is None or saved_arrays is None or saved_values is None:  # saved before the schedule
+                raise ValueError(
+                    f"{self.data.name}: client state holds a personalization schedule but not the personal "
+                    "model and its optimizer state"
+                )
+            model = personal
             optimizer = torch.optim.Adam(model.parameters(), lr=sched.lr0)
-            optimizer_from_state(optimizer, state.arrays("optimizer"), state.values("optimizer"))
+            optimizer_from_state(optimizer, saved_arrays, saved_values)
         metrics: dict[str, float] = {}
         monitor = np.random.default_rng(np.random.SeedSequence([self.cfg["seed"], MONITOR, self.pid]))
         size = min(cfg["monitor-size"], len(self.data.val))
@@ -425,13 +436,13 @@ class DecisionClient:
         """Test-set decision quality (LP oracle) of the federated and the personal model, plus their
         validation relative regret (``<model>-val-relative-regret``, for model selection)."""
         test, poly = self.data.test, self.data.polytope
-        metrics: dict[str, float] = {}
+        metrics: dict[str, MetricRecordValues] = {}
         state = self.state(content)
         models = {"per": self.stored_model(state, "personal")}
         if self.settings["own-model"]:
             models["per"] = models["per"] or self.stored_model(state, "local")
         else:
-            models["fed"] = fed = self.model(content["arrays"])
+            models["fed"] = fed = self.model(content.array_records["arrays"])
         for prefix, model in models.items():
             if model is not None:
                 metrics.update({f"{prefix}-{k}": v for k, v in decision_metrics(model, test, poly).items()})

@@ -28,7 +28,7 @@ from flwr.app import ConfigRecord, Context, MetricRecord, RecordDict
 
 from client.session import ClientSession
 from client.state import ClientState
-from hetfed.records import to_numpy, to_record
+from hetfed.records import scalar, to_numpy, to_record
 
 SAMPLE_STREAM = 11  # stream id of the TD(0) samples (other seeded streams use other ids)
 
@@ -147,11 +147,11 @@ class LSAClient:
     @staticmethod
     def last_round(config: ConfigRecord, default: int) -> int:
         """The round whose state this message continues from: ``last-round`` if the agent missed rounds."""
-        return int(config["last-round"]) if "last-round" in config else default
+        return int(scalar(config["last-round"])) if "last-round" in config else default
 
     def received(self, content: RecordDict, key: str) -> np.ndarray:
         """The server's array ``key``, checked: shape (d,) and finite."""
-        arrays = to_numpy(content["arrays"]) if "arrays" in content else {}
+        arrays = to_numpy(content.array_records["arrays"]) if "arrays" in content else {}
         if key not in arrays:
             raise ValueError(f"the server's message has no array {key!r}")
         value = arrays[key]
@@ -184,14 +184,14 @@ class PFLSAClient(LSAClient):
         """The parameter after applying the update the message completes."""
         if prev is None:
             return np.zeros(self.agent.dim)
-        config = content["config"]
-        eta, beta = float(config["eta"]), float(config["beta"])
+        config = content.config_records["config"]
+        eta, beta = float(scalar(config["eta"])), float(scalar(config["beta"]))
         g_bar = self.received(content, "g-bar")
         return prev["theta"] - eta * beta * prev["g"] - eta * (1.0 - beta) * g_bar
 
     def train(self, content: RecordDict) -> RecordDict:
-        config = content["config"]
-        t = int(config["server-round"])
+        config = content.config_records["config"]
+        t = int(scalar(config["server-round"]))
         log = self.log(config)
         done = self.last_round(config, t - 1)
         theta = self.step(content, log.after(done))
@@ -201,8 +201,8 @@ class PFLSAClient(LSAClient):
         return RecordDict({"arrays": to_record({"g": g}), "metrics": metrics})
 
     def evaluate(self, content: RecordDict) -> RecordDict:
-        config = content["config"]
-        done = self.last_round(config, int(config["server-round"]))
+        config = content.config_records["config"]
+        done = self.last_round(config, int(scalar(config["server-round"])))
         theta = self.step(content, self.log(config).after(done))
         self.keep_final(config, theta)
         return RecordDict({"metrics": self.metrics(theta, True)})
@@ -234,8 +234,9 @@ class LocalStepsClient(LSAClient):
         return np.zeros(self.agent.dim) if prev is None else prev["theta"]
 
     def train(self, content: RecordDict) -> RecordDict:
-        config = content["config"]
-        r, eta, steps = int(config["server-round"]), float(config["eta"]), int(config["local-steps"])
+        config = content.config_records["config"]
+        r, eta = int(scalar(config["server-round"])), float(scalar(config["eta"]))
+        steps = int(scalar(config["local-steps"]))
         stateful = self.control_variates or not self.shared
         log = self.log(config) if stateful else None
         done = self.last_round(config, r - 1)
@@ -262,11 +263,11 @@ class LocalStepsClient(LSAClient):
         return RecordDict(reply)
 
     def evaluate(self, content: RecordDict) -> RecordDict:
-        config = content["config"]
+        config = content.config_records["config"]
         if self.shared:
             theta = self.received(content, "theta")
         else:
-            done = self.last_round(config, int(config["server-round"]))
+            done = self.last_round(config, int(scalar(config["server-round"])))
             theta = self.start(content, self.log(config).after(done))
             self.keep_final(config, theta)
         return RecordDict({"metrics": self.metrics(theta, True)})

@@ -53,7 +53,7 @@ class ClientState:
         key = f"{_ARRAYS}{self._run_key}:{name}"
         if key not in self._state:
             return None
-        return to_numpy(self._state[key])
+        return to_numpy(self._state.array_records[key])
 
     def set_arrays(self, name: str, arrays: Mapping[str, np.ndarray | torch.Tensor]) -> None:
         """Store ``arrays`` under ``name`` (replacing what was there) and mirror to disk."""
@@ -61,7 +61,7 @@ class ClientState:
         self._state[f"{_ARRAYS}{self._run_key}:{name}"] = record
         plain = to_numpy(record)
         if self._dir is not None:
-            _atomic_write(self._dir / f"{name}.npz", lambda f: np.savez(f, **plain))
+            _atomic_write(self._dir / f"{name}.npz", lambda f: np.savez(f, **plain))  # type: ignore[arg-type]  # numpy's stub: **kwds may be allow_pickle
 
     def values(self, name: str) -> dict[str, Any] | None:
         """The scalar values stored under ``name``, or None."""

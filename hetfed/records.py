@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
-from flwr.app import Array, ArrayRecord
+from flwr.app import Array, ArrayRecord, ConfigRecordValues, ConfigScalar
 
 if TYPE_CHECKING:
     import torch
@@ -62,6 +62,17 @@ def to_numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
         if offset != flat.size:
             raise ValueError(f"packed array holds {flat.size} values, its layout names {offset}")
     return out
+
+
+def scalar(value: ConfigRecordValues) -> ConfigScalar:
+    """A ConfigRecord or MetricRecord value that must be one number or string, for ``int()``/``float()``.
+
+    Record values are typed as scalars or lists; a list where a scalar belongs raises TypeError,
+    as ``int()`` or ``float()`` of it would.
+    """
+    if isinstance(value, list):
+        raise TypeError(f"expected a single value, got a list: {value!r}")
+    return value
 
 
 def _numpy(value: np.ndarray | torch.Tensor) -> np.ndarray:
