@@ -83,7 +83,7 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
             settings=strategy.client_settings(),
         )
         pool.connect(run_name)
-        summary = run_rounds(strategy, pool, store)
+        summary = run_rounds(strategy, pool, store, checkpoint_every=cfg["checkpoint-every"])
         status, error = "completed", ""
     except (KeyboardInterrupt, SystemExit, RunNotRunningException) as exc:  # signals, `flwr stop`: resumable
         status, error = "interrupted", interrupt_reason(exc)

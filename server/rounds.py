@@ -22,8 +22,14 @@ from server.store import RunStore
 from strategies.base import FederatedStrategy
 
 
-def run_rounds(strategy: FederatedStrategy, pool: ClientPool, store: RunStore) -> dict[str, Any]:
-    """Setup (or restore the checkpoint), the rounds, then ``finish``; returns the summary."""
+def run_rounds(
+    strategy: FederatedStrategy, pool: ClientPool, store: RunStore, *, checkpoint_every: int = 1
+) -> dict[str, Any]:
+    """Setup (or restore the checkpoint), the rounds, then ``finish``; returns the summary.
+
+    rounds.csv and the checkpoint are written every ``checkpoint_every`` rounds (0: after the
+    last only) and after the last round.
+    """
     strategy.pool = pool
     checkpoint = store.load_checkpoint()
     if checkpoint is not None:
@@ -55,8 +61,7 @@ def run_rounds(strategy: FederatedStrategy, pool: ClientPool, store: RunStore) -
             metrics.update(dict(strategy.aggregate_evaluate(server_round, replies) or {}))
         strategy.history[server_round] = metrics
         _server_row(store, server_round, metrics)
-        every = int(strategy.cfg.get("checkpoint-every", 1))
-        if server_round == strategy.num_rounds or (every and server_round % every == 0):
+        if server_round == strategy.num_rounds or (checkpoint_every and server_round % checkpoint_every == 0):
             with deferred():
                 store.commit(server_round, strategy.num_rounds, metrics)
                 store.save_checkpoint({"round": server_round, "strategy": strategy.state_dict()})

@@ -35,6 +35,7 @@ class Clients(Protocol):
 
     failed: dict[int, str]  # partition -> why, for the last exchange
     log: Callable[[str], None]
+    run_name: str  # the results folder's name, which clients key their per-run state by
 
     @property
     def partitions(self) -> list[int]: ...  # the connected partitions, sorted
@@ -66,9 +67,21 @@ class FederatedStrategy(Strategy):
     family: ClassVar[str] = ""  # the kind of problem it solves: decision, constrained or lsa
     client_handler: ClassVar[str] = ""  # the client class that serves this strategy (client/app.py)
     client_keys: ClassVar[tuple[str, ...]] = ()  # run-config keys its handlers read
+    # Constructor keyword -> the run-config key it comes from (merged along the class hierarchy
+    # by :meth:`config_map`); ``build`` maps a run config onto the constructor with it.
+    config_keys: ClassVar[dict[str, str]] = {"num_rounds": "num-rounds"}
 
-    def __init__(self, cfg: Mapping[str, Any], initial_arrays: ArrayRecord | None = None) -> None:
-        self.cfg = dict(cfg)
+    def __init__(
+        self,
+        *,
+        num_rounds: int,
+        client_options: Mapping[str, Any] | None = None,
+        initial_arrays: ArrayRecord | None = None,
+    ) -> None:
+        """``num_rounds`` federated rounds; ``client_options``: the values of ``client_keys`` that
+        every message carries to the client handler (its model, loss, local schedule)."""
+        self.rounds = num_rounds
+        self.client_options = dict(client_options or {})
         self.arrays = initial_arrays
         self._pool: Clients | None = None  # set by the round loop
         self.history: dict[int, dict[str, float]] = {}  # round -> aggregate metrics
@@ -85,18 +98,35 @@ class FederatedStrategy(Strategy):
         self._pool = clients
 
     @classmethod
+    def config_map(cls) -> dict[str, str]:
+        """Constructor keyword -> run-config key, over the class and its bases."""
+        merged: dict[str, str] = {}
+        for klass in reversed(cls.__mro__):
+            merged.update(vars(klass).get("config_keys", {}))
+        return merged
+
+    @classmethod
+    def config_kwargs(cls, cfg: Mapping[str, Any]) -> dict[str, Any]:
+        """The constructor's keywords from run config ``cfg``: the one place a strategy reads it."""
+        return {
+            **{param: cfg[key] for param, key in cls.config_map().items()},
+            "client_options": {key: cfg[key] for key in cls.client_keys},
+        }
+
+    @classmethod
     def build(cls, cfg: Mapping[str, Any]) -> FederatedStrategy:
         """The strategy for run config ``cfg`` (validated), with its initial model."""
-        return cls(cfg)
+        return cls(**cls.config_kwargs(cfg))
 
     # --- what subclasses provide ---------------------------------------------------------
     def client_settings(self) -> dict[str, Any]:
         """What every message to a client carries besides the exchange's own values."""
-        return {"client": self.client_handler, **{key: self.cfg[key] for key in self.client_keys}}
+        return {"client": self.client_handler, **self.client_options}
 
     @property
     def num_rounds(self) -> int:
-        return int(self.cfg["num-rounds"])
+        """Rounds the round loop runs (a strategy may add its own, e.g. FedRSPO+'s personalization)."""
+        return self.rounds
 
     def setup(self) -> None:
         """Exchanges before round 1 (e.g. calibration). Default: none."""

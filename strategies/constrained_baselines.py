@@ -21,12 +21,11 @@ stepped on the objective (as the switching method does).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
-from flwr.app import ArrayRecord
 
-from strategies.softmax_switching import ConstrainedRounds, RoundPlan
+from strategies.softmax_switching import ConstrainedRounds, HarnessOptions, RoundPlan
 
 
 def uniform(f: Mapping[int, float]) -> dict[int, float]:
@@ -37,32 +36,44 @@ def uniform(f: Mapping[int, float]) -> dict[int, float]:
 class FederatedPenalty(ConstrainedRounds):
     """Federated penalty method: FedAvg-style steps on ``f_i + rho max(g_i, 0)``."""
 
+    config_keys = {"rho": "penalty-rho"}
+
+    def __init__(self, *, rho: float = 10.0, **harness: Unpack[HarnessOptions]) -> None:
+        super().__init__(**harness)
+        self.rho = rho
+
     def settings(self) -> dict[str, float]:
-        return {**super().settings(), "rho": float(self.cfg["penalty-rho"])}
+        return {**super().settings(), "rho": self.rho}
 
     def plan(self, server_round: int, f: Mapping[int, float], g: Mapping[int, float]) -> RoundPlan:
-        return RoundPlan("penalty", uniform(f), multiplier=float(self.cfg["penalty-rho"]))
+        return RoundPlan("penalty", uniform(f), multiplier=self.rho)
 
 
 class FederatedPrimalDual(ConstrainedRounds):
     """Federated primal-dual: Lagrangian steps, dual ascent on the mean or the max of the sampled g_i."""
 
-    def __init__(self, cfg: Mapping[str, Any], initial_arrays: ArrayRecord) -> None:
-        super().__init__(cfg, initial_arrays)
+    config_keys = {"dual_lr": "pd-dual-lr", "dual_step": "pd-dual-step"}
+
+    def __init__(
+        self, *, dual_lr: float = 0.1, dual_step: str = "mean", **harness: Unpack[HarnessOptions]
+    ) -> None:
+        """Dual step size ``dual_lr``; ``dual_step``: ascent on the ``mean`` or the ``max`` of the g_i."""
+        super().__init__(**harness)
+        self.dual_lr, self.dual_step = dual_lr, dual_step
         self.multiplier = 0.0  # lambda_k
 
     def settings(self) -> dict[str, float]:
         return {
             **super().settings(),
-            "dual-lr": float(self.cfg["pd-dual-lr"]),
-            "dual-step-max": float(self.cfg["pd-dual-step"] == "max"),
+            "dual-lr": self.dual_lr,
+            "dual-step-max": float(self.dual_step == "max"),
         }
 
     def plan(self, server_round: int, f: Mapping[int, float], g: Mapping[int, float]) -> RoundPlan:
         values = np.array(list(g.values()))
-        signal = float(values.max() if self.cfg["pd-dual-step"] == "max" else values.mean())
+        signal = float(values.max() if self.dual_step == "max" else values.mean())
         used = self.multiplier
-        self.multiplier = max(0.0, used + float(self.cfg["pd-dual-lr"]) * signal)
+        self.multiplier = max(0.0, used + self.dual_lr * signal)
         return RoundPlan("lagrangian", uniform(f), multiplier=used, metrics={"multiplier": used})
 
     def state_dict(self) -> dict[str, Any]:

@@ -63,10 +63,23 @@ class FedAvg(FederatedStrategy):
     client_keys = DECISION_CLIENT_KEYS
     own_model: ClassVar[bool] = False  # local-only: each client trains and evaluates its own model
 
-    def __init__(self, cfg: Mapping[str, Any], initial_arrays: ArrayRecord) -> None:
-        super().__init__(cfg, initial_arrays)
+    config_keys = {"fraction": "fraction", "lr": "lr", "local_epochs": "local-epochs", "seed": "seed"}
+
+    def __init__(
+        self,
+        *,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 10,
+        fraction: float = 0.4,
+        lr: float = 1e-3,
+        local_epochs: int = 3,
+        seed: int = 42,
+        client_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(num_rounds=num_rounds, client_options=client_options, initial_arrays=initial_arrays)
+        self.fraction, self.lr, self.local_epochs = fraction, lr, local_epochs
         # A stream of its own, so sampling is the same whatever the loss or batch order.
-        self.rng = np.random.default_rng(np.random.SeedSequence([int(cfg["seed"]), 7]))
+        self.rng = np.random.default_rng(np.random.SeedSequence([int(seed), 7]))
         self.final: dict[str, Any] = {}
 
     @classmethod
@@ -74,7 +87,8 @@ class FedAvg(FederatedStrategy):
         """The strategy with the seeded MLP of the problem's feature and cost dimensions."""
         cls.check_config(cfg)
         in_dim, out_dim = get_problem(cfg["problem"]).model_dims(cfg)
-        return cls(cfg, model_record(make_mlp(in_dim, cfg["hidden"], out_dim, seed=cfg["seed"])))
+        model = model_record(make_mlp(in_dim, cfg["hidden"], out_dim, seed=cfg["seed"]))
+        return cls(initial_arrays=model, **cls.config_kwargs(cfg))
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
@@ -87,7 +101,7 @@ class FedAvg(FederatedStrategy):
 
     def client_settings(self) -> dict[str, Any]:
         # Interp-DFFL's local model trains with the run's lr (a train message's "lr" is the client's).
-        return {**super().client_settings(), "own-model": self.own_model, "interp-lr": self.cfg["lr"]}
+        return {**super().client_settings(), "own-model": self.own_model, "interp-lr": self.lr}
 
     def participants(self) -> list[int]:
         """The partitions taking part in the run (every connected client)."""
@@ -100,12 +114,12 @@ class FedAvg(FederatedStrategy):
     def sample(self) -> list[int]:
         """The partitions trained this round."""
         parts = self.participants()
-        k = ceil_fraction(self.cfg["fraction"], len(parts))
+        k = ceil_fraction(self.fraction, len(parts))
         return sorted(int(p) for p in self.rng.choice(parts, size=k, replace=False))
 
     def client_config(self, config: ConfigRecord, partition_id: int) -> ConfigRecord:
         """The training settings sent to one client."""
-        return ConfigRecord({**config, "lr": self.cfg["lr"], "local-epochs": self.cfg["local-epochs"]})
+        return ConfigRecord({**config, "lr": self.lr, "local-epochs": self.local_epochs})
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid

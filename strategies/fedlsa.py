@@ -19,14 +19,12 @@ control variate as if it had sent that stand-in in every round it missed
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import Unpack
 
 import numpy as np
 
 from hetfed.records import to_record
-from problems.registry import get_problem
-from strategies.lsa import LSAStrategy
+from strategies.lsa import LSAOptions, LSAStrategy
 
 
 class FedLSA(LSAStrategy):
@@ -36,9 +34,10 @@ class FedLSA(LSAStrategy):
     reply_key = "theta"
     client_handler = "lsa-local-steps"
 
-    def __init__(self, cfg: Mapping[str, Any]) -> None:
-        dim = get_problem(cfg["problem"]).model_dims(cfg)[0]
-        super().__init__(cfg, to_record({"theta": np.zeros(dim)}))
+    def __init__(self, *, dim: int, **lsa: Unpack[LSAOptions]) -> None:
+        """The shared parameter starts at theta^0 = 0 (of size ``dim``)."""
+        lsa.setdefault("initial_arrays", to_record({"theta": np.zeros(dim)}))
+        super().__init__(dim=dim, **lsa)
 
     def remember(self, value: np.ndarray, start: np.ndarray | None) -> np.ndarray:
         """The agent's local step of this round, ``theta_c^{r,H} - theta^{r-1}``."""

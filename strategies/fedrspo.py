@@ -44,29 +44,55 @@ class FedRSPO(FedAvg):
                 "run config 'ditto-mu': Ditto keeps its own personal model; set personal-rounds=0"
             )
 
-    def __init__(self, cfg: Mapping[str, Any], initial_arrays: ArrayRecord) -> None:
-        super().__init__(cfg, initial_arrays)
+    config_keys = {
+        "loss": "loss",
+        "personal_rounds": "personal-rounds",
+        "per_client_calibration": "per-client-calibration",
+    }
+
+    def __init__(
+        self,
+        *,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 10,
+        fraction: float = 0.4,
+        lr: float = 1e-3,
+        local_epochs: int = 3,
+        seed: int = 42,
+        loss: str = "mse",
+        personal_rounds: int = 10,
+        per_client_calibration: bool = True,
+        client_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``num_rounds`` warm-start rounds of FedAvg, then one personalization round of
+        ``personal_rounds`` local rounds on every client (none if 0)."""
+        super().__init__(
+            initial_arrays=initial_arrays, num_rounds=num_rounds, fraction=fraction, lr=lr,
+            local_epochs=local_epochs, seed=seed, client_options=client_options,
+        )
+        self.loss, self.personal_rounds = loss, personal_rounds
+        self.per_client_calibration = per_client_calibration
         self.calibration: dict[int, dict[str, float]] = {}
         self.personal: dict[int, dict[str, float]] = {}
 
     @property
     def warm_rounds(self) -> int:
-        return int(self.cfg["num-rounds"])
+        return self.rounds
 
     @property
     def num_rounds(self) -> int:
-        return self.warm_rounds + (1 if self.cfg["personal-rounds"] > 0 else 0)
+        return self.warm_rounds + (1 if self.personal_rounds > 0 else 0)
 
     def summary(self) -> None:
         self.log(
-            f"FedRSPO+ protocol, loss {self.cfg['loss']}: {self.warm_rounds} warm-start rounds, "
-            f"{self.cfg['personal-rounds']} personalization rounds"
+            f"FedRSPO+ protocol, loss {self.loss}: {self.warm_rounds} warm-start rounds, "
+            f"{self.personal_rounds} personalization rounds"
         )
 
     # --- 1. calibration ------------------------------------------------------------------------
     def setup(self) -> None:
         """Ask every client for ``lam0_j``, ``lr0_j`` (scalars computed from its private data)."""
-        content = RecordDict({"config": ConfigRecord({"run-name": self.cfg["run-name"]})})
+        content = RecordDict({"config": ConfigRecord({"run-name": self.pool.run_name})})
         msgs = [self.pool.message(pid, "query.calibrate", content, 0) for pid in self.pool.partitions]
         for reply in self.pool.send(msgs, 0):
             m = reply.content["metrics"]
@@ -88,10 +114,10 @@ class FedRSPO(FedAvg):
         """Client j's (lam, lr) for the warm start: calibrated for RSPO+, else (lam0_j, lr)."""
         lam, lr = (
             (self.calibration[partition_id]["lam0"], self.calibration[partition_id]["lr0"])
-            if self.cfg["per-client-calibration"]
+            if self.per_client_calibration
             else self.shared_calibration()
         )
-        return lam, (lr if self.cfg["loss"] in CALIBRATED_LOSSES else self.cfg["lr"])
+        return lam, (lr if self.loss in CALIBRATED_LOSSES else self.lr)
 
     # --- 2. warm start ---------------------------------------------------------------------------
     def participants(self) -> list[int]:
@@ -101,7 +127,7 @@ class FedRSPO(FedAvg):
     def client_config(self, config: ConfigRecord, partition_id: int) -> ConfigRecord:
         lam, lr = self.lam_lr(partition_id)
         return ConfigRecord(
-            {**config, "lam": lam, "lr": lr, "local-epochs": self.cfg["local-epochs"], "phase": "warm"}
+            {**config, "lam": lam, "lr": lr, "local-epochs": self.local_epochs, "phase": "warm"}
         )
 
     # --- 3. personalization ----------------------------------------------------------------------

@@ -26,7 +26,7 @@ usable reply at all in a round, the run stops with one line.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
@@ -58,6 +58,17 @@ def check_lsa_config(cfg: Mapping[str, Any]) -> None:
                 )
 
 
+class LSAOptions(TypedDict, total=False):
+    """The keywords of :class:`LSAStrategy` besides ``dim``, which every LSA method accepts."""
+
+    num_rounds: int
+    eta: float
+    local_steps: int
+    report_every: int
+    initial_arrays: ArrayRecord | None
+    client_options: Mapping[str, Any] | None
+
+
 class LSAStrategy(FederatedStrategy):
     """Full-participation rounds with an unweighted mean of one reply array (see the module docs)."""
 
@@ -66,17 +77,32 @@ class LSAStrategy(FederatedStrategy):
     family = "lsa"
     client_keys = ("lsa-batch", "lsa-exact", "checkpoint-every")  # client/lsa.py's oracle and log
 
-    def __init__(self, cfg: Mapping[str, Any], initial_arrays: ArrayRecord | None = None) -> None:
-        check_lsa_config(cfg)
-        super().__init__(cfg, initial_arrays)
-        self.dim = get_problem(cfg["problem"]).model_dims(cfg)[0]
+    config_keys = {"eta": "lsa-eta", "local_steps": "lsa-local-steps", "report_every": "lsa-report-every"}
+
+    def __init__(
+        self,
+        *,
+        dim: int,
+        num_rounds: int = 10,
+        eta: float = 0.2,
+        local_steps: int = 1,
+        report_every: int = 1,
+        initial_arrays: ArrayRecord | None = None,
+        client_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Parameters of size ``dim``; ``local_steps`` H steps of size ``eta`` per round; the clients
+        report their error every ``report_every`` rounds."""
+        super().__init__(num_rounds=num_rounds, client_options=client_options, initial_arrays=initial_arrays)
+        self.dim, self.eta, self.local_steps, self.report_every = dim, eta, local_steps, report_every
         self.final: dict[str, Any] = {}
         self.behind: dict[int, int] = {}  # partition that missed rounds -> the last round it completed
         self.last_value: dict[int, np.ndarray] = {}  # partition -> what stands in for it (stand_in)
 
-    @property
-    def local_steps(self) -> int:
-        return int(self.cfg["lsa-local-steps"])
+    @classmethod
+    def build(cls, cfg: Mapping[str, Any]) -> FederatedStrategy:
+        """The strategy for an LSA task's run config (checked), with the task's dimension."""
+        check_lsa_config(cfg)
+        return cls(dim=get_problem(cfg["problem"]).model_dims(cfg)[0], **cls.config_kwargs(cfg))
 
     def iteration(self, server_round: int) -> int:
         """The iteration round ``server_round`` starts from."""
@@ -87,7 +113,7 @@ class LSAStrategy(FederatedStrategy):
         return ConfigRecord(
             {
                 **config,
-                "eta": float(self.cfg["lsa-eta"]),
+                "eta": float(self.eta),
                 "local-steps": self.local_steps,
                 "report": report,
             }
@@ -112,7 +138,7 @@ class LSAStrategy(FederatedStrategy):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord | None, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        report = (server_round - 1) % int(self.cfg["lsa-report-every"]) == 0
+        report = (server_round - 1) % self.report_every == 0
         return self.broadcast(server_round, "train", arrays, self.client_config(config, server_round, report))
 
     def aggregate_train(
@@ -252,7 +278,7 @@ class LSAStrategy(FederatedStrategy):
     def summary(self) -> None:
         self.log(
             f"{type(self).__name__}: {self.num_rounds} rounds x {self.local_steps} steps, "
-            f"eta = {self.cfg['lsa-eta']:g}, batch = {self.cfg['lsa-batch']}"
+            f"eta = {self.eta:g}, batch = {self.client_options.get('lsa-batch', 1)}"
         )
 
 

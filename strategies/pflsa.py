@@ -14,13 +14,12 @@ For any beta > 0 each theta_c converges to its own ``theta_c* = A_bar_c^{-1} b_b
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import Unpack
 
 from flwr.app import ConfigRecord
 
 from hetfed.config import ConfigError
-from strategies.lsa import LSAStrategy
+from strategies.lsa import LSAOptions, LSAStrategy
 
 
 class PFLSA(LSAStrategy):
@@ -30,18 +29,22 @@ class PFLSA(LSAStrategy):
     reply_key = "g"
     client_handler = "lsa-mixing"
 
-    def __init__(self, cfg: Mapping[str, Any]) -> None:
-        if cfg["lsa-local-steps"] != 1:
+    config_keys = {"beta": "pflsa-beta"}
+
+    def __init__(self, *, dim: int, beta: float = 0.0, **lsa: Unpack[LSAOptions]) -> None:
+        """Weight ``beta`` of an agent's own update (0: 1/N, the recommended value)."""
+        if lsa.get("local_steps", 1) != 1:
             raise ConfigError(
-                f"run config 'lsa-local-steps': PF-LSA exchanges every iteration, must be 1, "
-                f"got {cfg['lsa-local-steps']}"
+                "run config 'lsa-local-steps': PF-LSA exchanges every iteration, must be 1, "
+                f"got {lsa.get('local_steps')}"
             )
-        super().__init__(cfg)
+        super().__init__(dim=dim, **lsa)
+        self.requested_beta = beta
 
     @property
     def beta(self) -> float:
-        """``pflsa-beta``, or 1/N when it is 0."""
-        return float(self.cfg["pflsa-beta"]) or 1.0 / len(self.pool.partitions)
+        """``beta``, or 1/N when it is 0."""
+        return self.requested_beta or 1.0 / len(self.pool.partitions)
 
     def client_config(self, config: ConfigRecord, server_round: int, report: bool) -> ConfigRecord:
         return ConfigRecord({**super().client_config(config, server_round, report), "beta": self.beta})

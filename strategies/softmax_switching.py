@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Required, TypedDict, Unpack
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
@@ -131,33 +131,58 @@ class Steps:
     alpha_min: float  # 2 ln(m) / eps, the theory's lower bound on alpha (reported, not enforced)
 
 
-def resolve_steps(cfg: Mapping[str, Any], num_clients: int) -> Steps:
-    """Steps from the run config; with ``switching-theory-d``, ``-l`` > 0: the theory's eta, gamma, threshold.
+class StepOptions(TypedDict):
+    """The step settings a run asks for; :func:`resolve_steps` turns them into :class:`Steps`."""
 
-    Raises ConfigError for ``switching-m`` > n or a theory setting given only half.
+    clients_per_round: int
+    local_steps: int
+    eps: float
+    eta: float
+    gamma: float
+    threshold: float
+    theory_d: float
+    theory_l: float
+
+
+def resolve_steps(*, num_clients: int, num_rounds: int, **options: Unpack[StepOptions]) -> Steps:
+    """The run's steps; with ``theory_d``, ``theory_l`` > 0: the theory's eta, gamma and threshold.
+
+    ``clients_per_round`` = 0 means all. Raises ConfigError (naming the run-config key) for more
+    clients per round than are connected, or a theory setting given only half.
     """
-    m = int(cfg["switching-m"]) or num_clients
+    m = options["clients_per_round"] or num_clients
+    local_steps, eps = options["local_steps"], options["eps"]
+    theory_d, theory_l = options["theory_d"], options["theory_l"]
     if m > num_clients:
         raise ConfigError(
             f"run config 'switching-m': {m} clients per round, but only {num_clients} clients are connected"
         )
-    E, eps = int(cfg["switching-local-steps"]), float(cfg["switching-eps"])
-    D, L = float(cfg["switching-theory-d"]), float(cfg["switching-theory-l"])
-    if (D > 0) != (L > 0):
-        key = "switching-theory-l" if D > 0 else "switching-theory-d"
+    if (theory_d > 0) != (theory_l > 0):
+        key = "switching-theory-l" if theory_d > 0 else "switching-theory-d"
         raise ConfigError(f"run config '{key}': the theory settings need both D and L > 0 (or both 0)")
     alpha_min = 2 * math.log(m) / eps
-    if D > 0:
-        theory = theory_defaults(D, L, int(cfg["num-rounds"]), E, eps, m)
-        return Steps(m, theory["eta"], theory["gamma"], E, theory["threshold"], alpha_min)
-    return Steps(
-        m,
-        float(cfg["switching-eta"]),
-        float(cfg["switching-gamma"]),
-        E,
-        float(cfg["switching-threshold"]),
-        alpha_min,
-    )
+    if theory_d > 0:
+        theory = theory_defaults(theory_d, theory_l, num_rounds, local_steps, eps, m)
+        return Steps(m, theory["eta"], theory["gamma"], local_steps, theory["threshold"], alpha_min)
+    return Steps(m, options["eta"], options["gamma"], local_steps, options["threshold"], alpha_min)
+
+
+class HarnessOptions(TypedDict, total=False):
+    """The keywords of :class:`ConstrainedRounds`, which every method built on it accepts."""
+
+    initial_arrays: Required[ArrayRecord]
+    num_rounds: int
+    seed: int
+    clients_per_round: int
+    eta: float
+    gamma: float
+    local_steps: int
+    threshold: float
+    eps: float
+    theory_d: float
+    theory_l: float
+    eval_every: int
+    client_options: Mapping[str, Any] | None
 
 
 class ConstrainedRounds(FederatedStrategy):
@@ -167,20 +192,65 @@ class ConstrainedRounds(FederatedStrategy):
     client_handler = "constrained"
     client_keys = ("batch-zeta", "batch-size")  # client/constrained.py's query and local steps
 
+    config_keys = {
+        "seed": "seed",
+        "clients_per_round": "switching-m",
+        "eta": "switching-eta",
+        "gamma": "switching-gamma",
+        "local_steps": "switching-local-steps",
+        "threshold": "switching-threshold",
+        "eps": "switching-eps",
+        "theory_d": "switching-theory-d",
+        "theory_l": "switching-theory-l",
+        "eval_every": "switching-eval-every",
+    }
+
     @classmethod
     def build(cls, cfg: Mapping[str, Any]) -> FederatedStrategy:
         """The strategy with the task's own seeded model (problems/registry.py make_model)."""
-        return cls(cfg, model_record(get_problem(cfg["problem"]).make_model(cfg)))
+        model = model_record(get_problem(cfg["problem"]).make_model(cfg))
+        return cls(initial_arrays=model, **cls.config_kwargs(cfg))
 
-    def __init__(self, cfg: Mapping[str, Any], initial_arrays: ArrayRecord) -> None:
-        super().__init__(cfg, initial_arrays)
-        self.rng = np.random.default_rng(np.random.SeedSequence([int(cfg["seed"]), SAMPLING_STREAM]))
-        self.steps: Steps | None = None  # resolved in setup(), once the clients are known
+    def __init__(
+        self,
+        *,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 10,
+        seed: int = 42,
+        clients_per_round: int = 0,
+        eta: float = 0.1,
+        gamma: float = 0.1,
+        local_steps: int = 1,
+        threshold: float = 0.025,
+        eps: float = 0.05,
+        theory_d: float = 0.0,
+        theory_l: float = 0.0,
+        eval_every: int = 10,
+        client_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``clients_per_round`` m (0 = all), server step ``eta``, ``local_steps`` E of size ``gamma``,
+        tolerance ``eps``; ``theory_d``, ``theory_l`` > 0 set eta, gamma and the threshold by theory;
+        ``eval_every`` k: evaluate F, G on every client every k rounds (0 = after the last)."""
+        super().__init__(num_rounds=num_rounds, client_options=client_options, initial_arrays=initial_arrays)
+        self.rng = np.random.default_rng(np.random.SeedSequence([int(seed), SAMPLING_STREAM]))
+        self.requested = StepOptions(
+            clients_per_round=clients_per_round, eta=eta, gamma=gamma, local_steps=local_steps,
+            threshold=threshold, eps=eps, theory_d=theory_d, theory_l=theory_l,
+        )
+        self.eps, self.eval_every = eps, eval_every
+        self._steps: Steps | None = None  # resolved in setup(), once the clients are known
         self.total: dict[str, np.ndarray] | None = None  # sum of the averaged w_k (float64)
         self.count = 0  # rounds in the average
         self.grad_evals = 0
         self.final: dict[str, Any] = {}
         self._plan: RoundPlan | None = None
+
+    @property
+    def steps(self) -> Steps:
+        """The resolved steps (after ``setup``)."""
+        if self._steps is None:
+            raise RuntimeError(f"{type(self).__name__}: steps are resolved in setup(), with the clients")
+        return self._steps
 
     # --- the method ------------------------------------------------------------------
     def plan(self, server_round: int, f: Mapping[int, float], g: Mapping[int, float]) -> RoundPlan:
@@ -194,9 +264,10 @@ class ConstrainedRounds(FederatedStrategy):
 
     # --- the harness -----------------------------------------------------------------
     def setup(self) -> None:
-        self.steps = resolve_steps(self.cfg, len(self.pool.partitions))
+        n = len(self.pool.partitions)
+        self._steps = resolve_steps(num_clients=n, num_rounds=self.rounds, **self.requested)
         self.log(f"{type(self).__name__}: " + ", ".join(f"{k}={v:.4g}" for k, v in self.settings().items()))
-        if int(self.cfg["switching-eval-every"]):
+        if self.eval_every:
             # F(w_0), G(w_0): the curves start at zero gradient evaluations.
             metrics = self._evaluate(self.pool.send(self._evaluate_messages(0), 0))
             metrics["grad-evals"] = 0
@@ -296,7 +367,7 @@ class ConstrainedRounds(FederatedStrategy):
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        every = int(self.cfg["switching-eval-every"])
+        every = self.eval_every
         if server_round == self.num_rounds or (every and server_round % every == 0):
             return self._evaluate_messages(server_round)
         return []
@@ -321,7 +392,7 @@ class ConstrainedRounds(FederatedStrategy):
     def finish(self) -> dict[str, Any]:
         """Per-client final metrics; the aggregate adds F, G (and avg-F, avg-G), counts and settings."""
         last = self.history.get(self.num_rounds, {})
-        eps = float(self.cfg["switching-eps"])
+        eps = self.eps
         extra = {k: v for k, v in last.items() if k in ("F", "G", "avg-F", "avg-G")}
         extra.update(
             {
@@ -346,7 +417,7 @@ class ConstrainedRounds(FederatedStrategy):
         return {
             **super().state_dict(),
             "rng": self.rng.bit_generator.state,
-            "steps": self.steps,
+            "steps": self._steps,
             "total": self.total,
             "count": self.count,
             "grad-evals": self.grad_evals,
@@ -356,7 +427,7 @@ class ConstrainedRounds(FederatedStrategy):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.rng.bit_generator.state = state["rng"]
-        self.steps = state["steps"]
+        self._steps = state["steps"]
         self.total = state["total"]
         self.count = int(state["count"])
         self.grad_evals = int(state["grad-evals"])
@@ -366,17 +437,24 @@ class ConstrainedRounds(FederatedStrategy):
 class SoftmaxSwitching(ConstrainedRounds):
     """ALGORITHMS.md 2: softmax-weighted switching between the worst objectives and constraints."""
 
+    config_keys = {"alpha": "switching-alpha"}
+
+    def __init__(self, *, alpha: float = 10.0, **harness: Unpack[HarnessOptions]) -> None:
+        """Softmax temperature ``alpha``; ``harness``: :class:`ConstrainedRounds`' keywords."""
+        super().__init__(**harness)
+        self.alpha = alpha
+
     def settings(self) -> dict[str, float]:
         return {
             **super().settings(),
-            "alpha": float(self.cfg["switching-alpha"]),
+            "alpha": self.alpha,
             "threshold": self.steps.threshold,
             "alpha-min": self.steps.alpha_min,
         }
 
     def setup(self) -> None:
         super().setup()
-        alpha = float(self.cfg["switching-alpha"])
+        alpha = self.alpha
         if alpha < self.steps.alpha_min:
             self.log(
                 f"note: switching-alpha = {alpha:g} is below the theory's "
@@ -388,7 +466,7 @@ class SoftmaxSwitching(ConstrainedRounds):
         mask = np.array([pid in f for pid in parts])  # the sampled clients that answered
         fv = np.array([f.get(pid, np.nan) for pid in parts])
         gv = np.array([g.get(pid, np.nan) for pid in parts])
-        d = switching_decision(fv, gv, mask, float(self.cfg["switching-alpha"]), self.steps.threshold)
+        d = switching_decision(fv, gv, mask, self.alpha, self.steps.threshold)
         weights = d.weights
         sampled = [(j, pid) for j, pid in enumerate(parts) if mask[j]]
         return RoundPlan(

@@ -90,9 +90,7 @@ def test_fedavg_aggregates_deltas_weighted_by_sample_counts(task_identity) -> No
     rng = np.random.default_rng(0)
     model = make_mlp(3, 4, 2, seed=0)
     w = to_numpy(to_record(model.state_dict()))
-    strategy = FedAvg(
-        {"seed": 0, "fraction": 1.0, "num-rounds": 1, "lr": 0.1, "local-epochs": 1}, to_record(w)
-    )
+    strategy = FedAvg(initial_arrays=to_record(w), num_rounds=1, fraction=1.0, lr=0.1, local_epochs=1, seed=0)
     grid = InlineGrid(client_app, [], {})
     pool = ClientPool(grid, Store(), required=0, wait_timeout=1, round_timeout=1, log=lambda _: None)
     pool.clients = {p: ClientInfo(p, 100 + p, f"c{p}", 0) for p in range(4)}
