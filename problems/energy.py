@@ -248,7 +248,9 @@ def split_and_standardize(
     n_train, n_val, _ = split_sizes(len(x))
     cut = (slice(0, n_train), slice(n_train, n_train + n_val), slice(n_train + n_val, None))
     xs = standardize(*(torch.as_tensor(x[s], dtype=dtype) for s in cut))
-    return tuple(DecisionSplit(xi, torch.as_tensor(c[s], dtype=dtype)) for xi, s in zip(xs, cut, strict=True))
+    splits = (DecisionSplit(xi, torch.as_tensor(c[s], dtype=dtype)) for xi, s in zip(xs, cut, strict=True))
+    train, val, test = splits
+    return train, val, test
 
 
 def _zone_of(partition_id: int, num_partitions: int, zones: Sequence[str] | None) -> str:
@@ -425,9 +427,9 @@ def generate_pjm_like_csv(
              - 0.2 * (solar_mean / 300)[..., None] * _bump(hours, 13, 2.5))
     energy = level[..., None] * shape * (1 + rng.normal(0, 0.04, (n_zones, n_days, HOURS)))
     spike_days = rng.random(n_days) < 0.01 + 0.002 * np.maximum(degree.mean(0) - 8, 0) ** 2
-    for d in np.flatnonzero(spike_days):
+    for day in np.flatnonzero(spike_days):
         first = rng.integers(15, 20)
-        energy[:, d, first : first + rng.integers(3, 6)] *= rng.uniform(3, 10, (n_zones, 1))
+        energy[:, day, first : first + rng.integers(3, 6)] *= rng.uniform(3, 10, (n_zones, 1))
     congestion_scale = rng.uniform(0.3, 1.5, (n_zones, 1, 1))
     congestion = level[..., None] * congestion_scale * rng.normal(0, 0.12, (n_zones, n_days, HOURS))
     total = energy + congestion

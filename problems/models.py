@@ -17,9 +17,10 @@ def make_mlp(in_dim: int, hidden: int, out_dim: int, seed: int) -> nn.Sequential
     changes the baselines' results by several points.
     """
     gen = torch.Generator().manual_seed(seed)
-    model = nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, out_dim)).double()
+    first, last = nn.Linear(in_dim, hidden), nn.Linear(hidden, out_dim)
+    model = nn.Sequential(first, nn.ReLU(), last).double()  # in place: first and last are its layers
     with torch.no_grad():
-        for layer in (model[0], model[2]):
+        for layer in (first, last):
             nn.init.xavier_uniform_(layer.weight, generator=gen)
             layer.bias.zero_()
     return model

@@ -276,6 +276,7 @@ class Polytope:
     def _solver(self, backend: str) -> Any:
         """The projection workspace of ``backend``, built on first use."""
         if backend not in self._cache:
+            solver: Any  # the backends' workspaces share no base class (their project() types differ)
             if backend == "daqp":
                 solver = _DaqpProjector(self, fallback=lambda v: self._solver("highs").project(v))
             elif backend == "highs":

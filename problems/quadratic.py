@@ -47,6 +47,13 @@ class QuadraticModel(torch.nn.Module):
         self.w = torch.nn.Parameter(torch.from_numpy(np.asarray(w, dtype=np.float64).copy()))
 
 
+def decision(model: torch.nn.Module) -> torch.Tensor:
+    """The decision vector ``w`` of a :class:`QuadraticModel` (the task protocol passes any nn.Module)."""
+    if not isinstance(model, QuadraticModel):
+        raise TypeError(f"the quadratic task's model is a QuadraticModel, got {type(model).__name__}")
+    return model.w
+
+
 def make_model(seed: int, **params: Any) -> QuadraticModel:
     """``w_0 ~ N(0, I_d)`` from ``default_rng(seed)``."""
     config = parse_params(QuadraticConfig, params)
@@ -80,10 +87,10 @@ class QuadraticTask:
         return None
 
     def f(self, model: torch.nn.Module, batch: None) -> torch.Tensor:
-        return 0.5 * ((model.w - self.a) ** 2).sum()
+        return 0.5 * ((decision(model) - self.a) ** 2).sum()
 
     def g(self, model: torch.nn.Module, batch: None) -> torch.Tensor:
-        return (self.b * model.w).sum() - self.c
+        return (self.b * decision(model)).sum() - self.c
 
     def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
         with torch.no_grad():
