@@ -10,14 +10,20 @@ models.npz), and an interrupt never splits rounds.csv from the checkpoint.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
+from logging import INFO
 from typing import Any
 
 import numpy as np
-from flwr.app import ConfigRecord
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
+from flwr.common import log
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Result
 
 from server.interrupts import deferred
 from server.pool import ClientPool
+from server.report import report_markdown
 from server.store import RunStore
 from strategies.base import FederatedStrategy
 
@@ -82,3 +88,55 @@ def _server_row(store: RunStore, server_round: int, metrics: Mapping[str, float]
 
 def _fmt(metrics: Mapping[str, float]) -> str:
     return " ".join(f"{k}={v:.4g}" for k, v in metrics.items() if isinstance(v, int | float))
+
+
+def start_on_grid(
+    strategy: FederatedStrategy,
+    grid: Grid,
+    initial_arrays: ArrayRecord | None,
+    *,
+    timeout: float,
+    results_dir: str,
+    run_name: str,
+) -> Result:
+    """A run of ``strategy`` from plain Flower code (``strategy.start(grid, ...)``), as Flower's own
+    ``Strategy.start`` runs, with hetfed's clients, results folder and checkpoints.
+
+    The nodes are hetfed ClientApps (each with its ``partition-id``); all that connect within
+    ``timeout`` seconds take part, and every exchange waits at most ``timeout`` seconds.
+    Results go to ``results_dir/run_name`` (rounds.csv, checkpoint, summary.json, report.md).
+    The Result holds the final arrays and, per round, the round's aggregate metrics; the last
+    round's evaluate metrics are the summary's aggregate.
+    """
+    if initial_arrays is not None:
+        strategy.arrays = initial_arrays
+    name = run_name or f"{type(strategy).__name__.lower()}-{time.strftime('%Y%m%d-%H%M%S')}"
+    store = RunStore(results_dir, name)
+    settings = {"strategy-class": type(strategy).__name__, "num-rounds": strategy.rounds}
+    store.write_config({**settings, "client": strategy.client_settings()}, engine=type(grid).__name__)
+    store.begin_segment(type(grid).__name__, resumed=False)
+    status = "failed"
+    summary: dict[str, Any] = {}
+    try:
+        pool = ClientPool(
+            grid, store, required=0, wait_timeout=timeout, round_timeout=timeout,
+            log=lambda text: log(INFO, "[%s] %s", name, text), settings=strategy.client_settings(),
+        )
+        pool.connect(name)
+        summary = run_rounds(strategy, pool, store)
+        status = "completed"
+    finally:
+        store.end_segment(status)
+        full = {"run-name": name, "status": status, **summary}
+        store.write_summary(full, report_markdown(f"{name} ({status})", full))
+    numeric = {r: MetricRecord(_numbers(m)) for r, m in strategy.history.items() if r > 0}
+    final = _numbers(summary.get("aggregate", {}))
+    return Result(
+        arrays=strategy.arrays if strategy.arrays is not None else ArrayRecord(),
+        train_metrics_clientapp=numeric,
+        evaluate_metrics_clientapp={strategy.num_rounds: MetricRecord(final)} if final else {},
+    )
+
+
+def _numbers(metrics: Mapping[str, Any]) -> dict[str, int | float]:
+    return {k: v for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool)}

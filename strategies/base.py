@@ -22,6 +22,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
+from hetfed.config import SCHEMA
 from hetfed.records import to_numpy, to_record
 
 
@@ -81,7 +82,8 @@ class FederatedStrategy(Strategy):
         """``num_rounds`` federated rounds; ``client_options``: the values of ``client_keys`` that
         every message carries to the client handler (its model, loss, local schedule)."""
         self.rounds = num_rounds
-        self.client_options = dict(client_options or {})
+        defaults = {key: SCHEMA[key].default for key in self.client_keys}
+        self.client_options = {**defaults, **(client_options or {})}
         self.arrays = initial_arrays
         self._pool: Clients | None = None  # set by the round loop
         self.history: dict[int, dict[str, float]] = {}  # round -> aggregate metrics
@@ -160,11 +162,38 @@ class FederatedStrategy(Strategy):
         """Log the strategy's settings (Flower calls this at start)."""
         self.log(f"{type(self).__name__}: {self.num_rounds} rounds")
 
-    def start(  # Flower's entry point, for users who drive a strategy themselves
-        self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600, **_: Any
+    def start(
+        self,
+        grid: Grid,
+        initial_arrays: ArrayRecord | None = None,
+        num_rounds: int | None = None,
+        timeout: float = 3600,
+        train_config: ConfigRecord | None = None,
+        evaluate_config: ConfigRecord | None = None,
+        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
+        *,
+        results_dir: str = "results",
+        run_name: str = "",
     ) -> Result:
-        raise NotImplementedError(
-            "hetfed strategies run through server.rounds.run_rounds(strategy, pool, store) (server/app.py)"
+        """Flower's entry point: run this strategy on ``grid`` from a plain ServerApp's main.
+
+        ``initial_arrays`` replaces the constructor's model and ``num_rounds`` its rounds when
+        given. Results and checkpoints go to ``results_dir/run_name`` (server.rounds.start_on_grid).
+        hetfed strategies send their own configs and evaluate on the clients: ``train_config``,
+        ``evaluate_config`` and ``evaluate_fn`` are refused.
+        """
+        if train_config or evaluate_config or evaluate_fn is not None:
+            raise ValueError(
+                f"{type(self).__name__}.start: train_config, evaluate_config and evaluate_fn are not "
+                "supported; a hetfed strategy builds every message's config itself (constructor keywords)"
+            )
+        if num_rounds is not None:
+            self.rounds = num_rounds
+        # The one call upwards (tests/test_layers.py): Flower's entry point runs the server's loop.
+        from server.rounds import start_on_grid
+
+        return start_on_grid(
+            self, grid, initial_arrays, timeout=timeout, results_dir=results_dir, run_name=run_name
         )
 
     def log(self, text: str) -> None:

@@ -222,3 +222,45 @@ def test_wrong_array_record_is_an_error_not_a_crash() -> None:
 
     with pytest.raises(RuntimeError, match="size mismatch|Missing key"):
         load_record(make_mlp(2, 3, 1, seed=0), ArrayRecord({}))
+
+
+def test_a_strategy_started_from_plain_flower_code_runs_as_through_hetfed_run(tmp_path: Path) -> None:
+    """``FedRSPO(...).start(grid, ...)`` in a plain ServerApp gives hetfed's own run, bit for bit."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from hetfed.config import validate
+    from problems.models import model_record
+    from problems.registry import get_problem
+    from server.store import load_checkpoint_file
+    from strategies.fedrspo import FedRSPO
+
+    method = {"strategy": "fedrspo", "loss": "rspo+", "personal-rounds": 2, "fraction": 0.5, "seed": 4}
+    summary = run(tmp_path, nodes=3, **method)
+    hetfed_run = load_checkpoint_file(tmp_path / "r" / "checkpoint.pt")
+
+    cfg = validate({**FAST, **method})
+    in_dim, out_dim = get_problem("knapsack").model_dims(cfg)
+    strategy = FedRSPO(  # what a user writes: the constructor's keywords, client options by name
+        initial_arrays=model_record(make_mlp(in_dim, cfg["hidden"], out_dim, seed=4)),
+        fraction=0.5,
+        local_epochs=1,
+        seed=4,
+        loss="rspo+",
+        personal_rounds=2,
+        client_options={"loss": "rspo+", "personal-rounds": 2},
+    )
+    grid = InlineGrid(client_app, node_configs(3), {k: cfg[k] for k in FAST | {"seed": 4}})
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
+    result = strategy.start(grid, num_rounds=2, timeout=30, results_dir=str(tmp_path), run_name="plain")
+
+    expected = hetfed_run["strategy"]["arrays"]
+    got = to_numpy(result.arrays)
+    assert set(got) == set(expected) and all(np.array_equal(got[k], expected[k]) for k in got)
+    plain = json.loads((tmp_path / "plain" / "summary.json").read_text())
+    assert plain["status"] == "completed" and plain["clients"] == summary["clients"]
+    assert sorted(result.train_metrics_clientapp) == [1, 2, 3]  # 2 warm rounds + personalization
+    assert result.evaluate_metrics_clientapp[3]["per-relative-regret"] == pytest.approx(
+        summary["aggregate"]["per-relative-regret"]
+    )
+    with pytest.raises(ValueError, match="evaluate_fn"):
+        strategy.start(grid, evaluate_fn=lambda r, a: None)
