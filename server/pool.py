@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.app import ConfigRecord, ConfigRecordValues, Message, RecordDict
 from flwr.serverapp import Grid
 
-from hetfed.records import to_numpy
+from hetfed.records import scalar, to_numpy
 from server.store import RunStore
 from strategies.base import FederationError
 
@@ -169,22 +169,22 @@ class ClientPool:
                 )
                 continue
             if reply.has_error():
-                claim = _claim(reply.error.reason)
+                claim = _claim(reply.error.reason or "")
                 if claim is None:
                     found.lost[node] = _reason(reply)
                 else:
                     pid, n, reason = claim
                     found.bad[pid] = (node, reason)
                     found.num_partitions.add(n)
-                    refused = _REFUSED.search(reason)
-                    if refused:  # the silo's SuperNode refused the app build and said what it approves
+                    refusal = _REFUSED.search(reason)
+                    if refusal:  # the silo's SuperNode refused the app build and said what it approves
                         found.approved[pid] = {
-                            "approved-apps": [h.strip() for h in refused[1].split(",")],
+                            "approved-apps": [h.strip() for h in refusal[1].split(",")],
                             "reported-by": "SuperNode refusal (hash prefixes)",
                         }
                 continue
-            info, metrics = reply.content["info"], reply.content["metrics"]
-            pid = int(info["partition-id"])
+            info, metrics = reply.content.config_records["info"], reply.content.metric_records["metrics"]
+            pid = int(scalar(info["partition-id"]))
             if pid in infos:
                 raise FederationError(
                     f"nodes {infos[pid]['node']} and {node} both claim partition-id {pid}; "
@@ -193,10 +193,10 @@ class ClientPool:
             infos[pid] = {
                 "node": node,
                 "name": str(info["name"]),
-                "num-partitions": int(info["num-partitions"]),
-                "num-examples": int(metrics["num-examples"]),
+                "num-partitions": int(scalar(info["num-partitions"])),
+                "num-examples": int(scalar(metrics["num-examples"])),
             }
-            found.num_partitions.add(int(info["num-partitions"]))
+            found.num_partitions.add(int(scalar(info["num-partitions"])))
             found.bad.pop(pid, None)  # a node that failed before and now answers
             if "approved-apps" in info:  # the silo's allow-list, read on the silo
                 found.approved[pid] = {
@@ -230,7 +230,8 @@ class ClientPool:
     def with_settings(self, content: RecordDict) -> RecordDict:
         """``content`` with the client settings added to its ConfigRecord (a new RecordDict: one
         content may be sent to several clients)."""
-        config = content["config"] if "config" in content else {}
+        records = content.config_records
+        config: Mapping[str, ConfigRecordValues] = records["config"] if "config" in records else {}
         return RecordDict({**content, "config": ConfigRecord({**self.settings, **config})})
 
     def partition_of(self, reply: Message) -> int:

@@ -92,7 +92,9 @@ class RunStore:
         self.started = time.time()
 
     # --- config ---------------------------------------------------------------
-    def write_config(self, config: Mapping[str, Any], *, engine: str, extra: Mapping[str, Any] = ()) -> None:
+    def write_config(
+        self, config: Mapping[str, Any], *, engine: str, extra: Mapping[str, Any] | None = None
+    ) -> None:
         """Record the full resolved config, the seed, the engine and package versions."""
         self._write_json(
             "config.json",
@@ -109,7 +111,7 @@ class RunStore:
                     "torch-threads": torch.get_num_threads(),
                 },
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                **dict(extra),
+                **dict(extra or {}),
             },
         )
 
@@ -126,7 +128,9 @@ class RunStore:
         self.rows.append(row)
         return row
 
-    def commit(self, server_round: int, total_rounds: int, aggregate: Mapping[str, float] = ()) -> None:
+    def commit(
+        self, server_round: int, total_rounds: int, aggregate: Mapping[str, float] | None = None
+    ) -> None:
         """Write rounds.csv and progress.json for everything up to ``server_round``.
 
         New rows are appended while the columns stay the same (a long run would otherwise
@@ -155,7 +159,7 @@ class RunStore:
                 "total": total_rounds,
                 "elapsed-s": round(time.time() - self.started, 3),
                 "segment": self.segment,
-                "aggregate": _finite(dict(aggregate)),
+                "aggregate": _finite(dict(aggregate or {})),
             },
         )
 
