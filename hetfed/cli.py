@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hetfed.config import SCHEMA, ConfigError, parse_assignments, to_toml, validate
+from hetfed.config import SCHEMA, STRATEGIES, ConfigError, parse_assignments, to_toml, validate
 from hetfed.docker_cli import add_docker_parser
 from hetfed.federation_cli import add_federation_parser
 
@@ -193,7 +193,12 @@ def cmd_config(args: argparse.Namespace) -> int:
     if args.toml:
         print(to_toml({k: key.default for k, key in SCHEMA.items()}), end="")
         return 0
-    for name, key in SCHEMA.items():
+    keys = SCHEMA
+    if args.strategy:  # the run's keys, that method's and the problems'
+        from hetfed.config import METHODS, PROBLEM_SCHEMA, RUN_KEYS
+
+        keys = RUN_KEYS | dict(METHODS[args.strategy].keys) | PROBLEM_SCHEMA
+    for name, key in keys.items():
         extra = f" one of {list(key.choices)}" if key.choices else ""
         print(f"{name:22s} {key.kind.__name__:5s} default {key.default!r:12}  {key.help}{extra}")
     return 0
@@ -285,6 +290,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     cfg = sub.add_parser("config", help="list every run-config key with its default and meaning")
     cfg.add_argument("--toml", action="store_true", help="print the defaults as [tool.flwr.app.config] TOML")
+    cfg.add_argument(
+        "--strategy", choices=STRATEGIES, help="list only the keys this method reads (default: every key)"
+    )
     cfg.add_argument("--sync-pyproject", action="store_true", help="rewrite pyproject's config table")
     cfg.set_defaults(func=cmd_config)
     return parser

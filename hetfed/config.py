@@ -1,8 +1,10 @@
-"""The run configuration: every tunable, its type, range and meaning, in one table.
+"""The run configuration: every tunable, its type, range and meaning, and the method registry.
 
 Flower passes the run config (``[tool.flwr.app.config]`` merged with
 ``--run-config`` overrides) to the ServerApp and to every ClientApp. This module
-is the single description of those keys: ``validate`` checks a run config before
+is the single description of those keys, in groups: the run's own (:data:`RUN_KEYS`), each
+method's (:data:`METHODS`: name -> strategy class and the keys it reads) and the problems'
+(:data:`PROBLEM_SCHEMA`); :data:`SCHEMA` is built from them. ``validate`` checks a run config before
 round 1 and names the culprit on error, ``parse_assignments`` turns
 ``hetfed run --set key=value`` into typed values, and a test keeps
 ``pyproject.toml`` in step with :data:`SCHEMA`.
@@ -62,20 +64,6 @@ class Key:
         return value
 
 
-STRATEGIES = (
-    "fedavg",
-    "fedrspo",
-    "local-only",
-    "pflsa",
-    "fedlsa",
-    "scafflsa",
-    "single-lsa",
-    "softmax-switching",
-    "penalty",
-    "primal-dual",
-    "fedavg-unconstrained",
-    "crpo",
-)
 PROBLEMS = (
     "knapsack",
     "energy",
@@ -90,39 +78,22 @@ PROBLEMS = (
 ENGINES = ("", "inline", "simulation", "deployment")
 DECISION_LOSSES = ("mse", "spo+", "rspo+", "pfyl", "dpo", "mse->spo+", "optnet")
 
-SCHEMA: dict[str, Key] = {
-    # --- run --------------------------------------------------------------------
-    "run-name": Key("", "Name of the results folder results-dir/<run-name>; empty = generated"),
-    "results-dir": Key("results", "Where runs write their results (relative to the ServerApp's cwd)"),
-    "engine": Key("", "Engine label recorded with the results (set by `hetfed run`)", choices=ENGINES),
-    "launch": Key(
-        "", "How `hetfed run` launched the run (JSON: nodes, data-path, federation-dir); --resume reads it"
-    ),
-    "seed": Key(42, "Master seed: data generation, model init, client sampling, batch order", low=0),
-    "strategy": Key("fedavg", "Server-side algorithm", choices=STRATEGIES),
-    "problem": Key("knapsack", "Task each client solves on its own data", choices=PROBLEMS),
-    "num-clients": Key(0, "Clients required before round 1; 0 = the nodes' num-partitions", low=0),
-    "node-wait-timeout": Key(
-        120.0, "Seconds to wait for the required clients to connect", low=0.0, low_open=True
-    ),
-    "round-timeout": Key(600.0, "Seconds to wait for the replies of one exchange", low=0.0, low_open=True),
-    "resume": Key(False, "Continue the run named run-name from its last checkpoint"),
-    "checkpoint-every": Key(
-        1, "Write rounds.csv and the checkpoint every k rounds (0 = only at the end)", low=0
-    ),
-    "audit-traffic": Key(False, "Log the shape of every reply's arrays and metrics to traffic.jsonl"),
-    # --- federated training -----------------------------------------------------
-    "num-rounds": Key(10, "Federated rounds", low=1),
+# --- methods: the keys each one reads beyond the run's own (RUN_KEYS) and its problem's ---------
+# The decision and the constrained clients' mini-batch.
+BATCH_SIZE = Key(64, "Mini-batch size (a client with fewer samples trains on one full batch)", low=1)
+
+# Decision-focused training (ALGORITHMS.md 1.3-1.5): fedavg, fedrspo, local-only; the MLP, the
+# losses, FedProx / Ditto and the personalization schedule of the decision client.
+DECISION_KEYS: dict[str, Key] = {
     "fraction": Key(
         0.4, "Fraction of clients sampled per round (ceil(fraction * n))", low=0.0, high=1.0, low_open=True
     ),
     "local-epochs": Key(3, "Local epochs per round", low=1),
-    "batch-size": Key(64, "Mini-batch size (a client with fewer samples trains on one full batch)", low=1),
+    "batch-size": BATCH_SIZE,
     "lr": Key(1e-3, "Client learning rate (Adam)", low=0.0, low_open=True),
     "clip-norm": Key(1.0, "Gradient-norm clip per parameter array; 0 = off", low=0.0),
     "loss": Key("mse", "Training loss of the decision-focused model", choices=DECISION_LOSSES),
     "hidden": Key(64, "Hidden units of the MLP", low=1),
-    # --- FedRSPO+ protocol (ALGORITHMS.md 1.3-1.5): fedrspo, local-only -----------------
     "personal-rounds": Key(10, "Personalization rounds after the warm start (0 = none)", low=0),
     "personal-epochs": Key(1, "Local epochs per personalization round", low=1),
     "rspo-alpha": Key(
@@ -131,7 +102,6 @@ SCHEMA: dict[str, Key] = {
     "rspo-alpha-personal": Key(
         0.01, "RSPO+ lr scale in personalization (energy: 0.001)", low=0.0, low_open=True
     ),
-    "per-client-calibration": Key(True, "Per-client lam0_j, lr0_j (false: their mean for every client)"),
     "anneal": Key(True, "RSPO+ personalization: inverse-time schedules and freezing"),
     "kappa-lam": Key(1.0, "lam_t = lam0 / (1 + kappa_lam (t - 1))", low=0.0),
     "kappa-lr": Key(0.1, "lr_t = lr0 / (1 + kappa_lr (t - 1))", low=0.0),
@@ -156,58 +126,15 @@ SCHEMA: dict[str, Key] = {
     "interp-local-epochs": Key(
         100, "Interp-DFFL: epochs of the local SPO+ model (trained to convergence)", low=1
     ),
-    # --- knapsack problem (ALGORITHMS.md 1.6) -----------------------------------
-    "num-items": Key(50, "Knapsack items d", low=1),
-    "num-features": Key(8, "Features p", low=1),
-    "degree": Key(4, "Polynomial degree of the feature-to-cost map", low=1),
-    "capacity-ratio": Key(0.6, "Base capacity C = ratio * d", low=0.0),
-    "n-train": Key(100, "Training samples per client", low=1),
-    "n-val": Key(10, "Validation samples per client", low=1),
-    "n-test": Key(100, "Test samples per client", low=1),
-    "eta-o": Key(0.0, "Objective heterogeneity (rotation of B_j)", low=0.0),
-    "eta-c": Key(0.0, "Constraint heterogeneity (capacities and weights)", low=0.0),
-    "eta-d": Key(0.0, "Data heterogeneity (feature location and scale)", low=0.0),
-    # --- energy purchasing (ALGORITHMS.md 1.7): energy (ERCOT), energy-pjm (a PJM-layout CSV) ---------
-    "energy-zones": Key(
-        "", "Energy: comma-separated ERCOT zones, partition i takes the i-th; empty = all 13 (ERCOT_ZONES)"
-    ),
-    "energy-exclude-storm": Key(
-        False, "Energy: drop the Feb 2021 winter-storm days (2021-02-12..20, up to $9,000/MWh) from training"
-    ),
-    "energy-train-days": Key(
-        0, "Energy: train on only the last K days of the training split (cold start); 0 = all", low=0
-    ),
-    # --- grid shortest path (ALGORITHMS.md 1.7); also num-features, degree, n-train/val/test ----------
-    "grid-size": Key(5, "Shortest path: k of the k x k grid (PyEPO: 5; 12 works too)", low=2),
-    "sp-endpoints": Key(
-        "random",
-        "Shortest path: sources/sinks: corners (all top-left -> bottom-right), diagonals, random",
-        choices=("corners", "diagonals", "random"),
-    ),
-    "sp-terrain": Key(0.5, "Shortest path: terrain heterogeneity t (edge multipliers exp(t h_j))", low=0.0),
-    "sp-noise": Key(0.5, "Shortest path: multiplicative noise U[1 - w, 1 + w], w < 1", low=0.0, high=0.99),
-    # --- LSA strategies (ALGORITHMS.md 3): pflsa, fedlsa, scafflsa, single-lsa -----------
-    "lsa-eta": Key(0.2, "Step size eta of the LSA strategies", low=0.0, low_open=True),
-    "lsa-batch": Key(1, "LSA: samples per agent and iteration (their mean is one step's sample)", low=1),
-    "lsa-local-steps": Key(1, "LSA: local steps H per round (fedlsa, scafflsa, single-lsa; pflsa: 1)", low=1),
-    "lsa-exact": Key(False, "LSA: noise-free steps with the exact means A_bar_c, b_bar_c"),
-    "lsa-report-every": Key(
-        1, "LSA: clients report ||theta_c - theta_c*||^2 every k rounds (and after the last)", low=1
-    ),
-    "pflsa-beta": Key(
-        0.0, "PF-LSA weight beta of the agent's own update; 0 = 1/N (recommended)", low=0.0, high=1.0
-    ),
-    # --- Garnet MDPs for federated TD(0) (ALGORITHMS.md 3) ------------------------
-    "garnet-seed": Key(-1, "Seed of the Garnet MDPs; -1 = seed (fix it to vary only the samples)", low=-1),
-    "garnet-states": Key(10, "Garnet: states", low=2),
-    "garnet-actions": Key(10, "Garnet: actions (uniform random policy)", low=1),
-    "garnet-branching": Key(3, "Garnet: next states per (state, action)", low=1),
-    "garnet-dim": Key(5, "Garnet: feature dimension d (the size of theta)", low=1),
-    "garnet-gamma": Key(0.95, "Garnet: discount factor (< 1)", low=0.0, high=1.0),
-    "garnet-zeta-ker": Key(0.0, "Garnet: transition-kernel heterogeneity zeta_ker", low=0.0),
-    "garnet-zeta-rew": Key(0.0, "Garnet: reward heterogeneity zeta_rew", low=0.0),
-    # --- softmax switching and its baselines (ALGORITHMS.md 2) ---------------------
-    "switching-alpha": Key(10.0, "Softmax temperature alpha of p, q", low=0.0, low_open=True),
+}
+
+# FedRSPO+'s per-client calibration: fedrspo, local-only.
+CALIBRATION_KEYS: dict[str, Key] = {
+    "per-client-calibration": Key(True, "Per-client lam0_j, lr0_j (false: their mean for every client)"),
+}
+
+# The constrained harness (ALGORITHMS.md 2): softmax-switching and its baselines.
+CONSTRAINED_KEYS: dict[str, Key] = {
     "switching-eps": Key(0.05, "Constraint tolerance eps (max_i g_i <= eps)", low=0.0, low_open=True),
     "switching-threshold": Key(0.025, "Switch to the objectives when <q, g> <= threshold"),
     "switching-eta": Key(0.1, "Server step eta", low=0.0, low_open=True),
@@ -222,12 +149,132 @@ SCHEMA: dict[str, Key] = {
         10, "Evaluate F = max f_i, G = max g_i on all clients every k rounds (0 = at the end)", low=0
     ),
     "batch-zeta": Key(32, "Batch size of the f_i, g_i query", low=1),
+    "batch-size": BATCH_SIZE,
+}
+
+# Softmax switching's own temperature.
+SWITCHING_KEYS: dict[str, Key] = {
+    "switching-alpha": Key(10.0, "Softmax temperature alpha of p, q", low=0.0, low_open=True),
+}
+
+PENALTY_KEYS: dict[str, Key] = {
     "penalty-rho": Key(10.0, "Penalty weight rho of f + rho max(g, 0)", low=0.0),
+}
+
+PRIMAL_DUAL_KEYS: dict[str, Key] = {
     "pd-dual-lr": Key(0.1, "Dual step of the primal-dual baseline", low=0.0),
     "pd-dual-step": Key(
         "mean", "Dual ascent on the mean or the max of the sampled g_i", choices=("mean", "max")
     ),
-    # --- constrained tasks ------------------------------------------------------
+}
+
+# Linear stochastic approximation (ALGORITHMS.md 3): pflsa, fedlsa, scafflsa, single-lsa.
+LSA_KEYS: dict[str, Key] = {
+    "lsa-eta": Key(0.2, "Step size eta of the LSA strategies", low=0.0, low_open=True),
+    "lsa-batch": Key(1, "LSA: samples per agent and iteration (their mean is one step's sample)", low=1),
+    "lsa-local-steps": Key(1, "LSA: local steps H per round (fedlsa, scafflsa, single-lsa; pflsa: 1)", low=1),
+    "lsa-exact": Key(False, "LSA: noise-free steps with the exact means A_bar_c, b_bar_c"),
+    "lsa-report-every": Key(
+        1, "LSA: clients report ||theta_c - theta_c*||^2 every k rounds (and after the last)", low=1
+    ),
+}
+
+PFLSA_KEYS: dict[str, Key] = {
+    "pflsa-beta": Key(
+        0.0, "PF-LSA weight beta of the agent's own update; 0 = 1/N (recommended)", low=0.0, high=1.0
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Method:
+    """One method of the registry: its strategy class, imported only when a run builds it
+    (``module:Class``, strategies/registry.py), and the run-config keys it reads beyond
+    :data:`RUN_KEYS` and its problem's (the class's ``config_keys`` and ``client_keys``; a test
+    keeps the two equal)."""
+
+    strategy: str
+    keys: Mapping[str, Key]
+
+
+METHODS: dict[str, Method] = {
+    "fedavg": Method("strategies.fedavg:FedAvg", DECISION_KEYS),
+    "fedrspo": Method("strategies.fedrspo:FedRSPO", DECISION_KEYS | CALIBRATION_KEYS),
+    "local-only": Method("strategies.fedrspo:LocalOnly", DECISION_KEYS | CALIBRATION_KEYS),
+    "softmax-switching": Method(
+        "strategies.softmax_switching:SoftmaxSwitching", CONSTRAINED_KEYS | SWITCHING_KEYS
+    ),
+    "penalty": Method("strategies.constrained_baselines:FederatedPenalty", CONSTRAINED_KEYS | PENALTY_KEYS),
+    "primal-dual": Method(
+        "strategies.constrained_baselines:FederatedPrimalDual", CONSTRAINED_KEYS | PRIMAL_DUAL_KEYS
+    ),
+    "fedavg-unconstrained": Method("strategies.constrained_baselines:UnconstrainedFedAvg", CONSTRAINED_KEYS),
+    "crpo": Method("strategies.constrained_baselines:ParallelCRPO", CONSTRAINED_KEYS),
+    "pflsa": Method("strategies.pflsa:PFLSA", LSA_KEYS | PFLSA_KEYS),
+    "fedlsa": Method("strategies.fedlsa:FedLSA", LSA_KEYS),
+    "scafflsa": Method("strategies.fedlsa:SCAFFLSA", LSA_KEYS),
+    "single-lsa": Method("strategies.lsa:SingleLSA", LSA_KEYS),
+}
+STRATEGIES = tuple(METHODS)
+
+# --- problems: which task, and how a client makes or reads its data (problems/registry.py) -----
+# Synthetic features and costs (knapsack, shortest path; n-* also the constrained tasks).
+DATA_KEYS: dict[str, Key] = {
+    "num-features": Key(8, "Features p", low=1),
+    "degree": Key(4, "Polynomial degree of the feature-to-cost map", low=1),
+    "n-train": Key(100, "Training samples per client", low=1),
+    "n-val": Key(10, "Validation samples per client", low=1),
+    "n-test": Key(100, "Test samples per client", low=1),
+}
+
+# Knapsack (ALGORITHMS.md 1.6).
+KNAPSACK_KEYS: dict[str, Key] = {
+    "num-items": Key(50, "Knapsack items d", low=1),
+    "capacity-ratio": Key(0.6, "Base capacity C = ratio * d", low=0.0),
+    "eta-o": Key(0.0, "Objective heterogeneity (rotation of B_j)", low=0.0),
+    "eta-c": Key(0.0, "Constraint heterogeneity (capacities and weights)", low=0.0),
+    "eta-d": Key(0.0, "Data heterogeneity (feature location and scale)", low=0.0),
+}
+
+# Energy purchasing (ALGORITHMS.md 1.7): energy (ERCOT), energy-pjm (a PJM-layout CSV).
+ENERGY_KEYS: dict[str, Key] = {
+    "energy-zones": Key(
+        "", "Energy: comma-separated ERCOT zones, partition i takes the i-th; empty = all 13 (ERCOT_ZONES)"
+    ),
+    "energy-exclude-storm": Key(
+        False, "Energy: drop the Feb 2021 winter-storm days (2021-02-12..20, up to $9,000/MWh) from training"
+    ),
+    "energy-train-days": Key(
+        0, "Energy: train on only the last K days of the training split (cold start); 0 = all", low=0
+    ),
+}
+
+# Grid shortest path (ALGORITHMS.md 1.7).
+SHORTEST_PATH_KEYS: dict[str, Key] = {
+    "grid-size": Key(5, "Shortest path: k of the k x k grid (PyEPO: 5; 12 works too)", low=2),
+    "sp-endpoints": Key(
+        "random",
+        "Shortest path: sources/sinks: corners (all top-left -> bottom-right), diagonals, random",
+        choices=("corners", "diagonals", "random"),
+    ),
+    "sp-terrain": Key(0.5, "Shortest path: terrain heterogeneity t (edge multipliers exp(t h_j))", low=0.0),
+    "sp-noise": Key(0.5, "Shortest path: multiplicative noise U[1 - w, 1 + w], w < 1", low=0.0, high=0.99),
+}
+
+# Garnet MDPs for federated TD(0) (ALGORITHMS.md 3).
+GARNET_KEYS: dict[str, Key] = {
+    "garnet-seed": Key(-1, "Seed of the Garnet MDPs; -1 = seed (fix it to vary only the samples)", low=-1),
+    "garnet-states": Key(10, "Garnet: states", low=2),
+    "garnet-actions": Key(10, "Garnet: actions (uniform random policy)", low=1),
+    "garnet-branching": Key(3, "Garnet: next states per (state, action)", low=1),
+    "garnet-dim": Key(5, "Garnet: feature dimension d (the size of theta)", low=1),
+    "garnet-gamma": Key(0.95, "Garnet: discount factor (< 1)", low=0.0, high=1.0),
+    "garnet-zeta-ker": Key(0.0, "Garnet: transition-kernel heterogeneity zeta_ker", low=0.0),
+    "garnet-zeta-rew": Key(0.0, "Garnet: reward heterogeneity zeta_rew", low=0.0),
+}
+
+# Constrained tasks (ALGORITHMS.md 2): NP and fair classification, safe RL, the quadratic test.
+CONSTRAINED_TASK_KEYS: dict[str, Key] = {
     "np-r": Key(0.2, "NP classification: bound r on the class-1 loss", low=0.0),
     "np-dirichlet-alpha": Key(0.5, "NP classification: Dirichlet label skew", low=0.0, low_open=True),
     "np-min-per-class": Key(5, "NP classification: rows of each class per client", low=0),
@@ -246,18 +293,43 @@ SCHEMA: dict[str, Key] = {
     "quadratic-dim": Key(3, "Quadratic test problem: dimension of w", low=1),
 }
 
+# --- the run: what every method and engine reads ------------------------------------------
+RUN_KEYS: dict[str, Key] = {
+    "run-name": Key("", "Name of the results folder results-dir/<run-name>; empty = generated"),
+    "results-dir": Key("results", "Where runs write their results (relative to the ServerApp's cwd)"),
+    "engine": Key("", "Engine label recorded with the results (set by `hetfed run`)", choices=ENGINES),
+    "launch": Key(
+        "", "How `hetfed run` launched the run (JSON: nodes, data-path, federation-dir); --resume reads it"
+    ),
+    "seed": Key(42, "Master seed: data generation, model init, client sampling, batch order", low=0),
+    "strategy": Key("fedavg", "Server-side algorithm", choices=STRATEGIES),
+    "problem": Key("knapsack", "Task each client solves on its own data", choices=PROBLEMS),
+    "num-clients": Key(0, "Clients required before round 1; 0 = the nodes' num-partitions", low=0),
+    "node-wait-timeout": Key(
+        120.0, "Seconds to wait for the required clients to connect", low=0.0, low_open=True
+    ),
+    "round-timeout": Key(600.0, "Seconds to wait for the replies of one exchange", low=0.0, low_open=True),
+    "resume": Key(False, "Continue the run named run-name from its last checkpoint"),
+    "checkpoint-every": Key(
+        1, "Write rounds.csv and the checkpoint every k rounds (0 = only at the end)", low=0
+    ),
+    "audit-traffic": Key(False, "Log the shape of every reply's arrays and metrics to traffic.jsonl"),
+    "num-rounds": Key(10, "Federated rounds", low=1),
+}
+
+PROBLEM_SCHEMA: dict[str, Key] = (
+    DATA_KEYS | KNAPSACK_KEYS | ENERGY_KEYS | SHORTEST_PATH_KEYS | GARNET_KEYS | CONSTRAINED_TASK_KEYS
+)
+# Every key: the run's, each method's (in registry order), then the problems'.
+METHOD_SCHEMA: dict[str, Key] = {k: v for method in METHODS.values() for k, v in method.keys.items()}
+SCHEMA: dict[str, Key] = RUN_KEYS | METHOD_SCHEMA | PROBLEM_SCHEMA
+
 
 # The keys a ClientApp reads from its run config: which problem, and how its data are made or read
 # (problems/registry.py). Everything a client's handlers need for the method (losses, schedules,
 # step sizes, batch sizes, ...) arrives in each message's ConfigRecord, set by the strategy
 # (strategies/base.py, client_settings); client/session.py shows a client these keys only.
-PROBLEM_KEYS = frozenset(
-    {"problem", "seed", "n-train", "n-val", "n-test", "num-features", "degree"}
-    | {"num-items", "capacity-ratio", "eta-o", "eta-c", "eta-d"}  # knapsack
-    | {"energy-zones", "energy-exclude-storm", "energy-train-days"}
-    | {"grid-size", "sp-endpoints", "sp-terrain", "sp-noise"}  # shortest path
-    | {key for key in SCHEMA if key.startswith(("garnet-", "np-", "fair-", "rl-", "quadratic-"))}
-)
+PROBLEM_KEYS = frozenset({"problem", "seed"} | set(PROBLEM_SCHEMA))
 
 
 def defaults() -> dict[str, Value]:

@@ -1,5 +1,8 @@
 """The methods: strategy name -> its server-side class, imported when a run builds it.
 
+The registry itself (name -> class path and the run-config keys the method reads) is
+hetfed.config.METHODS, beside the schema that is built from it.
+
 Each class says which kind of problem it solves (``family``: decision, constrained, lsa),
 which client class serves it and which run-config keys its clients read (``client_handler``,
 ``client_keys``), and how it is built from the run config (``build``: its initial model).
@@ -13,34 +16,18 @@ from collections.abc import Mapping
 from pkgutil import resolve_name
 from typing import Any
 
-from hetfed.config import ConfigError
+from hetfed.config import METHODS, ConfigError
 from problems.registry import get_problem
 from strategies.base import FederatedStrategy
 
-METHODS: dict[str, str] = {
-    # Decision-focused tasks (ALGORITHMS.md 1): features -> LP costs, MLP models.
-    "fedavg": "strategies.fedavg:FedAvg",
-    "fedrspo": "strategies.fedrspo:FedRSPO",
-    "local-only": "strategies.fedrspo:LocalOnly",
-    # Constrained tasks (ALGORITHMS.md 2): the model comes from the task's make_model.
-    "softmax-switching": "strategies.softmax_switching:SoftmaxSwitching",
-    "penalty": "strategies.constrained_baselines:FederatedPenalty",
-    "primal-dual": "strategies.constrained_baselines:FederatedPrimalDual",
-    "fedavg-unconstrained": "strategies.constrained_baselines:UnconstrainedFedAvg",
-    "crpo": "strategies.constrained_baselines:ParallelCRPO",
-    # Linear systems from samples (ALGORITHMS.md 3): clients keep their own parameters.
-    "pflsa": "strategies.pflsa:PFLSA",
-    "fedlsa": "strategies.fedlsa:FedLSA",
-    "scafflsa": "strategies.fedlsa:SCAFFLSA",
-    "single-lsa": "strategies.lsa:SingleLSA",
-}
+__all__ = ["METHODS", "build_strategy", "strategy_class"]
 
 
 def strategy_class(name: str) -> type[FederatedStrategy]:
     """The class of strategy ``name``; one line naming the choices if there is none."""
     if name not in METHODS:
         raise ConfigError(f"run config 'strategy': unknown strategy {name!r}; choose one of {list(METHODS)}")
-    cls: type[FederatedStrategy] = resolve_name(METHODS[name])
+    cls: type[FederatedStrategy] = resolve_name(METHODS[name].strategy)
     return cls
 
 

@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-from hetfed.config import SCHEMA, validate
+from hetfed.config import PROBLEM_KEYS, RUN_KEYS, SCHEMA, validate
 from strategies.registry import METHODS, build_strategy, strategy_class
 
 PROBLEM = {"decision": "knapsack", "constrained": "np-classification", "lsa": "garnet"}
@@ -56,3 +56,27 @@ def test_build_passes_each_mapped_key_to_its_keyword(name: str) -> None:
             del cls.__init__  # back to the inherited constructor
     assert {p: seen[p] for p in cls.config_map()} == {p: cfg[k] for p, k in cls.config_map().items()}
     assert seen["client_options"] == {k: cfg[k] for k in cls.client_keys}
+
+
+@pytest.mark.parametrize("name", list(METHODS))
+def test_the_registry_lists_exactly_the_keys_each_method_reads(name: str) -> None:
+    """hetfed.config.METHODS[name].keys (the schema's source) == what its class reads, beyond the
+    run's and the problem's keys: its constructor's keywords and its client handler's values."""
+    cls = strategy_class(name)
+    reads = set(cls.config_map().values()) | set(cls.client_keys)
+    assert reads - set(RUN_KEYS) - PROBLEM_KEYS == set(METHODS[name].keys)
+
+
+def test_every_schema_key_is_read_by_the_run_a_method_or_a_problem() -> None:
+    method_keys = {key for method in METHODS.values() for key in method.keys}
+    assert set(SCHEMA) == set(RUN_KEYS) | method_keys | PROBLEM_KEYS
+
+
+def test_hetfed_config_lists_a_methods_keys_and_no_other_methods(
+    capsys: pytest.CaptureFixture[str]) -> None:
+    from hetfed.cli import main
+
+    assert main(["config", "--strategy", "pflsa"]) == 0
+    listed = {line.split()[0] for line in capsys.readouterr().out.splitlines()}
+    assert {"pflsa-beta", "lsa-eta", "num-rounds", "garnet-states"} <= listed
+    assert not listed & {"switching-alpha", "loss", "per-client-calibration"}
