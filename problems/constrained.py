@@ -21,7 +21,6 @@ hyphens, e.g. ``x-safe`` for ``x_safe``); unknown keys and invalid values raise
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -117,32 +116,3 @@ def seeded_model(build: Callable[[], torch.nn.Module], seed: int) -> torch.nn.Mo
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return build()
-
-
-def theory_defaults(D: float, L: float, K: int, E: int, eps: float, m: int) -> dict[str, float]:
-    """The paper's theoretical settings, for users who know the problem constants.
-
-    ``D``: diameter bound of the feasible parameter set, ``L``: Lipschitz constant of
-    the f_i and g_i, ``K``: number of rounds, ``E``: local steps, ``eps``: target
-    tolerance, ``m``: clients sampled per round. Returns
-
-    * ``eta = D / (L sqrt(8K))`` (server step), ``gamma = D / (L E sqrt(8K))`` (local step),
-    * ``threshold = eps / 2`` (switch to the objective when ``<q, g> <= threshold``),
-    * ``alpha_min = 2 ln(m) / eps'`` with ``eps' = eps``: since
-      ``<softmax(alpha g), g> >= max_i g_i - ln(m)/alpha``, this alpha makes every
-      objective round satisfy ``max_i g_i <= threshold + eps/2 = eps``.
-
-    On losses below 1, ``alpha_min`` can be far too small in practice (the spec
-    measured that NP classification needed ``alpha >= 10``).
-    """
-    for key, value in (("D", D), ("L", L), ("eps", eps)):
-        require(value > 0, key, f"must be positive, got {value!r}")
-    for key, value in (("K", K), ("E", E), ("m", m)):
-        require(isinstance(value, int) and value >= 1, key, f"must be a positive integer, got {value!r}")
-    root = math.sqrt(8 * K)
-    return {
-        "eta": D / (L * root),
-        "gamma": D / (L * E * root),
-        "threshold": eps / 2,
-        "alpha_min": 2 * math.log(m) / eps,
-    }

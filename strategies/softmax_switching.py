@@ -38,7 +38,7 @@ from flwr.serverapp import Grid
 
 from hetfed.config import ConfigError
 from hetfed.records import to_numpy, to_record
-from problems.constrained import theory_defaults
+from problems.constrained import require
 from problems.models import model_record
 from problems.registry import get_problem
 from strategies.base import FederatedStrategy, checked_arrays
@@ -119,6 +119,41 @@ class RoundPlan:
     columns: dict[int, dict[str, float]] = field(default_factory=dict)  # per-client columns of the round
 
 
+def alpha_min(m: int, eps: float) -> float:
+    """``2 ln(m) / eps``: the smallest alpha with which an objective round is eps-feasible (see
+    :func:`theory_defaults`)."""
+    return 2 * math.log(m) / eps
+
+
+def theory_defaults(D: float, L: float, K: int, E: int, eps: float, m: int) -> dict[str, float]:
+    """The paper's theoretical settings, for users who know the problem constants.
+
+    ``D``: diameter bound of the feasible parameter set, ``L``: Lipschitz constant of
+    the f_i and g_i, ``K``: number of rounds, ``E``: local steps, ``eps``: target
+    tolerance, ``m``: clients sampled per round. Returns
+
+    * ``eta = D / (L sqrt(8K))`` (server step), ``gamma = D / (L E sqrt(8K))`` (local step),
+    * ``threshold = eps / 2`` (switch to the objective when ``<q, g> <= threshold``),
+    * ``alpha_min = 2 ln(m) / eps'`` with ``eps' = eps``: since
+      ``<softmax(alpha g), g> >= max_i g_i - ln(m)/alpha``, this alpha makes every
+      objective round satisfy ``max_i g_i <= threshold + eps/2 = eps``.
+
+    On losses below 1, ``alpha_min`` can be far too small in practice (the spec
+    measured that NP classification needed ``alpha >= 10``).
+    """
+    for key, value in (("D", D), ("L", L), ("eps", eps)):
+        require(value > 0, key, f"must be positive, got {value!r}")
+    for key, value in (("K", K), ("E", E), ("m", m)):
+        require(isinstance(value, int) and value >= 1, key, f"must be a positive integer, got {value!r}")
+    root = math.sqrt(8 * K)
+    return {
+        "eta": D / (L * root),
+        "gamma": D / (L * E * root),
+        "threshold": eps / 2,
+        "alpha_min": alpha_min(m, eps),
+    }
+
+
 @dataclass(frozen=True)
 class Steps:
     """The resolved step sizes and sample count of a run."""
@@ -160,11 +195,10 @@ def resolve_steps(*, num_clients: int, num_rounds: int, **options: Unpack[StepOp
     if (theory_d > 0) != (theory_l > 0):
         key = "switching-theory-l" if theory_d > 0 else "switching-theory-d"
         raise ConfigError(f"run config '{key}': the theory settings need both D and L > 0 (or both 0)")
-    alpha_min = 2 * math.log(m) / eps
     if theory_d > 0:
         theory = theory_defaults(theory_d, theory_l, num_rounds, local_steps, eps, m)
-        return Steps(m, theory["eta"], theory["gamma"], local_steps, theory["threshold"], alpha_min)
-    return Steps(m, options["eta"], options["gamma"], local_steps, options["threshold"], alpha_min)
+        return Steps(m, theory["eta"], theory["gamma"], local_steps, theory["threshold"], theory["alpha_min"])
+    return Steps(m, options["eta"], options["gamma"], local_steps, options["threshold"], alpha_min(m, eps))
 
 
 class HarnessOptions(TypedDict, total=False):

@@ -13,7 +13,8 @@ from sklearn.datasets import load_breast_cancer
 from sklearn.metrics import log_loss
 
 from problems import np_classification as npc
-from problems.constrained import ConstrainedClientTask, parse_params, theory_defaults
+from problems.constrained import ConstrainedClientTask, parse_params
+from strategies.softmax_switching import theory_defaults
 
 N = 10
 
