@@ -44,7 +44,8 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
     """
     from strategies.registry import build_strategy  # imports torch; after validation
 
-    cfg = validate(run_config)
+    # Checked against SCHEMA: each key holds its default's type (run-name a str, num-clients an int...).
+    cfg: dict[str, Any] = validate(run_config)
     run_name = cfg["run-name"] or default_run_name(cfg)
     cfg["run-name"] = run_name
     path = run_path(cfg["results-dir"], run_name)

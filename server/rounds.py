@@ -16,7 +16,7 @@ from logging import INFO
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, MetricRecordValues
 from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
@@ -54,14 +54,20 @@ def run_rounds(
         first = 1
     for server_round in range(first, strategy.num_rounds + 1):
         pool.refresh()  # a restarted SuperNode is back under a new node id
-        metrics: dict[str, float] = {}
+        metrics: dict[str, Any] = {}  # the aggregates' MetricRecord values (numbers)
         config = ConfigRecord({"server-round": server_round, "run-name": store.run_name})
-        train = list(strategy.configure_train(server_round, strategy.arrays, config, pool.grid))
+        # strategy.arrays is None for the strategies without a shared model (PF-LSA, single-agent
+        # LSA), which accept it; FederatedStrategy declares Flower's ArrayRecord-only signature.
+        train = list(
+            strategy.configure_train(server_round, strategy.arrays, config, pool.grid)  # type: ignore[arg-type]
+        )
         if train:
             arrays, agg = strategy.aggregate_train(server_round, pool.send(train, server_round))
             strategy.arrays = arrays if arrays is not None else strategy.arrays
             metrics.update(dict(agg or {}))
-        evaluate = list(strategy.configure_evaluate(server_round, strategy.arrays, config, pool.grid))
+        evaluate = list(
+            strategy.configure_evaluate(server_round, strategy.arrays, config, pool.grid)  # type: ignore[arg-type]
+        )
         if evaluate:
             replies = pool.send(evaluate, server_round)
             metrics.update(dict(strategy.aggregate_evaluate(server_round, replies) or {}))
@@ -75,7 +81,7 @@ def run_rounds(
     summary = strategy.finish()
     models = strategy.final_models()
     if models:
-        np.savez(store.path / "models.npz", **models)
+        np.savez(store.path / "models.npz", **models)  # type: ignore[arg-type]  # numpy's stub: **kwds may be allow_pickle
     if pool.left_out:  # clients left out at discovery (bad data): failed from the start
         summary = {**summary, "failed": {**pool.left_out, **summary.get("failed", {})}}
     return summary
@@ -138,5 +144,5 @@ def start_on_grid(
     )
 
 
-def _numbers(metrics: Mapping[str, Any]) -> dict[str, int | float]:
+def _numbers(metrics: Mapping[str, Any]) -> dict[str, MetricRecordValues]:
     return {k: v for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool)}
