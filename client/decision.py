@@ -6,7 +6,7 @@ minimisers ``w*(c_hat)`` over the client's own polytope, judged on the true cost
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -51,17 +51,43 @@ def train_epochs(
     clip_norm: float,
     penalty: Callable[[], torch.Tensor] | None = None,
 ) -> float:
-    """Run ``epochs`` passes of mini-batch training; return the mean batch loss of the last epoch.
+    """Run ``epochs`` passes of mini-batch training on one split; return the mean batch loss of
+    the last epoch (see :func:`train_pooled`)."""
+    return train_pooled(
+        model, [(split, loss)], optimizer, epochs=epochs, batch_size=batch_size, generator=generator,
+        clip_norm=clip_norm, penalty=penalty,
+    )
 
-    Each step minimises ``loss(c_hat, c) + penalty()`` (``penalty``: e.g. a FedProx term).
+
+def train_pooled(
+    model: nn.Module,
+    sources: Sequence[tuple[DecisionSplit, BatchLoss]],
+    optimizer: torch.optim.Optimizer,
+    *,
+    epochs: int,
+    batch_size: int,
+    generator: torch.Generator,
+    clip_norm: float,
+    penalty: Callable[[], torch.Tensor] | None = None,
+) -> float:
+    """Mini-batch training over one or more ``(split, loss)`` sources; the last epoch's mean batch loss.
+
+    Per epoch every source's samples are shuffled and cut into batches of ``batch_size``; with
+    several sources (pooled, centralized training) the batches are visited in a random order and
+    each is judged by its own source's loss. Each step minimises ``loss(c_hat, c) + penalty()``
+    (``penalty``: e.g. a FedProx term), clipped per array.
     """
-    n = len(split)
     last = 0.0
     for _ in range(epochs):
-        order = torch.randperm(n, generator=generator)
-        total, batches = 0.0, 0
-        for start in range(0, n, batch_size):
-            idx = order[start : start + batch_size]
+        batches = [
+            (split, loss, idx)
+            for split, loss in sources
+            for idx in torch.randperm(len(split), generator=generator).split(batch_size)
+        ]
+        if len(sources) > 1:  # one source keeps its own order (and the generator's stream)
+            batches = [batches[k] for k in torch.randperm(len(batches), generator=generator).tolist()]
+        total = 0.0
+        for split, loss, idx in batches:
             optimizer.zero_grad(set_to_none=True)
             value = loss(model(split.x[idx]), split.c[idx], idx)
             if penalty is not None:
@@ -70,8 +96,7 @@ def train_epochs(
             clip_per_array(model, clip_norm)
             optimizer.step()
             total += float(value.detach())
-            batches += 1
-        last = total / batches
+        last = total / len(batches)
     return last
 
 

@@ -156,7 +156,7 @@ def centralized(row: str, seed: int, loss: str, clients: int, quick: bool) -> fl
     """Macro relative regret (%) of ONE model trained on every client's pooled training data."""
     import torch
 
-    from client.decision import batch_generator, clip_per_array, decision_metrics
+    from client.decision import batch_generator, decision_metrics, train_pooled
     from client.decision_client import calibrate, make_loss
     from hetfed.config import validate
     from problems.models import make_mlp
@@ -175,18 +175,10 @@ def centralized(row: str, seed: int, loss: str, clients: int, quick: bool) -> fl
         make_loss(loss, d.train, d.polytope, cfg, c["lam0"], gen) for d, c in zip(data, cal, strict=True)
     ]
     epochs = cfg["num-rounds"] * cfg["local-epochs"] + cfg["personal-rounds"] * cfg["personal-epochs"]
-    for _ in range(epochs):
-        batches = [
-            (j, idx)
-            for j, d in enumerate(data)
-            for idx in torch.randperm(len(d.train), generator=gen).split(cfg["batch-size"])
-        ]
-        for k in torch.randperm(len(batches), generator=gen).tolist():
-            j, idx = batches[k]
-            opt.zero_grad()
-            losses[j](model(data[j].train.x[idx]), data[j].train.c[idx], idx).backward()
-            clip_per_array(model, cfg["clip-norm"])
-            opt.step()
+    train_pooled(
+        model, [(d.train, loss_j) for d, loss_j in zip(data, losses, strict=True)], opt, epochs=epochs,
+        batch_size=cfg["batch-size"], generator=gen, clip_norm=cfg["clip-norm"],
+    )
     return 100 * sum(decision_metrics(model, d.test, d.polytope)["relative-regret"] for d in data) / clients
 
 
