@@ -36,3 +36,11 @@ def load_record(model: nn.Module, record: ArrayRecord) -> nn.Module:
     state = {k: torch.from_numpy(np.array(v)) for k, v in to_numpy(record).items()}
     model.load_state_dict(state, strict=True)
     return model
+
+
+def mlp_from_arrays(arrays: dict[str, np.ndarray]) -> nn.Sequential:
+    """The MLP of :func:`make_mlp` holding ``arrays`` (its state dict as NumPy, e.g. a run's final
+    model from server.store.read_models); the sizes are read from the arrays' shapes."""
+    hidden, in_dim = arrays["0.weight"].shape
+    out_dim = arrays["2.weight"].shape[0]
+    return load_record(make_mlp(in_dim, hidden, out_dim, seed=0), to_record(arrays))

@@ -36,6 +36,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 PACKAGES = ("hetfed", "flwr", "torch", "numpy", "scipy", "highspy", "osqp", "daqp", "qpth", "ray")
@@ -325,6 +326,21 @@ def load_checkpoint_file(path: Path) -> dict[str, Any] | None:
     if not isinstance(state, dict) or "round" not in state or "strategy" not in state:
         raise StoreError(f"checkpoint {path} is not a hetfed checkpoint (no round and strategy state)")
     return state
+
+
+def read_models(run_dir: Path) -> dict[str, dict[str, np.ndarray]]:
+    """A finished run's final models (its ``models.npz``), by name: ``{"global": arrays}`` for the
+    decision strategies, ``{"last": ..., "average": ...}`` for the constrained ones; each
+    ``arrays`` maps array names to NumPy arrays. StoreError if the folder has none."""
+    path = Path(run_dir) / "models.npz"
+    if not path.exists():
+        raise StoreError(f"{run_dir} has no models.npz: the run did not finish, or its method keeps no model")
+    models: dict[str, dict[str, np.ndarray]] = {}
+    with np.load(path) as stored:
+        for key in stored.files:
+            name, _, array = key.partition("/")
+            models.setdefault(name, {})[array] = stored[key]
+    return models
 
 
 def _finite(obj: Any) -> Any:

@@ -186,6 +186,12 @@ class FedAvg(FederatedStrategy):
     def finish(self) -> dict[str, Any]:
         return self.final
 
+    def final_models(self) -> dict[str, np.ndarray]:
+        """The federated model (``global/...``); none for local-only, whose models stay on the clients."""
+        if self.own_model or self.arrays is None:
+            return {}
+        return {f"global/{k}": v for k, v in to_numpy(self.arrays).items()}
+
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "rng": self.rng.bit_generator.state, "final": self.final}
 

@@ -40,7 +40,7 @@ ENERGY = {  # ALGORITHMS.md 1.5, energy task: alpha 0.01 warm / 0.001 personaliz
     "rspo-alpha-personal": 0.001,
     "freeze-tau": 0.03,
     "fraction": 0.4,
-    "checkpoint-every": 0,  # only the final checkpoint (the cold start reads its model)
+    "checkpoint-every": 0,  # only the final checkpoint (the cold start reads models.npz)
 }
 VARIANTS = {"as-is": {}, "no-storm": {"energy-exclude-storm": True}}
 VARIANT_LABELS = {"as-is": "training split as is", "no-storm": "storm days excluded from training"}
@@ -231,18 +231,12 @@ def learning_check(results_dir: Path, jobs: list[Job]) -> dict[str, Any]:
     return out
 
 
-def final_model(run_dir: Path, cfg: Mapping[str, Any]) -> Any:
-    """A run's final federated model (ERCOT features -> 24 prices), read from its checkpoint."""
-    import torch
+def final_model(run_dir: Path) -> Any:
+    """A run's final federated model (ERCOT features -> 24 prices), from its models.npz."""
+    from problems.models import mlp_from_arrays
+    from server.store import read_models
 
-    from hetfed.config import validate
-    from problems.energy import FEATURE_NAMES, HOURS
-    from problems.models import make_mlp
-
-    arrays = torch.load(run_dir / "checkpoint.pt", weights_only=False)["strategy"]["arrays"]
-    model = make_mlp(len(FEATURE_NAMES), validate(cfg)["hidden"], HOURS, seed=0)
-    model.load_state_dict({k: torch.from_numpy(np.asarray(v)) for k, v in arrays.items()})
-    return model
+    return mlp_from_arrays(read_models(run_dir)["global"])
 
 
 def cold_start_table(
@@ -264,7 +258,7 @@ def cold_start_table(
 
     for job in fed:
         _, variant, target = job.key
-        model, data = final_model(results_dir / job.config["run-name"], job.config), _zone_data(target)
+        model, data = final_model(results_dir / job.config["run-name"]), _zone_data(target)
         test = decision_metrics(model, data.test, data.polytope)
         val = decision_metrics(model, data.val, data.polytope)
         put(
@@ -384,7 +378,7 @@ def predictions(plan: Plan, results_dir: Path, jobs: list[Job]) -> dict[str, Any
         _, variant, run = job.key
         if job.seed != plan.seeds[0] or run not in ("mse", "spo+", "rspo+-full"):
             continue
-        model = final_model(results_dir / job.config["run-name"], job.config)
+        model = final_model(results_dir / job.config["run-name"])
         predicted, true, corr = [], [], []
         for zone in plan.zones:
             test = _zone_data(zone).test
