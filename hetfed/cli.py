@@ -32,7 +32,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from hetfed.engines.runner import RunInterrupted, RunLost, run_experiment, signals_raise
     from server.app import default_run_name
 
-    overrides = parse_assignments(args.set or [])
+    # --set values (typed by SCHEMA), or with --resume the run config recorded in config.json
+    overrides: dict[str, Any] = parse_assignments(args.set or [])
     for key, flag in SET_BY_RUN.items():
         if key in overrides:
             raise ConfigError(f"--set {key}: set by `hetfed run`; use {flag}")

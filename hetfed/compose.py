@@ -58,7 +58,8 @@ def compose_spec(silos: int, problem: str, tls: bool) -> dict[str, Any]:
     validate({"problem": problem})  # a clear error for an unknown problem
     version = metadata.version("flwr")
     link = f"superlink:{LINK_PORT}"
-    ca = f"{SECRETS}/ca.crt" if tls else None
+    ca_file = f"{SECRETS}/ca.crt"
+    ca = ca_file if tls else None
     env = {"FLWR_DISABLE_UPDATE_CHECK": "1", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
 
     def service(entrypoint: str, command: list[str], **extra: Any) -> dict[str, Any]:
@@ -111,7 +112,7 @@ def compose_spec(silos: int, problem: str, tls: bool) -> dict[str, Any]:
     if tls:
         services["register"] = service(
             "hetfed",
-            ["federation", "register", "--superlink", control, "--ca", ca, "--wait", "120"]
+            ["federation", "register", "--superlink", control, "--ca", ca_file, "--wait", "120"]
             + [f"{SECRETS}/silo-{i}.pub" for i in range(silos)],
             **beside_superlink,
             depends_on=["superlink"],

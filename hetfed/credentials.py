@@ -89,10 +89,11 @@ def write_certificates(out_dir: str | os.PathLike, hosts: Sequence[str] = (), da
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()),
+            # a reused ca.crt/ca.key is typed as any key; one that cannot sign fails in cryptography
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_cert.public_key()),  # type: ignore[arg-type]
             critical=False,
         )
-        .sign(ca_key, hashes.SHA384())
+        .sign(ca_key, hashes.SHA384())  # type: ignore[arg-type]  # (the reused CA key, as above)
     )
     _write(out / SERVER_KEY, _private_pem(key), 0o600)
     _write(out / SERVER_CERT, cert.public_bytes(serialization.Encoding.PEM), 0o644)

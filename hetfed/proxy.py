@@ -33,8 +33,10 @@ HEALTH = "/health"
 def fleet_routes() -> list[str]:
     """The Fleet API's HTTP paths, as Flower's own router declares them (all POST)."""
     from flwr.superlink.routers.fleet.router import router
+    from starlette.routing import Route
 
-    paths = sorted({route.path for route in router.routes if getattr(route, "methods", None) == {"POST"}})
+    posts = [route for route in router.routes if isinstance(route, Route) and route.methods == {"POST"}]
+    paths = sorted({route.path for route in posts})
     if not paths or not all(p.startswith("/v1/fleet/") for p in paths):
         raise RuntimeError(f"Flower's Fleet router changed (paths {paths}); the proxy config needs review")
     return paths

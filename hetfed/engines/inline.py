@@ -109,7 +109,7 @@ def node_configs(num_nodes: int, extra: Mapping[str, Any] | None = None) -> list
 
 
 def run_inline(
-    run_config: Mapping[str, Any], configs: list[dict[str, Any]], observers: list[Any] = ()
+    run_config: Mapping[str, Any], configs: list[dict[str, Any]], observers: Iterable[Any] = ()
 ) -> dict:
     """Run the hetfed ServerApp against ``len(configs)`` virtual nodes; return the summary."""
     from client.app import app as client_app

@@ -168,7 +168,9 @@ def install_supernode_check(path: Path) -> None:
             sci._insert_message(reply, kwargs["state"], kwargs["object_store"])
             return int(message.metadata.run_id)
 
-    sci._pull_and_store_message = pull_and_store
+    # Flower calls it with keyword arguments only (see above), which **kwargs takes; its declared
+    # signature is positional.
+    sci._pull_and_store_message = pull_and_store  # type: ignore[assignment]
     approved = read_approved(path)
     log(
         INFO,

@@ -208,12 +208,12 @@ def node_state_expirer() -> Callable[[int], None]:
     heartbeats: the task is marked failed and the message gets an Error reply
     (``CLIENT_APP_CRASHED``), at the SuperNode's next look at its replies.
     """
-    from flwr.supernode.nodestate import NodeStateFactory
+    from flwr.supernode.nodestate import NodeState, NodeStateFactory
 
     states: list = []
     original = NodeStateFactory.state
 
-    def state(self: NodeStateFactory):  # type: ignore[no-untyped-def]
+    def state(self: NodeStateFactory) -> NodeState:
         instance = original(self)
         if not states:
             states.append(instance)

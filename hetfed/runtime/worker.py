@@ -35,7 +35,7 @@ import threading
 import time
 from logging import ERROR, INFO, WARNING
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 from flwr.app import Context, Message
@@ -162,7 +162,8 @@ class Worker:
             if not why and self.fab_hash is not None and task_input.fab.hash_str != self.fab_hash:
                 heartbeat.stop()  # a new approved build: a fresh interpreter (a re-executed one has none)
                 self._reexec(token, task_id, task_input)  # does not return
-            message, context, run, fab = pull_task_input(_TaskInputReplay(client, task_input))
+            replay = cast(RuntimeHttpClient, _TaskInputReplay(client, task_input))  # a stand-in client
+            message, context, run, fab = pull_task_input(replay)
             if why:  # before the build is installed or imported
                 raise AppRefused(fab.hash_str, reason_for(context.node_config, why))
             app = self._load(run, fab.hash_str, fab.content)
