@@ -237,6 +237,24 @@ def checked_arrays(
     return got, None
 
 
+def reply_metrics(content: RecordDict) -> dict[str, float]:
+    """The scalar metrics a reply carries (its ``metrics`` MetricRecord; ints stay ints).
+
+    KeyError when the reply has none; TypeError for a list where a number belongs.
+    """
+    out: dict[str, float] = {}
+    for key, value in content.metric_records["metrics"].items():
+        if isinstance(value, list):
+            raise TypeError(f"metric {key!r}: expected a number, got a list")
+        out[key] = value
+    return out
+
+
+def reply_arrays(content: RecordDict) -> ArrayRecord | None:
+    """The reply's ``arrays`` ArrayRecord (None when it carries none)."""
+    return content.array_records.get("arrays")
+
+
 def weighted_mean(values: Mapping[int, float], weights: Mapping[int, float]) -> float:
     """``sum_j w_j v_j / sum_j w_j`` over the keys of ``values``."""
     total = sum(weights[k] for k in values)

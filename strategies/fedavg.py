@@ -13,7 +13,7 @@ from hetfed.config import ConfigError
 from hetfed.records import to_numpy, to_record
 from problems.models import make_mlp, model_record
 from problems.registry import get_problem
-from strategies.base import FederatedStrategy, ceil_fraction, checked_arrays
+from strategies.base import FederatedStrategy, ceil_fraction, checked_arrays, reply_arrays, reply_metrics
 from strategies.summary import summarize
 
 # What the decision client's handlers read (client/decision_client.py): the model, the losses and
@@ -86,7 +86,9 @@ class FedAvg(FederatedStrategy):
     def build(cls, cfg: Mapping[str, Any]) -> FederatedStrategy:
         """The strategy with the seeded MLP of the problem's feature and cost dimensions."""
         cls.check_config(cfg)
-        in_dim, out_dim = get_problem(cfg["problem"]).model_dims(cfg)
+        dims = get_problem(cfg["problem"]).model_dims
+        assert dims is not None  # a decision problem: build_strategy checked the family
+        in_dim, out_dim = dims(cfg)
         model = model_record(make_mlp(in_dim, cfg["hidden"], out_dim, seed=cfg["seed"]))
         return cls(initial_arrays=model, **cls.config_kwargs(cfg))
 
@@ -139,26 +141,27 @@ class FedAvg(FederatedStrategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        assert self.arrays is not None  # FedAvg always holds its model
         w = to_numpy(self.arrays)
-        usable: dict[int, RecordDict] = {}
+        usable: dict[int, dict[str, float]] = {}
         received: dict[int, dict[str, np.ndarray]] = {}
         for reply in replies:
-            arrays, problem = checked_arrays(reply.content.get("arrays"), w)
-            if problem is None:
+            arrays, problem = checked_arrays(reply_arrays(reply.content), w)
+            if arrays is not None:
                 pid = self.pool.partition_of(reply)
-                usable[pid], received[pid] = reply.content, arrays
+                usable[pid], received[pid] = reply_metrics(reply.content), arrays
             else:
-                self.pool.reject(reply, problem)
+                self.pool.reject(reply, str(problem))
         if not usable:
             self.log(f"round {server_round}: no usable replies; the model is unchanged")
             return None, MetricRecord({"clients-used": 0})
-        n = {pid: float(c["metrics"]["num-examples"]) for pid, c in usable.items()}
+        n = {pid: float(m["num-examples"]) for pid, m in usable.items()}
         total = sum(n.values())
         new = {
             key: value + sum(n[pid] * (received[pid][key] - value) for pid in usable) / total
             for key, value in w.items()
         }
-        losses = {pid: float(c["metrics"]["train-loss"]) for pid, c in usable.items()}
+        losses = {pid: float(m["train-loss"]) for pid, m in usable.items()}
         return to_record(new), MetricRecord(
             {
                 "clients-used": len(usable),
@@ -179,7 +182,7 @@ class FedAvg(FederatedStrategy):
         ]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        per_client = {self.pool.name(self.pool.partition_of(r)): dict(r.content["metrics"]) for r in replies}
+        per_client = {self.pool.name(self.pool.partition_of(r)): reply_metrics(r.content) for r in replies}
         self.final = summarize(per_client, failed={self.pool.name(p): e for p, e in self.pool.failed.items()})
         return MetricRecord({k: v for k, v in self.final["aggregate"].items() if isinstance(v, int | float)})
 

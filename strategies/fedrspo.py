@@ -26,7 +26,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 
 from hetfed.config import ConfigError
-from strategies.base import FederationError
+from strategies.base import FederationError, reply_metrics
 from strategies.fedavg import FedAvg
 
 # Losses whose lr and lam come from the per-client calibration (the others use `lr`).
@@ -95,7 +95,7 @@ class FedRSPO(FedAvg):
         content = RecordDict({"config": ConfigRecord({"run-name": self.pool.run_name})})
         msgs = [self.pool.message(pid, "query.calibrate", content, 0) for pid in self.pool.partitions]
         for reply in self.pool.send(msgs, 0):
-            m = reply.content["metrics"]
+            m = reply_metrics(reply.content)
             self.calibration[self.pool.partition_of(reply)] = {
                 k: float(m[k]) for k in ("lam0", "lr0", "radius")
             }
@@ -157,7 +157,7 @@ class FedRSPO(FedAvg):
         if server_round <= self.warm_rounds:
             return super().aggregate_train(server_round, replies)
         for reply in replies:  # personal models stay on the clients; only scalars come back
-            self.personal[self.pool.partition_of(reply)] = dict(reply.content["metrics"])
+            self.personal[self.pool.partition_of(reply)] = reply_metrics(reply.content)
         frozen = [m.get("frozen-at", 0) for m in self.personal.values()]
         return None, MetricRecord(
             {"clients-personalized": len(self.personal), "clients-frozen": sum(1 for f in frozen if f > 0)}
@@ -189,7 +189,7 @@ class LocalOnly(FedRSPO):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         if server_round > self.warm_rounds:
             return super().aggregate_train(server_round, replies)
-        losses = [float(r.content["metrics"]["train-loss"]) for r in replies]
+        losses = [float(reply_metrics(r.content)["train-loss"]) for r in replies]
         return None, MetricRecord(
             {"clients-used": len(losses), "train-loss": sum(losses) / max(len(losses), 1)}
         )

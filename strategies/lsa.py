@@ -35,7 +35,7 @@ from flwr.serverapp import Grid
 from hetfed.config import ConfigError
 from hetfed.records import to_numpy, to_record
 from problems.registry import get_problem
-from strategies.base import FederatedStrategy, FederationError
+from strategies.base import FederatedStrategy, FederationError, reply_arrays, reply_metrics
 from strategies.summary import summarize
 
 
@@ -102,7 +102,9 @@ class LSAStrategy(FederatedStrategy):
     def build(cls, cfg: Mapping[str, Any]) -> FederatedStrategy:
         """The strategy for an LSA task's run config (checked), with the task's dimension."""
         check_lsa_config(cfg)
-        return cls(dim=get_problem(cfg["problem"]).model_dims(cfg)[0], **cls.config_kwargs(cfg))
+        dims = get_problem(cfg["problem"]).model_dims
+        assert dims is not None  # an LSA task: check_lsa_config checked the family
+        return cls(dim=dims(cfg)[0], **cls.config_kwargs(cfg))
 
     def iteration(self, server_round: int) -> int:
         """The iteration round ``server_round`` starts from."""
@@ -131,8 +133,10 @@ class LSAStrategy(FederatedStrategy):
             cfg = config
             if pid in self.behind:
                 cfg = ConfigRecord({**config, "last-round": self.behind[pid]})
-            content = {"config": cfg} if arrays is None else {"config": cfg, "arrays": arrays}
-            messages.append(self.pool.message(pid, kind, RecordDict(content), server_round))
+            content = RecordDict({"config": cfg})
+            if arrays is not None:
+                content["arrays"] = arrays
+            messages.append(self.pool.message(pid, kind, content, server_round))
         return messages
 
     def configure_train(
@@ -145,7 +149,7 @@ class LSAStrategy(FederatedStrategy):
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         usable: dict[int, RecordDict] = {}
-        values: dict[int, np.ndarray] = {}
+        values: dict[int, np.ndarray | None] = {}
         for reply in replies:
             value, problem = self.reply_array(reply.content)
             if problem is None:
@@ -154,7 +158,8 @@ class LSAStrategy(FederatedStrategy):
             else:
                 self.pool.reject(reply, problem)
         self.require_some(server_round, "train", usable)
-        start = to_numpy(self.arrays)[self.broadcast_key] if self.arrays is not None else None
+        key = self.broadcast_key
+        start = to_numpy(self.arrays)[key] if self.arrays is not None and key is not None else None
         stale = [pid for pid in self.pool.partitions if pid not in usable]
         for pid in stale:
             values[pid] = self.stand_in(server_round, pid, start)
@@ -166,13 +171,16 @@ class LSAStrategy(FederatedStrategy):
             )
         for pid in usable:
             self.behind.pop(pid, None)
-            if self.reply_key is not None:
-                self.last_value[pid] = self.remember(values[pid], start)
+            value = values[pid]
+            if value is not None:  # None: the method sends nothing back (single-agent LSA)
+                self.last_value[pid] = self.remember(value, start)
         arrays = None
-        if self.reply_key is not None:
-            arrays = to_record({self.broadcast_key: np.mean([values[pid] for pid in sorted(values)], axis=0)})
-        metrics: dict[str, float | int] = {}
-        errors = [float(c["metrics"]["sq-error"]) for c in usable.values() if "sq-error" in c["metrics"]]
+        received = [v for _, v in sorted(values.items()) if v is not None]
+        if key is not None and received:
+            arrays = to_record({key: np.mean(received, axis=0)})
+        metrics: dict[str, int | float | list[int] | list[float]] = {}
+        reported = [reply_metrics(c) for c in usable.values()]
+        errors = [float(m["sq-error"]) for m in reported if "sq-error" in m]
         if errors:
             metrics = {"iteration": self.iteration(server_round), "mean-sq-error": float(np.mean(errors))}
         if stale:
@@ -205,7 +213,8 @@ class LSAStrategy(FederatedStrategy):
             return None, None
         key = self.reply_key
         try:
-            arrays = to_numpy(content["arrays"]) if "arrays" in content else {}
+            record = reply_arrays(content)
+            arrays = to_numpy(record) if record is not None else {}
         except (ValueError, TypeError) as exc:
             return None, f"arrays cannot be read ({exc})"
         if list(arrays) != [key]:
@@ -230,7 +239,8 @@ class LSAStrategy(FederatedStrategy):
         usable = {self.pool.partition_of(reply): reply.content for reply in replies}
         self.require_some(server_round, "evaluate", usable)
         per_client = {
-            self.pool.name(pid): {"sq-error": float(c["metrics"]["sq-error"])} for pid, c in usable.items()
+            self.pool.name(pid): {"sq-error": float(reply_metrics(c)["sq-error"])}
+            for pid, c in usable.items()
         }
         failed = {
             self.pool.name(pid): self.pool.failed.get(pid, "no reply")

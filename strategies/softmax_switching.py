@@ -34,6 +34,7 @@ from typing import Any, Required, TypedDict, Unpack
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app.typing import MetricRecordValues
 from flwr.serverapp import Grid
 
 from hetfed.config import ConfigError
@@ -41,7 +42,7 @@ from hetfed.records import to_numpy, to_record
 from problems.constrained import require
 from problems.models import model_record
 from problems.registry import get_problem
-from strategies.base import FederatedStrategy, checked_arrays
+from strategies.base import FederatedStrategy, checked_arrays, reply_arrays, reply_metrics
 from strategies.summary import summarize
 
 SAMPLING_STREAM = 61  # the client-sampling RNG is default_rng(SeedSequence([seed, SAMPLING_STREAM]))
@@ -242,7 +243,9 @@ class ConstrainedRounds(FederatedStrategy):
     @classmethod
     def build(cls, cfg: Mapping[str, Any]) -> FederatedStrategy:
         """The strategy with the task's own seeded model (problems/registry.py make_model)."""
-        model = model_record(get_problem(cfg["problem"]).make_model(cfg))
+        make_model = get_problem(cfg["problem"]).make_model
+        assert make_model is not None  # a constrained task: build_strategy checked the family
+        model = model_record(make_model(cfg))
         return cls(initial_arrays=model, **cls.config_kwargs(cfg))
 
     def __init__(
@@ -278,6 +281,12 @@ class ConstrainedRounds(FederatedStrategy):
         self.grad_evals = 0
         self.final: dict[str, Any] = {}
         self._plan: RoundPlan | None = None
+
+    @property
+    def model(self) -> ArrayRecord:
+        """The current iterate w_k (every constrained strategy holds one from the start)."""
+        assert self.arrays is not None
+        return self.arrays
 
     @property
     def steps(self) -> Steps:
@@ -322,7 +331,7 @@ class ConstrainedRounds(FederatedStrategy):
         ]
         f, g = {}, {}
         for reply in self.pool.send(query, server_round):
-            metrics = reply.content["metrics"]
+            metrics = reply_metrics(reply.content)
             fi, gi = float(metrics["f"]), float(metrics["g"])
             if math.isfinite(fi) and math.isfinite(gi):
                 f[self.pool.partition_of(reply)], g[self.pool.partition_of(reply)] = fi, gi
@@ -357,19 +366,20 @@ class ConstrainedRounds(FederatedStrategy):
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         plan = self._plan
-        w = to_numpy(self.arrays)
+        assert plan is not None  # set by configure_train, which sent this round's instructions
+        w = to_numpy(self.model)
         updates: dict[int, dict[str, np.ndarray]] = {}
         for reply in replies:
-            self.grad_evals += int(reply.content["metrics"]["local-steps"])
-            update, problem = checked_arrays(reply.content.get("arrays"), w)
-            if problem is None:
+            self.grad_evals += int(reply_metrics(reply.content)["local-steps"])
+            update, problem = checked_arrays(reply_arrays(reply.content), w)
+            if update is not None:
                 updates[self.pool.partition_of(reply)] = update
             else:
-                self.pool.reject(reply, problem)
+                self.pool.reject(reply, str(problem))
         for pid, columns in plan.columns.items():
             if pid in self.pool.partitions and pid not in self.pool.failed:
                 self.pool.note(pid, **columns)
-        metrics = {
+        metrics: dict[str, MetricRecordValues] = {
             **plan.metrics,
             "grad-evals": self.grad_evals,
             "clients-used": len(updates),
@@ -383,20 +393,21 @@ class ConstrainedRounds(FederatedStrategy):
 
     def average(self) -> ArrayRecord | None:
         """The average of the w_k with ``averaged`` rounds so far (None before the first)."""
-        if not self.count:
+        if not self.count or self.total is None:
             return None
-        dtypes = {k: v.dtype for k, v in to_numpy(self.arrays).items()}
+        dtypes = {k: v.dtype for k, v in to_numpy(self.model).items()}
         return to_record({k: (v / self.count).astype(dtypes[k]) for k, v in self.total.items()})
 
     def _evaluate_messages(self, server_round: int) -> list[Message]:
-        content = {"arrays": self.arrays, "config": ConfigRecord({"server-round": server_round})}
+        config = ConfigRecord({"server-round": server_round})
         average = self.average()
-        if average is not None:
-            content["average"] = average
-        return [
-            self.pool.message(pid, "evaluate", RecordDict(dict(content)), server_round)
-            for pid in self.pool.partitions
-        ]
+        messages = []
+        for pid in self.pool.partitions:  # a RecordDict each: a message owns its content
+            content = RecordDict({"arrays": self.model, "config": config})
+            if average is not None:
+                content["average"] = average
+            messages.append(self.pool.message(pid, "evaluate", content, server_round))
+        return messages
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -407,11 +418,11 @@ class ConstrainedRounds(FederatedStrategy):
         return []
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        return MetricRecord(self._evaluate(replies))
+        return MetricRecord({**self._evaluate(replies)})
 
     def _evaluate(self, replies: Iterable[Message]) -> dict[str, float]:
         """Worst-client ``F = max_i f_i``, ``G = max_i g_i`` (and of the average) over the replies."""
-        per_client = {self.pool.name(self.pool.partition_of(r)): dict(r.content["metrics"]) for r in replies}
+        per_client = {self.pool.name(self.pool.partition_of(r)): reply_metrics(r.content) for r in replies}
         out: dict[str, float] = {}
         for prefix in ("", "avg-"):
             for key, name in (("f", "F"), ("g", "G")):
@@ -442,9 +453,10 @@ class ConstrainedRounds(FederatedStrategy):
 
     def final_models(self) -> dict[str, np.ndarray]:
         """The last model and, when rounds were averaged, the average (``last/...``, ``average/...``)."""
-        models = {f"last/{k}": v for k, v in to_numpy(self.arrays).items()}
-        if self.count:
-            models.update({f"average/{k}": v for k, v in to_numpy(self.average()).items()})
+        models = {f"last/{k}": v for k, v in to_numpy(self.model).items()}
+        average = self.average()
+        if average is not None:
+            models.update({f"average/{k}": v for k, v in to_numpy(average).items()})
         return models
 
     def state_dict(self) -> dict[str, Any]:
