@@ -17,7 +17,7 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 Value = bool | int | float | str
 
@@ -50,6 +50,7 @@ class Key:
             raise ConfigError(
                 f"run config '{name}': expected {kind.__name__}, got {type(value).__name__} {value!r}"
             )
+        value = cast(Value, value)  # isinstance against a runtime type narrows to object only
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"run config '{name}': must be finite, got {value!r}")
         if self.choices is not None and value not in self.choices:
