@@ -41,26 +41,6 @@ def clip_per_array(model: nn.Module, max_norm: float) -> None:
 
 def train_epochs(
     model: nn.Module,
-    split: DecisionSplit,
-    loss: BatchLoss,
-    optimizer: torch.optim.Optimizer,
-    *,
-    epochs: int,
-    batch_size: int,
-    generator: torch.Generator,
-    clip_norm: float,
-    penalty: Callable[[], torch.Tensor] | None = None,
-) -> float:
-    """Run ``epochs`` passes of mini-batch training on one split; return the mean batch loss of
-    the last epoch (see :func:`train_pooled`)."""
-    return train_pooled(
-        model, [(split, loss)], optimizer, epochs=epochs, batch_size=batch_size, generator=generator,
-        clip_norm=clip_norm, penalty=penalty,
-    )
-
-
-def train_pooled(
-    model: nn.Module,
     sources: Sequence[tuple[DecisionSplit, BatchLoss]],
     optimizer: torch.optim.Optimizer,
     *,
@@ -70,7 +50,8 @@ def train_pooled(
     clip_norm: float,
     penalty: Callable[[], torch.Tensor] | None = None,
 ) -> float:
-    """Mini-batch training over one or more ``(split, loss)`` sources; the last epoch's mean batch loss.
+    """``epochs`` passes of mini-batch training over one or more ``(split, loss)`` sources; returns
+    the mean batch loss of the last epoch.
 
     Per epoch every source's samples are shuffled and cut into batches of ``batch_size``; with
     several sources (pooled, centralized training) the batches are visited in a random order and

@@ -217,8 +217,7 @@ class DecisionClient:
     ) -> float:
         return train_epochs(
             model,
-            self.data.train,
-            loss,
+            [(self.data.train, loss)],
             optimizer,
             epochs=epochs,
             batch_size=self.settings["batch-size"],
@@ -400,8 +399,7 @@ class DecisionClient:
         loss = make_loss("spo+", fit_part, poly, cfg, 1.0, self.gen(NOISE, 2000))
         train_epochs(
             local,
-            fit_part,
-            loss,
+            [(fit_part, loss)],
             torch.optim.Adam(local.parameters(), lr=lr),
             epochs=cfg["interp-local-epochs"],
             batch_size=cfg["batch-size"],

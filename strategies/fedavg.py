@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Required, TypedDict
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
@@ -44,6 +44,18 @@ DECISION_CLIENT_KEYS = (
     "interp-split",
     "interp-local-epochs",
 )
+
+
+class FedAvgOptions(TypedDict, total=False):
+    """The keywords of :class:`FedAvg`, which the strategies built on it accept."""
+
+    initial_arrays: Required[ArrayRecord]
+    num_rounds: int
+    fraction: float
+    lr: float
+    local_epochs: int
+    seed: int
+    client_options: Mapping[str, Any] | None
 
 
 class FedAvg(FederatedStrategy):

@@ -20,14 +20,14 @@ Options composing with it: FedProx (``proximal-mu``, a client-side term) and Dit
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Unpack
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 
 from hetfed.config import ConfigError
 from strategies.base import FederationError, reply_metrics
-from strategies.fedavg import FedAvg
+from strategies.fedavg import FedAvg, FedAvgOptions
 
 # Losses whose lr and lam come from the per-client calibration (the others use `lr`).
 CALIBRATED_LOSSES = ("rspo+",)
@@ -35,6 +35,12 @@ CALIBRATED_LOSSES = ("rspo+",)
 
 class FedRSPO(FedAvg):
     """Calibration, federated warm start, personalization and evaluation, for any decision loss."""
+
+    config_keys = {
+        "loss": "loss",
+        "personal_rounds": "personal-rounds",
+        "per_client_calibration": "per-client-calibration",
+    }
 
     @classmethod
     def check_config(cls, cfg: Mapping[str, Any]) -> None:
@@ -44,32 +50,17 @@ class FedRSPO(FedAvg):
                 "run config 'ditto-mu': Ditto keeps its own personal model; set personal-rounds=0"
             )
 
-    config_keys = {
-        "loss": "loss",
-        "personal_rounds": "personal-rounds",
-        "per_client_calibration": "per-client-calibration",
-    }
-
     def __init__(
         self,
         *,
-        initial_arrays: ArrayRecord,
-        num_rounds: int = 10,
-        fraction: float = 0.4,
-        lr: float = 1e-3,
-        local_epochs: int = 3,
-        seed: int = 42,
         loss: str = "mse",
         personal_rounds: int = 10,
         per_client_calibration: bool = True,
-        client_options: Mapping[str, Any] | None = None,
+        **fedavg: Unpack[FedAvgOptions],
     ) -> None:
-        """``num_rounds`` warm-start rounds of FedAvg, then one personalization round of
-        ``personal_rounds`` local rounds on every client (none if 0)."""
-        super().__init__(
-            initial_arrays=initial_arrays, num_rounds=num_rounds, fraction=fraction, lr=lr,
-            local_epochs=local_epochs, seed=seed, client_options=client_options,
-        )
+        """``num_rounds`` warm-start rounds of FedAvg (``fedavg``: its keywords), then one
+        personalization round of ``personal_rounds`` local rounds on every client (none if 0)."""
+        super().__init__(**fedavg)
         self.loss, self.personal_rounds = loss, personal_rounds
         self.per_client_calibration = per_client_calibration
         self.calibration: dict[int, dict[str, float]] = {}

@@ -52,8 +52,7 @@ def fedrspo_plain(overrides: dict[str, Any], clients: int) -> dict[str, dict[str
             )
             train_epochs(
                 local,
-                data[j].train,
-                batch_loss,
+                [(data[j].train, batch_loss)],
                 torch.optim.Adam(local.parameters(), lr=lr),
                 epochs=cfg["local-epochs"],
                 batch_size=cfg["batch-size"],
@@ -99,8 +98,7 @@ def fedrspo_plain(overrides: dict[str, Any], clients: int) -> dict[str, dict[str
             )
             train_epochs(
                 personal,
-                data[j].train,
-                batch_loss,
+                [(data[j].train, batch_loss)],
                 opt,
                 epochs=cfg["personal-epochs"],
                 batch_size=cfg["batch-size"],

@@ -15,7 +15,7 @@ import json
 import math
 import textwrap
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,14 +156,14 @@ def centralized(row: str, seed: int, loss: str, clients: int, quick: bool) -> fl
     """Macro relative regret (%) of ONE model trained on every client's pooled training data."""
     import torch
 
-    from client.decision import batch_generator, decision_metrics, train_pooled
+    from client.decision import batch_generator, decision_metrics, train_epochs
     from client.decision_client import calibrate, make_loss
     from hetfed.config import validate
     from problems.models import make_mlp
     from problems.registry import get_problem
 
     torch.set_num_threads(1)  # tiny matrices: more threads only spin (and fight the worker processes)
-    cfg = validate({**base_config(row, seed, quick), "loss": loss})
+    cfg: dict[str, Any] = validate({**base_config(row, seed, quick), "loss": loss})  # SCHEMA-typed values
     spec = get_problem("knapsack")
     data = [spec.load_client(cfg, j, clients, None) for j in range(clients)]
     cal = [calibrate(d, cfg["rspo-alpha"]) for d in data]
@@ -175,7 +175,7 @@ def centralized(row: str, seed: int, loss: str, clients: int, quick: bool) -> fl
         make_loss(loss, d.train, d.polytope, cfg, c["lam0"], gen) for d, c in zip(data, cal, strict=True)
     ]
     epochs = cfg["num-rounds"] * cfg["local-epochs"] + cfg["personal-rounds"] * cfg["personal-epochs"]
-    train_pooled(
+    train_epochs(
         model, [(d.train, loss_j) for d, loss_j in zip(data, losses, strict=True)], opt, epochs=epochs,
         batch_size=cfg["batch-size"], generator=gen, clip_norm=cfg["clip-norm"],
     )
@@ -183,6 +183,11 @@ def centralized(row: str, seed: int, loss: str, clients: int, quick: bool) -> fl
 
 
 # --- reading runs back --------------------------------------------------------------------------------
+def _val_at(i: int) -> Callable[[dict[str, Any]], float]:
+    """The key of an OptNet-style option: its validation regret at seed index ``i``."""
+    return lambda entry: entry["val"][i]
+
+
 def cell(summary: Mapping[str, Any], stage: str) -> float:
     """Relative regret (%) of a run's ``fed``, ``per`` or ``interp`` model (mean over clients)."""
     value = summary["aggregate"].get(f"{stage}-relative-regret")
@@ -258,7 +263,7 @@ def collect(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
         options = [methods[f"optnet-{m:g}"]["per"] for m in OPTNET_MULTS if f"optnet-{m:g}" in methods]
         if options:
             picked = [
-                min(options, key=lambda e, i=i: e["val"][i])["values"][i]
+                min(options, key=_val_at(i))["values"][i]
                 for i in range(len(options[0]["values"]))
             ]
             methods["optnet"] = {"per": {"values": picked, "seeds": options[0]["seeds"]}}
