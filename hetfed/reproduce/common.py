@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import multiprocessing
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,29 @@ OUT = Path(__file__).resolve().parents[2] / "docs" / "results"
 def default_workers() -> int:
     """One worker process per core (each run uses one torch thread)."""
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def add_run_arguments(
+    parser: argparse.ArgumentParser,
+    name: str,
+    *,
+    quick: str,
+    engines: tuple[str, ...] = ("inline", "simulation", "deployment"),
+    seeds: str = "how many of the paper's seeds (max 5)",
+) -> None:
+    """The options every grid reproduction takes: --seeds, --quick (help ``quick``), --engine,
+    --workers, --results-dir (default results/reproduce-``name``) and --out (docs/results)."""
+    parser.add_argument("--seeds", type=int, default=5, help=seeds)
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--engine", choices=engines, default="inline")
+    parser.add_argument("--workers", type=int, default=default_workers(), help="parallel inline runs")
+    parser.add_argument("--results-dir", default=f"results/reproduce-{name}", help="where the runs go")
+    parser.add_argument("--out", default=str(OUT), help="where the tables and plots go")
+
+
+def chosen_seeds(seeds: Sequence[int], args: argparse.Namespace) -> tuple[int, ...]:
+    """The first ``--seeds`` of ``seeds`` (at least one; one with --quick)."""
+    return tuple(seeds[:1] if args.quick else seeds[: max(1, min(args.seeds, len(seeds)))])
 
 
 def completed_run(folder: Path, cfg: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -33,7 +57,7 @@ def completed_run(folder: Path, cfg: Mapping[str, Any]) -> dict[str, Any] | None
     return summary if same and summary.get("status") == "completed" else None
 
 
-def _run_one(job: tuple[str, dict[str, Any], int, str]) -> dict[str, Any]:
+def _run_one(job: tuple[str, Mapping[str, Any], int, str]) -> dict[str, Any]:
     import logging
 
     import torch

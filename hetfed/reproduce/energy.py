@@ -28,12 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from hetfed.reproduce.common import OUT, default_workers, mean_std, run_many, write_json
+from hetfed.reproduce.common import add_run_arguments, mean_std, run_many, write_json
 from hetfed.reproduce.common import fmt as common_fmt
 from hetfed.reproduce.knapsack import curves, plot_warm_then_personal
 
 SEEDS = (42, 69, 1993, 67, 2026)  # the paper's seeds
-ENERGY = {  # ALGORITHMS.md 1.5, energy task: alpha 0.01 warm / 0.001 personalization, tau 0.03
+ENERGY: dict[str, Any] = {  # ALGORITHMS.md 1.5, energy: alpha 0.01 warm / 0.001 personalization, tau 0.03
     "problem": "energy",
     "strategy": "fedrspo",
     "rspo-alpha": 0.01,
@@ -44,7 +44,7 @@ ENERGY = {  # ALGORITHMS.md 1.5, energy task: alpha 0.01 warm / 0.001 personaliz
 }
 VARIANTS = {"as-is": {}, "no-storm": {"energy-exclude-storm": True}}
 VARIANT_LABELS = {"as-is": "training split as is", "no-storm": "storm days excluded from training"}
-RUNS = {  # run key -> overrides
+RUNS: dict[str, dict[str, Any]] = {  # run key -> overrides
     "mse": {"loss": "mse"},
     "spo+": {"loss": "spo+"},
     "rspo+-shared": {"loss": "rspo+", "per-client-calibration": False, "anneal": False},
@@ -782,13 +782,10 @@ def plot(plan: Plan, results_dir: Path, jobs: list[Job], cold: dict[str, Any], o
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seeds", type=int, default=5, help="how many of the paper's seeds (max 5)")
-    parser.add_argument("--quick", action="store_true", help="4 zones, 1 seed, short schedule (CI)")
     # Not "deployment": the cold start runs federations of 12 and of 1 client, a deployment has one size.
-    parser.add_argument("--engine", choices=("inline", "simulation"), default="inline")
-    parser.add_argument("--workers", type=int, default=default_workers(), help="parallel inline runs")
-    parser.add_argument("--results-dir", default="results/reproduce-energy", help="where the runs go")
-    parser.add_argument("--out", default=str(OUT), help="where the tables and plots go")
+    add_run_arguments(
+        parser, "energy", quick="4 zones, 1 seed, short schedule (CI)", engines=("inline", "simulation")
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hetfed.reproduce.common import OUT, default_workers, fmt, mean_std, run_many, write_json
+from hetfed.reproduce.common import add_run_arguments, chosen_seeds, fmt, mean_std, run_many, write_json
 
 SEEDS = (42, 69, 1993, 67, 2026)  # the paper's seeds
 CLIENTS = 20
@@ -790,17 +790,12 @@ def plot(results_dir: Path, jobs: list[Job], out: Path) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seeds", type=int, default=5, help="how many of the paper's seeds (max 5)")
-    parser.add_argument("--quick", action="store_true", help="1 seed, 2 rows, short schedule (CI)")
-    parser.add_argument("--engine", choices=("inline", "simulation", "deployment"), default="inline")
-    parser.add_argument("--workers", type=int, default=default_workers(), help="parallel inline runs")
-    parser.add_argument("--results-dir", default="results/reproduce-knapsack", help="where the runs go")
-    parser.add_argument("--out", default=str(OUT), help="where the tables and plots go")
+    add_run_arguments(parser, "knapsack", quick="1 seed, 2 rows, short schedule (CI)")
 
 
 def run(args: argparse.Namespace) -> int:
     started = time.time()
-    seeds = SEEDS[:1] if args.quick else SEEDS[: max(1, min(args.seeds, len(SEEDS)))]
+    seeds = chosen_seeds(SEEDS, args)
     rows = ("(0,0,0)", "(0,1,0)") if args.quick else tuple(ROWS)
     jobs = grid(seeds, rows, args.quick)
     results_dir = Path(args.results_dir)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from hetfed.reproduce.common import OUT, default_workers, fmt, mean_std, run_many, write_json
+from hetfed.reproduce.common import add_run_arguments, chosen_seeds, fmt, mean_std, run_many, write_json
 from hetfed.reproduce.knapsack import plot_warm_then_personal
 
 SEEDS = (42, 69, 1993, 67, 2026)
@@ -232,19 +232,19 @@ def suffix_of(grid_size: int) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seeds", type=int, default=5, help="how many seeds (max 5)")
+    add_run_arguments(
+        parser,
+        "shortest-path",
+        quick="1 seed, 2 rows, 8 clients, short schedule (CI)",
+        seeds="how many seeds (max 5)",
+    )
     parser.add_argument("--grid-size", type=int, default=5, help="k of the k x k grid (5 or 12)")
-    parser.add_argument("--quick", action="store_true", help="1 seed, 2 rows, 8 clients, short schedule (CI)")
-    parser.add_argument("--engine", choices=("inline", "simulation", "deployment"), default="inline")
-    parser.add_argument("--workers", type=int, default=default_workers(), help="parallel inline runs")
-    parser.add_argument("--results-dir", default="results/reproduce-shortest-path", help="where the runs go")
-    parser.add_argument("--out", default=str(OUT), help="where the tables and plots go")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.grid_size < 2:
         raise ValueError(f"--grid-size must be >= 2, got {args.grid_size}")
-    seeds = SEEDS[:1] if args.quick else SEEDS[: max(1, min(args.seeds, len(SEEDS)))]
+    seeds = chosen_seeds(SEEDS, args)
     rows = ("corners-t0", "random-t0.5") if args.quick else tuple(ROWS)
     jobs = grid(seeds, rows, args.grid_size, args.quick)
     results_dir = Path(args.results_dir)
