@@ -10,6 +10,7 @@ from __future__ import annotations
 import platform
 import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -47,7 +48,7 @@ def write_section(name: str, title: str, body: str) -> None:
     DOC.write_text(text)
 
 
-def markdown_table(header: list[str], rows: list[list[object]]) -> str:
+def markdown_table(header: list[str], rows: Sequence[Sequence[object]]) -> str:
     """A GitHub markdown table."""
     fmt = lambda v: f"{v:.3g}" if isinstance(v, float) else str(v)  # noqa: E731
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

@@ -9,12 +9,15 @@ Usage: python bench/knapsack_run.py [--repeats 3] [--skip-deployment] [--skip-si
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
@@ -30,7 +33,10 @@ RUN = {"strategy": "fedrspo", "loss": "rspo+", "seed": 42, "checkpoint-every": 0
 CLIENTS = 20
 
 
-def timed(fn) -> tuple[float, object]:
+T = TypeVar("T")
+
+
+def timed(fn: Callable[[], T]) -> tuple[float, T]:
     start = time.perf_counter()
     out = fn()
     return time.perf_counter() - start, out
@@ -51,8 +57,8 @@ def main() -> None:
         t, ref = timed(lambda: fedrspo_plain(RUN, CLIENTS))
         plain.append(t)
         t, summary = timed(
-            lambda r=r: run_experiment(
-                "inline", {**RUN, "run-name": f"inline-{r}"}, nodes=CLIENTS, results_dir=tmp
+            functools.partial(
+                run_experiment, "inline", {**RUN, "run-name": f"inline-{r}"}, nodes=CLIENTS, results_dir=tmp
             )
         )
         inline.append(t)
@@ -74,9 +80,10 @@ def main() -> None:
             federation_up(fed_dir, CLIENTS, app_dir=ROOT)
         try:
             t, _ = timed(
-                lambda e=engine: run_experiment(
-                    e,
-                    {**RUN, "run-name": e},
+                functools.partial(
+                    run_experiment,
+                    engine,
+                    {**RUN, "run-name": engine},
                     nodes=CLIENTS,
                     results_dir=tmp,
                     federation_dir=tmp / "federation",

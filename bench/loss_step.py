@@ -45,8 +45,9 @@ def knapsack_data(gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, Kna
 
 def make_model(seed: int) -> torch.nn.Module:
     torch.manual_seed(seed)
-    model = torch.nn.Sequential(torch.nn.Linear(P, 64), torch.nn.ReLU(), torch.nn.Linear(64, D))
-    for layer in (model[0], model[2]):
+    first, last = torch.nn.Linear(P, 64), torch.nn.Linear(64, D)
+    model = torch.nn.Sequential(first, torch.nn.ReLU(), last)
+    for layer in (first, last):
         torch.nn.init.xavier_uniform_(layer.weight)
         torch.nn.init.zeros_(layer.bias)
     return model

@@ -117,7 +117,8 @@ def profile_shares(iterations: int, results: Path) -> list[list[object]]:
     profiler.enable()
     inline(iterations, results, "profiled")
     profiler.disable()
-    stats = pstats.Stats(profiler).stats  # (file, line, function) -> (cc, nc, tottime, cumtime, callers)
+    # (file, line, function) -> (cc, nc, tottime, cumtime, callers); typeshed's Stats omits the attribute
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
     totals = dict.fromkeys([*BUCKETS, "other (NumPy, Python, stdlib)"], 0.0)
     for (filename, _, _), (_, _, tottime, _, _) in stats.items():
         bucket = next((b for b, paths in BUCKETS.items() if any(p in filename for p in paths)), None)

@@ -108,7 +108,7 @@ def main() -> None:
         rows.append(row)
         print(" | ".join(str(x) for x in row), flush=True)
     accuracy = ", ".join(f"{b} {a:.0e}" for b, a in PROJECTION_ACCURACY.items())
-    speedups = {row[0]: row[-1] for row in rows if row[-1] != "n/a"}
+    speedups = {row[0]: str(row[-1]) for row in rows if row[-1] != "n/a"}
     verdict = "met" if all(float(x[:-1]) >= 5 for x in speedups.values()) else "MISSED"
     body = (
         f"Median CPU microseconds (process time) per projection at batch {BATCH}, one torch thread, "

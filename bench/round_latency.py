@@ -85,13 +85,17 @@ class RoundClock:
         return [self.ends[r] - self.ends[r - 1] for r in range(2, ROUNDS)]
 
 
-def run_engine(engine: str, results: Path, name: str, **where: Path) -> list[float]:
+def run_engine(engine: str, results: Path, name: str, federation_dir: Path | None = None) -> list[float]:
     """Run the task on ``engine`` (``federation_dir=`` for a deployment); its middle rounds' durations."""
     from hetfed.engines.runner import run_experiment
+    from hetfed.federation import DEFAULT_DIR
 
     overrides = {**TASK, "run-name": name}
+    where = federation_dir or DEFAULT_DIR  # run_experiment's default when none is given
     with RoundClock(results / name / "progress.json") as clock:
-        run_experiment(engine, overrides, nodes=NODES, results_dir=results, echo=lambda _: None, **where)
+        run_experiment(
+            engine, overrides, nodes=NODES, results_dir=results, echo=lambda _: None, federation_dir=where
+        )
     return clock.middle_rounds()
 
 

@@ -241,11 +241,8 @@ def main() -> None:
     def took(value: float | str) -> str:
         return f"{value:.0f} s" if isinstance(value, float) else value
 
-    ratio = (
-        f" ({whole['stock'] / whole['warm']:.1f}x)"
-        if whole and all(isinstance(v, float) for v in whole.values())
-        else ""
-    )
+    stock, warm = whole.get("stock"), whole.get("warm")  # a float each, unless the run failed or was skipped
+    ratio = f" ({stock / warm:.1f}x)" if isinstance(stock, float) and isinstance(warm, float) else ""
     knapsack_text = (
         ""
         if not whole

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import numpy as np
 import torch
 from flwr.app import ArrayRecord
@@ -31,7 +33,10 @@ def model_record(model: nn.Module) -> ArrayRecord:
     return to_record(model.state_dict())
 
 
-def load_record(model: nn.Module, record: ArrayRecord) -> nn.Module:
+ModelT = TypeVar("ModelT", bound=nn.Module)
+
+
+def load_record(model: ModelT, record: ArrayRecord) -> ModelT:
     """Copy ``record`` into ``model``; a missing or misshaped array is an error."""
     state = {k: torch.from_numpy(np.array(v)) for k, v in to_numpy(record).items()}
     model.load_state_dict(state, strict=True)

@@ -33,7 +33,7 @@ THRESHOLD = 1e-2  # "iterations to reach 1e-2 of the initial error"
 ETA_SINGLE = 0.2
 
 # What ALGORITHMS.md 3 reports (gamma = 0.95, theta^0 = 0, generator seed 42).
-SPEC = {
+SPEC: dict[str, dict[str, Any]] = {
     "fedlsa-plateau": {"0.5": 10.5, "1.0": 41.1},
     "pflsa-floor": {"0.5": 0.33, "1.0": 0.44},
     "iterations-to-1e-2 (0,0), N=10": {"pflsa": 252, "single": 1275},

@@ -135,7 +135,7 @@ def experiment(name: str, quick: bool = False) -> Experiment:
 def _np_classification(quick: bool) -> Experiment:
     # 50k gradient evaluations: 10 clients x E=1 x 5000 rounds, or 5 clients x E=5 x 2000 rounds.
     full, partial = (Setting("full", 0, 1, 5000), Setting("partial", 5, 5, 2000))
-    methods = (  # most informative first (runs go method by method)
+    methods: tuple[Method, ...] = (  # most informative first (runs go method by method)
         switching(100.0),
         penalty(10.0),
         primal_dual("max", 1.0),
@@ -206,7 +206,7 @@ def _np_classification(quick: bool) -> Experiment:
 def _fair_classification(quick: bool) -> Experiment:
     # 5 clients x E=1 x 1200 rounds = 6000 = 3 clients x E=5 x 400 rounds gradient evaluations.
     full, partial = Setting("full", 0, 1, 1200), Setting("partial", 3, 5, 400)
-    methods = (  # most informative first (runs go method by method)
+    methods: tuple[Method, ...] = (  # most informative first (runs go method by method)
         switching(10.0),
         penalty(10.0),
         primal_dual("max", 1.0),
@@ -251,7 +251,7 @@ def _fair_classification(quick: bool) -> Experiment:
 def _safe_rl(quick: bool) -> Experiment:
     # 4 clients x E=1 x 300 rounds = 1200 = 2 clients x E=5 x 120 rounds gradient evaluations.
     full, partial = Setting("full", 0, 1, 300), Setting("partial", 2, 5, 120)
-    methods = (  # most informative first (runs go method by method)
+    methods: tuple[Method, ...] = (  # most informative first (runs go method by method)
         switching(10.0),
         CRPO,
         penalty(10.0),
@@ -434,7 +434,7 @@ def summarize_runs(exp: Experiment, runs: list[dict[str, Any]]) -> dict[str, Any
             table.setdefault(setting.name, {})[method.label] = row
     best: dict[str, dict[str, dict[str, str | None]]] = {}
     for output, prefix in OUTPUTS.items():
-        for setting, rows in table.items():
+        for setting_name, rows in table.items():
             for family in dict.fromkeys(r["family"] for r in rows.values()):
                 members = {k: r for k, r in rows.items() if r["family"] == family}
                 feasible = {  # feasible in every seed of the experiment (a row may lack runs: --available)
@@ -442,7 +442,7 @@ def summarize_runs(exp: Experiment, runs: list[dict[str, Any]]) -> dict[str, Any
                     for k, r in members.items()
                     if r[f"{prefix}feasible-seeds"] == r["seeds"] == exp.seeds
                 }
-                best.setdefault(output, {}).setdefault(setting, {})[family] = (
+                best.setdefault(output, {}).setdefault(setting_name, {})[family] = (
                     min(feasible, key=lambda k: feasible[k][f"{prefix}F"]["mean"]) if feasible else None
                 )
     return {"table": table, "best-feasible": best}
