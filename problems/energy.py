@@ -17,6 +17,8 @@ features z-scored with the client's own training statistics:
 from __future__ import annotations
 
 import csv
+import dataclasses
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
@@ -25,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from hetfed.config import ConfigError
 from problems.base import DecisionClientData, DecisionSplit, standardize
 from problems.datafile import DataFileError, at, empty_file, finite, missing_columns, row_length
 from problems.ercot import ErcotData, load_ercot
@@ -447,3 +450,59 @@ def generate_pjm_like_csv(
                 writer.writerow([z, str(dates[d]), *(f"{v:.2f}" for v in numbers),
                                  int(dow[d]), int(bess[z]), f"zone_{z:02d}"])
     return path
+
+
+# --- the run's zones and training window (run config energy-*, read by problems/registry.py) ---------
+# Winter Storm Uri: the run of target days whose ERCOT day-ahead mean price exceeded $70/MWh in every zone
+# (up to ~$9,000/MWh); `energy-exclude-storm` drops them from the training split.
+STORM_DAYS = (np.datetime64("2021-02-12"), np.datetime64("2021-02-20"))
+
+
+def parse_zones(text: str) -> tuple[str, ...]:
+    """The ERCOT zones named in ``energy-zones`` (comma-separated), or all of ERCOT_ZONES when empty."""
+    text = text.strip()
+    if not text:
+        return ERCOT_ZONES
+    zones = tuple(z.strip() for z in text.split(","))
+    unknown = [z for z in zones if z not in ERCOT_ZONES]
+    if unknown or len(set(zones)) != len(zones):
+        raise ConfigError(
+            f"run config 'energy-zones': expected distinct names from {list(ERCOT_ZONES)}, "
+            f"got {list(zones)}" + (f" (unknown: {unknown})" if unknown else " (repeated names)")
+        )
+    return zones
+
+
+def restrict_training(data: DecisionClientData, keep: np.ndarray) -> DecisionClientData:
+    """``data`` with only the training rows where ``keep`` is true (features keep the z-scoring of
+    the whole training split; validation and test splits unchanged)."""
+    if keep.all():
+        return data
+    if not keep.any():
+        raise ValueError(f"{data.name}: no training days left after the energy-* training options")
+    index = torch.from_numpy(np.flatnonzero(keep))
+    return dataclasses.replace(data, train=DecisionSplit(data.train.x[index], data.train.c[index]))
+
+
+def last_days(n: int, days: int) -> np.ndarray:
+    """Mask of the last ``days`` of ``n`` chronological rows (``days = 0``: all)."""
+    keep = np.ones(n, dtype=bool)
+    if days:
+        keep[: max(0, n - days)] = False
+    return keep
+
+
+@functools.lru_cache(maxsize=64)
+def ercot_zone_client(
+    zone: str, pid: int, path: str, exclude_storm: bool, train_days: int
+) -> DecisionClientData:
+    """Client ``pid``'s data for ERCOT zone ``zone`` read from ``path`` (empty: the cache), its training
+    split cut to the last ``train_days`` days (0: all) and, with ``exclude_storm``, without STORM_DAYS.
+    Cached per process on these options (not the run name): the CSV scan costs ~1 s per zone."""
+    samples = zone_samples(load_ercot(path or None, points=[zone]), zone)
+    data = samples.to_client_data(pid)
+    train_dates = samples.dates[: len(data.train)]
+    keep = last_days(len(data.train), train_days)
+    if exclude_storm:
+        keep &= (train_dates < STORM_DAYS[0]) | (train_dates > STORM_DAYS[1])
+    return restrict_training(data, keep)

@@ -10,17 +10,12 @@ problem imports only that problem (the Garnet LSA task: NumPy, no torch, no SciP
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
-
-from hetfed.config import ConfigError
 
 if TYPE_CHECKING:
     from problems import garnet, knapsack, shortest_path
@@ -76,64 +71,11 @@ def shortest_path_params(cfg: RunConfig) -> shortest_path.ShortestPathParams:
 
 
 # --- energy purchasing (problems.energy) ------------------------------------------------------------
-# Winter Storm Uri: the run of target days whose ERCOT day-ahead mean price exceeded $70/MWh in every zone
-# (up to ~$9,000/MWh); `energy-exclude-storm` drops them from the training split.
-STORM_DAYS = (np.datetime64("2021-02-12"), np.datetime64("2021-02-20"))
-
-
 def energy_zones(cfg: RunConfig) -> tuple[str, ...]:
     """The ERCOT zones of the run, partition i taking the i-th: ``energy-zones`` or all of ERCOT_ZONES."""
     from problems import energy
 
-    text = str(cfg["energy-zones"]).strip()
-    if not text:
-        return energy.ERCOT_ZONES
-    zones = tuple(z.strip() for z in text.split(","))
-    unknown = [z for z in zones if z not in energy.ERCOT_ZONES]
-    if unknown or len(set(zones)) != len(zones):
-        raise ConfigError(
-            f"run config 'energy-zones': expected distinct names from {list(energy.ERCOT_ZONES)}, "
-            f"got {list(zones)}" + (f" (unknown: {unknown})" if unknown else " (repeated names)")
-        )
-    return zones
-
-
-def restrict_training(data: DecisionClientData, keep: np.ndarray) -> DecisionClientData:
-    """``data`` with only the training rows where ``keep`` is true (features keep the z-scoring of
-    the whole training split; validation and test splits unchanged)."""
-    import torch
-
-    from problems.base import DecisionSplit
-
-    if keep.all():
-        return data
-    if not keep.any():
-        raise ValueError(f"{data.name}: no training days left after the energy-* training options")
-    index = torch.from_numpy(np.flatnonzero(keep))
-    return dataclasses.replace(data, train=DecisionSplit(data.train.x[index], data.train.c[index]))
-
-
-def last_days(n: int, days: int) -> np.ndarray:
-    """Mask of the last ``days`` of ``n`` chronological rows (``days = 0``: all)."""
-    keep = np.ones(n, dtype=bool)
-    if days:
-        keep[: max(0, n - days)] = False
-    return keep
-
-
-@functools.lru_cache(maxsize=64)
-def _ercot_client(zone: str, pid: int, path: str, exclude_storm: bool, train_days: int) -> DecisionClientData:
-    """Cached per process on the data options (not the run name): the CSV scan costs ~1 s per zone."""
-    from problems import energy
-    from problems.ercot import load_ercot
-
-    samples = energy.zone_samples(load_ercot(path or None, points=[zone]), zone)
-    data = samples.to_client_data(pid)
-    train_dates = samples.dates[: len(data.train)]
-    keep = last_days(len(data.train), train_days)
-    if exclude_storm:
-        keep &= (train_dates < STORM_DAYS[0]) | (train_dates > STORM_DAYS[1])
-    return restrict_training(data, keep)
+    return energy.parse_zones(str(cfg["energy-zones"]))
 
 
 def ercot_client(cfg: RunConfig, pid: int, n: int, path: Path | None) -> DecisionClientData:
@@ -145,7 +87,9 @@ def ercot_client(cfg: RunConfig, pid: int, n: int, path: Path | None) -> Decisio
             f"problem 'energy': num-partitions {n} needs at most {len(zones)} zones (energy-zones) "
             f"and partition-id {pid} in [0, {n})"
         )
-    return _ercot_client(
+    from problems import energy
+
+    return energy.ercot_zone_client(
         zones[pid], pid, str(path) if path else "", cfg["energy-exclude-storm"], cfg["energy-train-days"]
     )
 
@@ -157,7 +101,7 @@ def pjm_client(cfg: RunConfig, pid: int, n: int, path: Path | None) -> DecisionC
     from problems import energy
 
     data = energy.load_pjm_client(path, pid, n)
-    return restrict_training(data, last_days(len(data.train), cfg["energy-train-days"]))
+    return energy.restrict_training(data, energy.last_days(len(data.train), cfg["energy-train-days"]))
 
 
 def ercot_dims(cfg: RunConfig) -> tuple[int, int]:

@@ -19,11 +19,18 @@ import torch
 from client.decision_client import calibrate
 from hetfed.config import ConfigError, validate
 from hetfed.engines.inline import node_configs, run_inline
-from problems.energy import ERCOT_ZONES, FEATURE_NAMES, PJM_FEATURES, generate_pjm_like_csv, zone_quota
+from problems.energy import (
+    ERCOT_ZONES,
+    FEATURE_NAMES,
+    PJM_FEATURES,
+    STORM_DAYS,
+    generate_pjm_like_csv,
+    zone_quota,
+)
 from problems.ercot import fetch_ercot, load_ercot
 from problems.metrics import regret
 from problems.models import make_mlp
-from problems.registry import STORM_DAYS, get_problem
+from problems.registry import get_problem
 from tests.conftest import SHARED_DATA, hetfed_cli, reproduce_quick
 
 ENERGY = get_problem("energy")

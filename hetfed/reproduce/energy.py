@@ -317,7 +317,7 @@ def storm_evidence(plan: Plan) -> dict[str, Any]:
     that scale the losses (sum ||c|| for lam0, sum ||c||^2 for the MSE gradient), and how decisive
     w_lam0(c) is on the ordinary (non-storm) training days under either lam0."""
     from client.decision_client import calibrate
-    from problems.registry import STORM_DAYS
+    from problems.energy import STORM_DAYS
 
     out: dict[str, Any] = {"storm-days": [str(d) for d in STORM_DAYS], "zones": {}}
     for zone in plan.zones:
