@@ -45,7 +45,7 @@ class ShortestPathParams:
     """Size, cost law and heterogeneity of the grid shortest-path federation."""
 
     grid_size: int = 5
-    num_features: int = 5
+    num_features: int = 8  # the run config's default; PyEPO's p = 5 (reproduce shortest-path)
     degree: int = 4
     noise: float = 0.5
     terrain: float = 0.5
