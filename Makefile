@@ -2,7 +2,7 @@
 #   make demo  - create .venv, install, start a local deployment of 4 SuperNodes (warm ClientApp
 #                runtime), run FedRSPO+ (RSPO+ loss) on the knapsack task: 5 federated rounds and
 #                personalization, print the per-client table, stop the federation
-#   make test  - create .venv if needed, lint, run the test suite
+#   make test  - create .venv if needed, lint (ruff, mypy), run the test suite
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -31,6 +31,7 @@ demo: install
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/mypy problems client strategies server hetfed bench
 
 # Real-process tests mostly wait on Flower's 3 s polling: three workers (one test file each) overlap them.
 test: install lint
