@@ -1,0 +1,233 @@
+"""The energy reproduction's analysis: tables from the runs' summaries, the storm and model evidence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hetfed.reproduce.common import mean_std
+from hetfed.reproduce.energy.plan import ABLATION, ENERGY, EXTRA, RUNS, VARIANTS, Job, Plan
+from hetfed.reproduce.knapsack import curves
+
+
+def stat(values: list[float], seeds: list[int]) -> dict[str, Any]:
+    mean, std = mean_std(values)
+    return {"values": values, "seeds": seeds, "mean": mean, "std": std}
+
+
+def ablation_table(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{variant: {label: {"absolute": stat, "relative-%": stat, "per-zone": {zone: mean}}}}``."""
+    by_run: dict[tuple[str, str], list[tuple[int, dict[str, Any]]]] = {}
+    for job, summary in zip(jobs, summaries, strict=True):
+        by_run.setdefault((job.key[1], job.key[2]), []).append((job.seed, summary))
+    out: dict[str, Any] = {}
+    for variant in VARIANTS:
+        for label, (run, stage) in {**ABLATION, **EXTRA}.items():
+            runs = by_run.get((variant, run), [])
+            seeds = [s for s, _ in runs]
+            zones = sorted(runs[0][1]["clients"]) if runs else []
+            out.setdefault(variant, {})[label] = {
+                "run": run,
+                "stage": stage,
+                "absolute": stat([r["aggregate"][f"{stage}-absolute-regret"] for _, r in runs], seeds),
+                "relative-%": stat(
+                    [100 * r["aggregate"][f"{stage}-relative-regret"] for _, r in runs], seeds
+                ),
+                "per-zone": {
+                    z: float(np.mean([r["clients"][z][f"{stage}-absolute-regret"] for _, r in runs]))
+                    for z in zones
+                },
+            }
+    return out
+
+
+def learning_check(results_dir: Path, jobs: list[Job]) -> dict[str, Any]:
+    """Validation relative regret (%) of the global model per warm-start round and of the personal
+    models per personalization round, mean over the seeds' runs (from rounds.csv); ``late-swing``:
+    the mean over seeds of max - min of the global model's curve over the second half of the warm start."""
+    out: dict[str, Any] = {}
+    for variant in VARIANTS:
+        for run in RUNS:
+            runs = [curves(results_dir / j.config["run-name"]) for j in jobs if j.key[1:] == (variant, run)]
+            warm = sorted({t for c in runs for t in c["warm"]})
+            personal = sorted({t for c in runs for t in c["personal"]})
+            late = [[v for t, v in c["warm"].items() if t > len(c["warm"]) // 2] for c in runs]
+            out.setdefault(variant, {})[run] = {
+                "warm": {t: float(np.mean([c["warm"][t] for c in runs if t in c["warm"]])) for t in warm},
+                "personal": {
+                    t: float(np.mean([c["personal"][t] for c in runs if t in c["personal"]]))
+                    for t in personal
+                },
+                "late-swing": float(np.mean([max(v) - min(v) for v in late if v])),
+            }
+    return out
+
+
+def final_model(run_dir: Path) -> Any:
+    """A run's final federated model (ERCOT features -> 24 prices), from its models.npz."""
+    from problems.models import mlp_from_arrays
+    from server.store import read_models
+
+    return mlp_from_arrays(read_models(run_dir)["global"])
+
+
+def cold_start_table(
+    plan: Plan, results_dir: Path, fed: list[Job], local: list[Job], local_summaries: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """``{"federated": {variant: block}, "local": {days: block}}``, each block
+    ``{metric: {"per-zone": {zone: stat}, "mean": stat}}`` for the test absolute regret and the
+    validation and test relative regret (%); ``mean`` is over seeds of the mean over target zones.
+
+    The federated model is judged in this process: the target receives the model of a federation
+    it took no part in and evaluates it on its own days with the LP oracle."""
+    from client.decision import decision_metrics
+
+    values: dict[tuple[str, str], dict[str, dict[str, dict[int, float]]]] = {}
+
+    def put(group: tuple[str, str], target: str, seed: int, metrics: dict[str, float]) -> None:
+        for metric, value in metrics.items():
+            values.setdefault(group, {}).setdefault(metric, {}).setdefault(target, {})[seed] = value
+
+    for job in fed:
+        _, variant, target = job.key
+        model, data = final_model(results_dir / job.config["run-name"]), _zone_data(target)
+        test = decision_metrics(model, data.test, data.polytope)
+        val = decision_metrics(model, data.val, data.polytope)
+        put(
+            ("federated", variant),
+            target,
+            job.seed,
+            {
+                "absolute": test["absolute-regret"],
+                "val-relative-%": 100 * val["relative-regret"],
+                "test-relative-%": 100 * test["relative-regret"],
+            },
+        )
+    for job, summary in zip(local, local_summaries, strict=True):
+        _, target, days = job.key
+        agg = summary["aggregate"]
+        put(
+            ("local", days),
+            target,
+            job.seed,
+            {
+                "absolute": agg["per-absolute-regret"],
+                "val-relative-%": 100 * agg["per-val-relative-regret"],
+                "test-relative-%": 100 * agg["per-relative-regret"],
+            },
+        )
+
+    seeds = list(plan.seeds)
+
+    def block(metrics: dict[str, dict[str, dict[int, float]]]) -> dict[str, Any]:
+        return {
+            metric: {
+                "per-zone": {z: stat([by_zone[z][s] for s in seeds], seeds) for z in plan.targets},
+                "mean": stat([float(np.mean([by_zone[z][s] for z in plan.targets])) for s in seeds], seeds),
+            }
+            for metric, by_zone in metrics.items()
+        }
+
+    out: dict[str, Any] = {"federated": {}, "local": {}}
+    for (kind, key), metrics in values.items():
+        out[kind][key] = block(metrics)
+    return out
+
+
+def decisiveness(data: Any, lam: float) -> float:
+    """How far ``w_lam(c)`` moves from the uniform purchase ``u = D/24`` towards the LP decision on
+    the training days: ``mean_i ||w_lam(c_i) - u|| / ||w*(c_i) - u||`` (0: uniform, 1: the vertex)."""
+    poly, c = data.polytope, data.train.c
+    uniform = poly.quota / poly.dim
+    smooth = (poly.regularized_argmin(c, lam) - uniform).norm(dim=1)
+    vertex = (poly.solve_lp(c) - uniform).norm(dim=1)
+    return float((smooth / vertex).mean())
+
+
+def storm_evidence(plan: Plan) -> dict[str, Any]:
+    """Per zone: lam0 with and without the storm days, the storm days' share of the training sums
+    that scale the losses (sum ||c|| for lam0, sum ||c||^2 for the MSE gradient), and how decisive
+    w_lam0(c) is on the ordinary (non-storm) training days under either lam0."""
+    from client.decision_client import calibrate
+    from problems.energy import STORM_DAYS
+
+    out: dict[str, Any] = {"storm-days": [str(d) for d in STORM_DAYS], "zones": {}}
+    for zone in plan.zones:
+        full, clean = (_zone_data(zone, **extra) for extra in VARIANTS.values())
+        norms = full.train.c.norm(dim=1)
+        clean_norms = clean.train.c.norm(dim=1)
+        storm_sum = float(norms.sum() - clean_norms.sum())
+        storm_sq = float((norms**2).sum() - (clean_norms**2).sum())
+        lam0, lam0_clean = (calibrate(d, ENERGY["rspo-alpha"])["lam0"] for d in (full, clean))
+        out["zones"][zone] = {
+            "storm-days-in-train": len(full.train) - len(clean.train),
+            "train-days": len(full.train),
+            "lam0": lam0,
+            "lam0-no-storm": lam0_clean,
+            "share-sum-norm-%": 100 * storm_sum / float(norms.sum()),
+            "share-sum-sq-norm-%": 100 * storm_sq / float((norms**2).sum()),
+            "decisiveness": decisiveness(clean, lam0),
+            "decisiveness-no-storm": decisiveness(clean, lam0_clean),
+            "max-train-price": float(full.train.c.max()),
+            "max-test-price": float(full.test.c.max()),
+            "mean-test-price": float(full.test.c.mean()),
+        }
+    return out
+
+
+def _zone_data(zone: str, **extra: Any) -> Any:
+    """One zone's client data as a run reading the ERCOT cache loads it (in this process)."""
+    from hetfed.config import validate
+    from problems.registry import get_problem
+
+    return get_problem("energy").load_client(
+        validate({"problem": "energy", "energy-zones": zone, **extra}), 0, 1, None
+    )
+
+
+def zone_similarity(plan: Plan) -> dict[str, float]:
+    """How alike the zones' test prices are: mean and min over zone pairs of the correlation of
+    the hourly prices and of the intra-day shapes (each price minus its day's mean)."""
+    prices = np.array([_zone_data(zone).test.c.numpy() for zone in plan.zones])  # [zones, days, 24]
+    pairs = np.triu_indices(len(plan.zones), 1)
+    hourly = np.corrcoef(prices.reshape(len(plan.zones), -1))[pairs]
+    shape = np.corrcoef((prices - prices.mean(2, keepdims=True)).reshape(len(plan.zones), -1))[pairs]
+    return {
+        "price-corr-mean": float(hourly.mean()),
+        "price-corr-min": float(hourly.min()),
+        "shape-corr-mean": float(shape.mean()),
+        "shape-corr-min": float(shape.min()),
+    }
+
+
+def predictions(plan: Plan, results_dir: Path, jobs: list[Job]) -> dict[str, Any]:
+    """What the first seed's final federated models predict on the test days, mean over zones:
+    the mean predicted and true price ($/MWh) and the within-day correlation of prediction and truth."""
+    import torch
+
+    out: dict[str, Any] = {}
+    for job in jobs:
+        _, variant, run = job.key
+        if job.seed != plan.seeds[0] or run not in ("mse", "spo+", "rspo+-full"):
+            continue
+        model = final_model(results_dir / job.config["run-name"])
+        predicted, true, corr = [], [], []
+        for zone in plan.zones:
+            test = _zone_data(zone).test
+            with torch.no_grad():
+                c_hat = model(test.x).numpy()
+            c = test.c.numpy()
+            predicted.append(c_hat.mean())
+            true.append(c.mean())
+            corr.append(np.mean([np.corrcoef(a, b)[0, 1] for a, b in zip(c_hat, c, strict=True)]))
+        out.setdefault(variant, {})[run] = {
+            "mean-predicted-price": float(np.mean(predicted)),
+            "mean-true-price": float(np.mean(true)),
+            "within-day-corr": float(np.mean(corr)),
+        }
+    return out
+
+
+# --- the report ---------------------------------------------------------------------------------------

@@ -1,0 +1,153 @@
+"""The energy reproduction's plan: the settings, the runs of the ablation and the cold start."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SEEDS = (42, 69, 1993, 67, 2026)  # the paper's seeds
+ENERGY: dict[str, Any] = {  # ALGORITHMS.md 1.5, energy: alpha 0.01 warm / 0.001 personalization, tau 0.03
+    "problem": "energy",
+    "strategy": "fedrspo",
+    "rspo-alpha": 0.01,
+    "rspo-alpha-personal": 0.001,
+    "freeze-tau": 0.03,
+    "fraction": 0.4,
+    "checkpoint-every": 0,  # only the final checkpoint (the cold start reads models.npz)
+}
+VARIANTS = {"as-is": {}, "no-storm": {"energy-exclude-storm": True}}
+VARIANT_LABELS = {"as-is": "training split as is", "no-storm": "storm days excluded from training"}
+RUNS: dict[str, dict[str, Any]] = {  # run key -> overrides
+    "mse": {"loss": "mse"},
+    "spo+": {"loss": "spo+"},
+    "rspo+-shared": {"loss": "rspo+", "per-client-calibration": False, "anneal": False},
+    "rspo+-per-client": {"loss": "rspo+", "anneal": False},
+    "rspo+-full": {"loss": "rspo+"},
+}
+# Table 5 rows: label -> (run key, stage); then rows the paper's table does not have.
+ABLATION = {
+    "MSE": ("mse", "fed"),
+    "SPO+": ("spo+", "fed"),
+    "RSPO+ fed-only, shared lam": ("rspo+-shared", "fed"),
+    "+ personalization": ("rspo+-shared", "per"),
+    "+ per-client lam/eta": ("rspo+-per-client", "per"),
+    "full (annealing and freezing)": ("rspo+-full", "per"),
+}
+EXTRA = {
+    "MSE +P": ("mse", "per"),
+    "SPO+ +P": ("spo+", "per"),
+    "RSPO+ fed-only, per-client lam": ("rspo+-full", "fed"),
+}
+# The paper's energy results: PJM, 19 zones, weather features (a different market and data).
+PAPER_PJM = {
+    "MSE": 175.5,
+    "SPO+": 81.7,
+    "RSPO+ fed-only, shared lam": 72.9,
+    "+ personalization": 68.1,
+    "+ per-client lam/eta": 63.0,
+    "full (annealing and freezing)": 60.7,
+}
+COLD_DAYS = (3, 7, 14, 30, 60, 0)  # 0 = the whole training split (a reference column)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a reproduction runs: seeds, zones, schedule and the cold-start grid."""
+
+    seeds: tuple[int, ...]
+    zones: tuple[str, ...]
+    schedule: dict[str, int]
+    targets: tuple[str, ...]
+    days: tuple[int, ...]
+
+    @classmethod
+    def make(cls, seeds: int, quick: bool) -> Plan:
+        from problems.energy import ERCOT_ZONES
+
+        if quick:
+            short = {"num-rounds": 2, "personal-rounds": 2, "local-epochs": 1}
+            return cls(SEEDS[:1], ERCOT_ZONES[:4], short, ERCOT_ZONES[:1], (7, 0))
+        return cls(SEEDS[: max(1, min(seeds, len(SEEDS)))], ERCOT_ZONES, {}, ERCOT_ZONES, COLD_DAYS)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run: its place in the tables and its run config."""
+
+    key: tuple[str, ...]
+    seed: int
+    config: dict[str, Any]
+
+
+def _name(*parts: Any) -> str:
+    return "-".join(str(p) for p in parts)
+
+
+def ablation_jobs(plan: Plan) -> list[Job]:
+    """Every run of the ablation: run types x data variants x seeds, on all of the plan's zones."""
+    return [
+        Job(
+            ("ablation", variant, run),
+            seed,
+            {
+                **ENERGY,
+                **plan.schedule,
+                **extra,
+                **overrides,
+                "seed": seed,
+                "run-name": _name("ablation", variant, run, f"s{seed}"),
+            },
+        )
+        for seed in plan.seeds
+        for variant, extra in VARIANTS.items()
+        for run, overrides in RUNS.items()
+    ]
+
+
+def cold_fed_jobs(plan: Plan) -> list[Job]:
+    """FedRSPO+ warm starts without the target zone (personal-rounds 0: the federated model only)."""
+    return [
+        Job(
+            ("cold-fed", variant, target),
+            seed,
+            {
+                **ENERGY,
+                **plan.schedule,
+                **extra,
+                "loss": "rspo+",
+                "personal-rounds": 0,
+                "energy-zones": ",".join(z for z in plan.zones if z != target),
+                "seed": seed,
+                "run-name": _name("cold-fed", variant, target, f"s{seed}"),
+            },
+        )
+        for seed in plan.seeds
+        for variant, extra in VARIANTS.items()
+        for target in plan.targets
+    ]
+
+
+def cold_local_jobs(plan: Plan) -> list[Job]:
+    """The target zone alone (local-only FedRSPO+ protocol) on its last K training days."""
+    return [
+        Job(
+            ("cold-local", target, str(days)),
+            seed,
+            {
+                **ENERGY,
+                **plan.schedule,
+                "strategy": "local-only",
+                "loss": "rspo+",
+                "energy-zones": target,
+                "energy-train-days": days,
+                "seed": seed,
+                "run-name": _name("cold-local", target, f"d{days}", f"s{seed}"),
+            },
+        )
+        for seed in plan.seeds
+        for target in plan.targets
+        for days in plan.days
+    ]
+
+
+# --- reading runs back ----------------------------------------------------------------------------

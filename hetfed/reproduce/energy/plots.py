@@ -1,0 +1,87 @@
+"""The energy reproduction's figures (energy-*.png)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hetfed.reproduce.energy.plan import RUNS, VARIANT_LABELS, VARIANTS, Job, Plan
+from hetfed.reproduce.knapsack import plot_warm_then_personal
+
+
+def plot(plan: Plan, results_dir: Path, jobs: list[Job], cold: dict[str, Any], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from problems.energy import zone_samples
+    from problems.ercot import load_ercot
+
+    zone = plan.zones[0]
+    samples = zone_samples(load_ercot(None, points=[zone]), zone)
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    ax.plot(samples.dates, samples.c.mean(1), lw=0.8)
+    n = len(samples.dates)
+    cut = samples.dates[[int(0.5 * n), int(0.5 * n) + int(0.1 * n)]]
+    ax.axvspan(samples.dates[0], cut[0], color="C2", alpha=0.1, label="train")
+    ax.axvspan(cut[0], cut[1], color="C1", alpha=0.15, label="validation")
+    ax.axvspan(cut[1], samples.dates[-1], color="C3", alpha=0.08, label="test")
+    ax.set(yscale="log", ylabel="daily mean price ($/MWh)", title=f"{zone}: day-ahead prices")
+    ax.legend(loc="upper right")
+    fig.tight_layout()
+    fig.savefig(out / "energy-prices.png", dpi=110)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, len(VARIANTS), figsize=(11, 4), sharey=True)
+    for ax, variant in zip(np.atleast_1d(axes), VARIANTS, strict=True):
+        for run in RUNS:
+            job = next((j for j in jobs if j.key[1:] == (variant, run) and j.seed == plan.seeds[0]), None)
+            if job is None:
+                continue
+            plot_warm_then_personal(ax, results_dir / job.config["run-name"], run)
+        ax.set(
+            xlabel="round (warm start, then personalization)",
+            title=f"{VARIANT_LABELS[variant]} (seed {plan.seeds[0]})",
+            yscale="log",
+        )
+    np.atleast_1d(axes)[0].set(ylabel="validation relative regret (%)")
+    np.atleast_1d(axes)[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "energy-regret-per-round.png", dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    days = [d for d in cold["local"] if d != "0"]
+    means = [cold["local"][d]["absolute"]["mean"]["mean"] for d in days]
+    stds = [cold["local"][d]["absolute"]["mean"]["std"] for d in days]
+    xs = [int(d) for d in days]
+    ax.errorbar(xs, means, yerr=stds, marker="o", capsize=3, label="target's local model (last K days)")
+    if "0" in cold["local"]:
+        ax.axhline(
+            cold["local"]["0"]["absolute"]["mean"]["mean"],
+            color="C0",
+            ls=":",
+            label="local model, all training days",
+        )
+    for i, (variant, block) in enumerate(cold["federated"].items()):
+        ax.axhline(
+            block["absolute"]["mean"]["mean"],
+            color=f"C{i + 1}",
+            ls="--",
+            label=f"federated without target ({variant})",
+        )
+    ax.set(
+        xscale="log",
+        xlabel="target's training days K",
+        ylabel="mean absolute regret ($/MWh-h)",
+        title="cold start (mean over target zones)",
+    )
+    ax.set_xticks(xs, [str(x) for x in xs])
+    ax.minorticks_off()
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "energy-cold-start.png", dpi=110)
+    plt.close(fig)

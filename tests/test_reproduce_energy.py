@@ -1,0 +1,70 @@
+"""`hetfed reproduce energy --quick` end to end: its tables are the runs' numbers, read back independently."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from client.decision import decision_metrics
+from hetfed.cli import main
+from hetfed.config import validate
+from hetfed.reproduce.energy.plan import ABLATION, EXTRA, VARIANTS
+from problems.ercot import fetch_ercot
+from problems.models import mlp_from_arrays
+from problems.registry import get_problem
+from server.store import read_models
+
+
+@pytest.fixture(scope="module")
+def reproduction(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    try:
+        fetch_ercot()  # the reproduction reads the cache
+    except RuntimeError as err:
+        pytest.skip(f"the ERCOT data cannot be fetched: {err}")
+    root = tmp_path_factory.mktemp("energy")
+    argv = ["reproduce", "energy", "--quick", "--workers", "1", "--out", str(root / "out")]
+    assert main([*argv, "--results-dir", str(root / "runs")]) == 0
+    return json.loads((root / "out" / "energy.json").read_text()), root / "runs"
+
+
+def summary(runs: Path, name: str) -> dict:
+    return json.loads((runs / name / "summary.json").read_text())
+
+
+def test_the_ablation_table_holds_each_runs_reported_regret(reproduction: tuple[dict, Path]) -> None:
+    table, runs = reproduction
+    for variant in VARIANTS:
+        for label, (run, stage) in {**ABLATION, **EXTRA}.items():
+            cell = table["ablation"][variant][label]
+            reported = summary(runs, f"ablation-{variant}-{run}-s42")
+            assert cell["absolute"]["values"] == [reported["aggregate"][f"{stage}-absolute-regret"]]
+            assert cell["per-zone"] == {
+                z: m[f"{stage}-absolute-regret"] for z, m in reported["clients"].items()
+            }
+    text = (runs.parent / "out" / "energy.md").read_text()
+    assert f"{table['ablation']['as-is']['SPO+']['absolute']['mean']:.1f}" in text
+
+
+def test_the_cold_start_judges_the_federations_own_model_on_a_zone_that_was_not_in_it(
+    reproduction: tuple[dict, Path],
+) -> None:
+    """The federated model read from the run folder scores each member zone as that zone reported,
+    and the table's number is that model on the left-out target's test days."""
+    table, runs = reproduction
+    name = "cold-fed-as-is-HB_HOUSTON-s42"
+    members = summary(runs, name)["clients"]
+    assert "HB_HOUSTON" not in members and len(members) == 3
+    model = mlp_from_arrays(read_models(runs / name)["global"])
+    energy = get_problem("energy")
+    for zone, reported in members.items():
+        data = energy.load_client(validate({"problem": "energy", "energy-zones": zone}), 0, 1, None)
+        ours = decision_metrics(model, data.test, data.polytope)["absolute-regret"]
+        assert ours == pytest.approx(reported["fed-absolute-regret"], rel=1e-12)
+    target = energy.load_client(validate({"problem": "energy", "energy-zones": "HB_HOUSTON"}), 0, 1, None)
+    expected = decision_metrics(model, target.test, target.polytope)["absolute-regret"]
+    federated = table["cold-start"]["federated"]["as-is"]["absolute"]["mean"]["values"]
+    assert federated == [pytest.approx(expected, rel=1e-12)]
+    local = summary(runs, "cold-local-HB_HOUSTON-d7-s42")["aggregate"]["per-absolute-regret"]
+    assert table["cold-start"]["local"]["7"]["absolute"]["mean"]["values"] == [local]
