@@ -3,15 +3,20 @@
 One client holds features -> costs data and its own polytope. Handlers:
 
 - ``query.info``: partition, name, n_j.
-- ``query.calibrate``: ``R_j = max_{w in S_j} ||w||``, ``lam0_j = mean_i ||c_i|| / R_j``,
-  ``lr0_j = alpha lam0_j / 4`` (ALGORITHMS.md 1.3); only these scalars leave.
+- ``query.calibrate``: checks that the client can calibrate, ``R_j = max_{w in S_j} ||w||``,
+  ``lam0_j = mean_i ||c_i|| / R_j``, ``lr0_j = alpha lam0_j / 4`` (ALGORITHMS.md 1.3); the client
+  keeps them. Only when the strategy asks for a shared calibration (``share-calibration``) do
+  ``lam0_j`` and ``lr0_j`` leave (never the radius).
+- every training message's ``lam`` / ``lr``, when it carries them (a shared calibration, or the
+  run's lr for a loss without one), replace the client's own ``lam0_j`` / ``lr0_j``.
 - ``train``: one warm-start round: validation metrics of the received model, then E epochs
   with a fresh Adam (clip per array), optional FedProx term ``(mu/2)||theta - theta_g||^2``
   and Ditto update of the persistent personal model; replies with the new weights.
   ``local-only``: the client trains its own stored model instead and replies with scalars only.
 - ``train.personalize``: all R_per personalization rounds locally (ALGORITHMS.md 1.4); the
   personal model, Adam state and schedule are saved after every round, so a re-sent
-  instruction continues where a restarted node stopped.
+  instruction continues where a restarted node stopped. The lam_t, lr_t path stays in the
+  client's state (``personal-log``); the reply carries the freeze statistic and losses only.
 - ``evaluate``: test-set decision quality of the federated model and, when present, of the
   personal model (and of the Interp-DFFL blend when enabled).
 """
@@ -242,16 +247,33 @@ class DecisionClient:
             }
         )
 
+    def calibration(self) -> dict[str, float]:
+        """This client's ``lam0_j``, ``lr0_j`` and radius, from its own data (they stay here)."""
+        return calibrate(self.data, self.settings["rspo-alpha"])
+
+    def step_sizes(self, config: ConfigRecord, loss: str) -> tuple[float, float]:
+        """(lam, lr) of a training message: the message's when it carries them, else this client's
+        own ``lam0_j`` / ``lr0_j`` (lam only matters to the losses that project: RSPO+, OptNet)."""
+        needs_lam = "lam" not in config and loss in PROJECTION_LOSSES
+        own = self.calibration() if needs_lam or "lr" not in config else {}
+        lam = float(scalar(config["lam"])) if "lam" in config else own.get("lam0", 1.0)
+        lr = float(scalar(config["lr"])) if "lr" in config else own["lr0"]
+        return lam, lr
+
     def query_calibrate(self, content: RecordDict) -> RecordDict:
+        """Can this client take part (its projection and calibration work)? Its lam0_j, lr0_j leave
+        only for a shared calibration (``share-calibration``); its radius never does."""
         check_projection(self.data, self.settings)
-        cal = calibrate(self.data, self.settings["rspo-alpha"])
-        return RecordDict({"metrics": MetricRecord({**cal, "num-examples": len(self.data.train)})})
+        cal = self.calibration()
+        share = bool(content.config_records["config"].get("share-calibration", False))
+        shared = {"lam0": cal["lam0"], "lr0": cal["lr0"]} if share else {}
+        return RecordDict({"metrics": MetricRecord({**shared, "num-examples": len(self.data.train)})})
 
     def train(self, content: RecordDict) -> RecordDict:
         """One warm-start round (or one local-only round)."""
         config = content.config_records["config"]
         rnd = int(scalar(config["server-round"]))
-        lam, lr = float(scalar(config.get("lam", 1.0))), float(scalar(config["lr"]))
+        lam, lr = self.step_sizes(config, phase_loss(self.settings, "warm"))
         loss = make_loss(
             phase_loss(self.settings, "warm"),
             self.data.train,
@@ -326,7 +348,7 @@ class DecisionClient:
         cfg, config = self.settings, content.config_records["config"]
         state = self.state(content)
         name = phase_loss(cfg, "personal")
-        lam, lr = float(scalar(config["lam"])), float(scalar(config["lr"]))
+        lam, lr = self.step_sizes(config, name)
         sched = PersonalSchedule.from_settings(cfg, name, lam, lr)
         kept = state.values("schedule")
         if kept is None:  # a fresh start from the global (or, local-only, the client's own) model
@@ -346,6 +368,7 @@ class DecisionClient:
             optimizer = torch.optim.Adam(model.parameters(), lr=sched.lr0)
             optimizer_from_state(optimizer, saved_arrays, saved_values)
         metrics: dict[str, float] = {}
+        path = state.values("personal-log") or {}  # lam_t, lr_t: derived from lam0_j, so kept here
         monitor = np.random.default_rng(np.random.SeedSequence([self.cfg["seed"], MONITOR, self.pid]))
         size = min(cfg["monitor-size"], len(self.data.val))
         for t in range(1, cfg["personal-rounds"] + 1):
@@ -365,10 +388,9 @@ class DecisionClient:
             u = qp_lp_gap(self.data.val.c[index], self.data.polytope, sched.lam)
             sched.end(t, u)
             val = decision_metrics(model, self.data.val, self.data.polytope)
+            path.update({f"r{t}-lam": sched.lam, f"r{t}-lr": sched.lr})
             metrics.update(
                 {
-                    f"r{t}-lam": sched.lam,
-                    f"r{t}-lr": sched.lr,
                     f"r{t}-freeze-stat": u,
                     f"r{t}-train-loss": train_loss,
                     f"r{t}-val-relative-regret": val["relative-regret"],
@@ -376,7 +398,9 @@ class DecisionClient:
             )
             if state.directory is not None:  # on disk every round: a restarted node resumes here
                 self.save_personal(state, model, optimizer, sched.position())
+                state.set_values("personal-log", path)
         self.save_personal(state, model, optimizer, sched.position())
+        state.set_values("personal-log", path)
         done = {
             "rounds-trained": sched.round,
             "frozen-at": sched.frozen_at,

@@ -1,11 +1,13 @@
 """FedRSPO+ and its baselines: one protocol for every loss (ALGORITHMS.md 1.3-1.5).
 
 1. **Calibration** (``setup``): a ``query.calibrate`` exchange; client j computes from its
-   private data ``lam0_j = mean_i ||c_i|| / R_j`` and ``lr0_j = alpha lam0_j / 4`` and returns
-   only these scalars (and n_j).
+   private data ``lam0_j = mean_i ||c_i|| / R_j`` and ``lr0_j = alpha lam0_j / 4`` and keeps
+   them: the reply says only that it can take part (and n_j). Without per-client calibration
+   (an ablation) the clients send ``lam0_j``, ``lr0_j`` and the server keeps only their mean.
 2. **Federated warm start** (rounds 1..R_fed): FedAvg of deltas weighted by n_j over
-   ``ceil(fraction n)`` seeded samples; each sampled client gets its own ``lam``/``lr`` in its
-   own message and trains with a fresh Adam (gradient clip 1.0 per array).
+   ``ceil(fraction n)`` seeded samples; each sampled client trains with its own ``lam0_j``,
+   ``lr0_j`` (the message carries the shared mean instead, or the run's ``lr`` for a loss without
+   a calibrated step) and a fresh Adam (gradient clip 1.0 per array).
 3. **Personalization** (round R_fed + 1): ONE ``train.personalize`` instruction per client; the
    client runs all R_per local rounds itself (Adam state kept, inverse-time schedules
    ``lam_t = lam0 / (1 + kappa_lam (t-1))``, ``lr_t = lr0 / (1 + kappa_lr (t-1))``, the freeze
@@ -63,7 +65,8 @@ class FedRSPO(FedAvg):
         super().__init__(**fedavg)
         self.loss, self.personal_rounds = loss, personal_rounds
         self.per_client_calibration = per_client_calibration
-        self.calibration: dict[int, dict[str, float]] = {}
+        self.calibrated: list[int] = []  # the partitions that can take part
+        self.shared: tuple[float, float] | None = None  # mean (lam0, lr0) without per-client calibration
         self.personal: dict[int, dict[str, float]] = {}
 
     @property
@@ -82,43 +85,46 @@ class FedRSPO(FedAvg):
 
     # --- 1. calibration ------------------------------------------------------------------------
     def setup(self) -> None:
-        """Ask every client for ``lam0_j``, ``lr0_j`` (scalars computed from its private data)."""
-        content = RecordDict({"config": ConfigRecord({"run-name": self.pool.run_name})})
+        """Ask every client whether it can calibrate (its lam0_j, lr0_j stay on it); without
+        per-client calibration, collect them and keep only their mean."""
+        share = not self.per_client_calibration
+        config = ConfigRecord({"run-name": self.pool.run_name, "share-calibration": share})
+        content = RecordDict({"config": config})
         msgs = [self.pool.message(pid, "query.calibrate", content, 0) for pid in self.pool.partitions]
+        values: list[tuple[float, float]] = []
         for reply in self.pool.send(msgs, 0):
-            m = reply_metrics(reply.content)
-            self.calibration[self.pool.partition_of(reply)] = {
-                k: float(m[k]) for k in ("lam0", "lr0", "radius")
-            }
+            self.calibrated.append(self.pool.partition_of(reply))
+            if share:
+                m = reply_metrics(reply.content)
+                values.append((float(m["lam0"]), float(m["lr0"])))
+        self.calibrated.sort()
         for pid, reason in self.pool.failed.items():
             self.log(f"{self.pool.name(pid)} is left out: calibration failed: {reason}")
-        if not self.calibration:
+        if not self.calibrated:
             raise FederationError("every client failed calibration; see rounds.csv for the reasons")
+        if share:
+            self.shared = (
+                sum(lam for lam, _ in values) / len(values),
+                sum(lr for _, lr in values) / len(values),
+            )
 
-    def shared_calibration(self) -> tuple[float, float]:
-        """The mean ``lam0`` and ``lr0`` over clients (for runs without per-client calibration)."""
-        lam = sum(c["lam0"] for c in self.calibration.values()) / len(self.calibration)
-        lr = sum(c["lr0"] for c in self.calibration.values()) / len(self.calibration)
-        return lam, lr
-
-    def lam_lr(self, partition_id: int) -> tuple[float, float]:
-        """Client j's (lam, lr) for the warm start: calibrated for RSPO+, else (lam0_j, lr)."""
-        lam, lr = (
-            (self.calibration[partition_id]["lam0"], self.calibration[partition_id]["lr0"])
-            if self.per_client_calibration
-            else self.shared_calibration()
-        )
-        return lam, (lr if self.loss in CALIBRATED_LOSSES else self.lr)
+    def step_sizes(self) -> dict[str, float]:
+        """What a training message carries of (lam, lr): nothing for RSPO+ with per-client calibration
+        (each client uses its own lam0_j, lr0_j); the shared mean without it; the run's ``lr`` for a
+        loss whose step is not calibrated."""
+        out = {} if self.shared is None else {"lam": self.shared[0], "lr": self.shared[1]}
+        if self.loss not in CALIBRATED_LOSSES:
+            out["lr"] = self.lr
+        return out
 
     # --- 2. warm start ---------------------------------------------------------------------------
     def participants(self) -> list[int]:
         """The calibrated clients (a client whose calibration failed is left out)."""
-        return sorted(self.calibration)
+        return self.calibrated
 
     def client_config(self, config: ConfigRecord, partition_id: int) -> ConfigRecord:
-        lam, lr = self.lam_lr(partition_id)
         return ConfigRecord(
-            {**config, "lam": lam, "lr": lr, "local-epochs": self.local_epochs, "phase": "warm"}
+            {**config, **self.step_sizes(), "local-epochs": self.local_epochs, "phase": "warm"}
         )
 
     # --- 3. personalization ----------------------------------------------------------------------
@@ -129,8 +135,7 @@ class FedRSPO(FedAvg):
             return super().configure_train(server_round, arrays, config, grid)
         msgs = []
         for pid in self.participants():
-            lam, lr = self.lam_lr(pid)
-            cfg = ConfigRecord({**config, "lam": lam, "lr": lr, "phase": "personal"})
+            cfg = ConfigRecord({**config, **self.step_sizes(), "phase": "personal"})
             msgs.append(
                 self.pool.message(
                     pid,
@@ -155,11 +160,25 @@ class FedRSPO(FedAvg):
         )
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "calibration": self.calibration, "personal": self.personal}
+        return {
+            **super().state_dict(),
+            "calibrated": self.calibrated,
+            "shared": self.shared,
+            "personal": self.personal,
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
-        self.calibration = {int(k): v for k, v in state["calibration"].items()}
+        if "calibration" in state:  # a checkpoint from before calibration stayed on the clients
+            old = {int(k): v for k, v in state["calibration"].items()}
+            self.calibrated = sorted(old)
+            n = len(old)
+            mean = (sum(c["lam0"] for c in old.values()) / n, sum(c["lr0"] for c in old.values()) / n)
+            self.shared = None if self.per_client_calibration else mean
+        else:
+            self.calibrated = [int(p) for p in state["calibrated"]]
+            shared = state["shared"]
+            self.shared = None if shared is None else (float(shared[0]), float(shared[1]))
         self.personal = {int(k): v for k, v in state["personal"].items()}
 
 

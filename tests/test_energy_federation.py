@@ -182,11 +182,9 @@ def test_inline_fedrspo_on_three_zones_matches_a_recomputation(ercot_dir: Path, 
     cfg = energy_cfg(**{k: v for k, v in SHORT.items() if k.startswith("energy-")})
     for pid, zone in enumerate(SHORT["energy-zones"].split(",")):
         data = ENERGY.load_client(cfg, pid, 3, ercot_dir)
-        # the calibration the server received is the client's own, storm days excluded
+        # the zone's calibration stayed on it: its calibrate row holds no lam0, lr0 or radius
         cal = next(r for r in rows if r["exchange"] == "query.calibrate" and r["client"] == zone)
-        assert float(cal["lam0"]) == pytest.approx(
-            float(data.train.c.norm(dim=1).mean()) / data.polytope.radius(), rel=1e-12
-        )
+        assert cal["status"] == "ok" and not {"lam0", "lr0", "radius"} & set(cal)
         # the reported test regret of the federated model: cheapest D_j hours of the prediction, judged
         # on the true prices, against the cheapest D_j true hours (sorting, not the LP oracle)
         with torch.no_grad():
@@ -292,10 +290,7 @@ def test_energy_on_five_supernodes_from_the_readme(ercot_dir: Path, tmp_path: Pa
     for zone, metrics in summary["clients"].items():
         assert 0 < metrics["fed-absolute-regret"] < 1000 and 0 < metrics["per-absolute-regret"] < 1000, zone
     with open(tmp_path / "results" / "energy5" / "rounds.csv", newline="") as f:
-        cal = {r["client"]: float(r["lam0"]) for r in csv.DictReader(f) if r["exchange"] == "query.calibrate"}
-    # each node calibrated on its own zone's prices (storm included: lam0 in the hundreds)
-    for pid, zone in enumerate(ERCOT_ZONES[:5]):
-        data = ENERGY.load_client(energy_cfg(), pid, 5, ercot_dir)
-        assert cal[zone] == pytest.approx(
-            float(data.train.c.norm(dim=1).mean()) / data.polytope.radius(), rel=1e-9
-        )
+        cal = {r["client"]: r for r in csv.DictReader(f) if r["exchange"] == "query.calibrate"}
+    # every node calibrated on its own zone's prices and kept the result (no lam0 reached the server)
+    assert sorted(cal) == sorted(ERCOT_ZONES[:5])
+    assert all(row["status"] == "ok" and not row.get("lam0") for row in cal.values())

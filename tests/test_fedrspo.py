@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import math
 from pathlib import Path
 
@@ -94,22 +95,27 @@ def test_a_client_failing_calibration_is_left_out(tmp_path: Path) -> None:
     assert trained == {"client-00", "client-01", "client-02"}
 
 
-# --- warm start: sampling, per-client lam/lr in each client's own message -----------------------
-def test_warm_start_sends_each_client_its_own_calibration(tmp_path: Path) -> None:
+# --- calibration stays on the client; warm start ------------------------------------------------
+CALIBRATION_KEYS = ("lam0", "lr0", "radius", "lam", "lr")
+
+
+def test_calibration_stays_on_the_client(tmp_path: Path) -> None:
+    """No message carries a client's lam0_j, lr0_j or radius, in either direction, nor the lam_t, lr_t
+    path derived from them; the clients still train with their own (the plain-loop test below)."""
     seen: list[tuple[Message, Message]] = []
-    cfg = {**SMALL, "results-dir": str(tmp_path), "run-name": "r", "personal-rounds": 0}
+    cfg = {**SMALL, "results-dir": str(tmp_path), "run-name": "r", "audit-traffic": True}
     run_inline(cfg, node_configs(5), observers=[lambda ins, reply: seen.append((ins, reply))])
-    calib = {}
+    assert len([ins for ins, _ in seen if ins.metadata.message_type == "train"]) == 2 * math.ceil(0.4 * 5)
     for ins, reply in seen:
-        if ins.metadata.message_type == "query.calibrate":
-            calib[ins.metadata.dst_node_id] = dict(reply.content["metrics"])
-    trains = [ins for ins, _ in seen if ins.metadata.message_type == "train"]
-    assert len(trains) == 2 * math.ceil(0.4 * 5)
-    for ins in trains:
-        config = ins.content["config"]
-        mine = calib[ins.metadata.dst_node_id]
-        assert config["lam"] == mine["lam0"] and config["lr"] == mine["lr0"]  # RSPO+: calibrated lr
-    assert len({ins.content["config"]["lam"] for ins in trains}) > 1  # clients differ
+        for message in (ins, reply):
+            for record in message.content.config_records.values():
+                assert not set(record) & set(CALIBRATION_KEYS), (ins.metadata.message_type, dict(record))
+            for record in message.content.metric_records.values():
+                leaked = [k for k in record if k in CALIBRATION_KEYS or k.endswith(("-lam", "-lr"))]
+                assert not leaked, (ins.metadata.message_type, leaked)
+    for line in (tmp_path / "r" / "traffic.jsonl").read_text().splitlines():  # and the audit agrees
+        entry = json.loads(line)
+        assert not [k for k in entry["metrics"] if k in CALIBRATION_KEYS or k.endswith(("-lam", "-lr"))]
 
 
 def test_shared_calibration_is_the_mean_and_other_losses_keep_their_lr(tmp_path: Path) -> None:
@@ -122,12 +128,12 @@ def test_shared_calibration_is_the_mean_and_other_losses_keep_their_lr(tmp_path:
         "per-client-calibration": False,
     }
     run_inline(cfg, node_configs(4), observers=[lambda ins, reply: seen.append((ins, reply))])
-    lams = [
-        float(r.content["metrics"]["lam0"]) for i, r in seen if i.metadata.message_type == "query.calibrate"
-    ]
-    lrs = [
-        float(r.content["metrics"]["lr0"]) for i, r in seen if i.metadata.message_type == "query.calibrate"
-    ]
+    calibrations = [r.content["metrics"] for i, r in seen if i.metadata.message_type == "query.calibrate"]
+    assert calibrations and not any("radius" in m for m in calibrations)  # the radius never leaves
+    data = [load_client(KnapsackParams(num_items=10, n_train=40, n_test=30), 42, j) for j in range(4)]
+    own = [calibrate(d, 0.01) for d in data]  # what each client computed from its own data
+    lams, lrs = [float(m["lam0"]) for m in calibrations], [float(m["lr0"]) for m in calibrations]
+    assert sorted(lams) == pytest.approx(sorted(c["lam0"] for c in own), rel=1e-14)
     for ins, _ in seen:
         if ins.metadata.message_type == "train":
             assert ins.content["config"]["lam"] == pytest.approx(np.mean(lams), rel=1e-14)
@@ -167,7 +173,10 @@ def personalize(cfg: dict, state_dir: Path | None = None, context: Context | Non
     ins = Message(content, dst_node_id=7, message_type="train.personalize")
     reply = client_app(ins, context)
     assert not reply.has_error(), reply.error
-    return {**dict(reply.content["metrics"]), "_context": context}
+    sent = dict(reply.content["metrics"])
+    assert not [k for k in sent if k.endswith(("-lam", "-lr"))]  # the lam_t, lr_t path stays on the client
+    log = next(dict(v) for k, v in context.state.config_records.items() if k.endswith(":personal-log"))
+    return {**sent, **log, "_context": context}
 
 
 def test_inverse_time_schedules_freeze_and_stop_three_rounds_later() -> None:
@@ -205,7 +214,7 @@ def test_a_restarted_node_resumes_personalization_from_its_state_dir(tmp_path: P
     whole = personalize({"personal-rounds": 6, "freeze-tau": 0.0}, tmp_path / "a")
     personalize({"personal-rounds": 2, "freeze-tau": 0.0}, tmp_path / "b")  # the node dies after round 2 ...
     resumed = personalize({"personal-rounds": 6, "freeze-tau": 0.0}, tmp_path / "b")  # ... and restarts
-    assert resumed["rounds-trained"] == 6 and "r1-lam" not in resumed  # only rounds 3..6 were trained
+    assert resumed["rounds-trained"] == 6 and "r1-train-loss" not in resumed  # only rounds 3..6 were trained
     for t in range(3, 7):
         assert resumed[f"r{t}-train-loss"] == whole[f"r{t}-train-loss"]
     saved_a = np.load(tmp_path / "a" / "p-p1" / "personal.npz")
