@@ -8,9 +8,11 @@ Each client builds only its own :class:`DecisionClientData`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 if TYPE_CHECKING:  # the polytope module imports torch/solvers; keep this light
@@ -53,6 +55,16 @@ class DecisionClientData:
     @property
     def num_costs(self) -> int:
         return int(self.train.c.shape[1])
+
+
+def generated_client(
+    partition_id: int, draws: Sequence[tuple[np.ndarray, np.ndarray]], polytope: Polytope
+) -> DecisionClientData:
+    """Client ``partition_id`` of a generated task from its (features, costs) train, validation and
+    test draws: features z-scored with its own training statistics, costs as drawn."""
+    xs = standardize(*(torch.from_numpy(x) for x, _ in draws))
+    train, val, test = (DecisionSplit(x, torch.from_numpy(c)) for x, (_, c) in zip(xs, draws, strict=True))
+    return DecisionClientData(f"client-{partition_id:02d}", partition_id, train, val, test, polytope)
 
 
 def standardize(train: torch.Tensor, *others: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -23,10 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 from scipy.linalg import expm
 
-from problems.base import DecisionClientData, DecisionSplit, standardize
+from problems.base import DecisionClientData, generated_client
 
 
 @dataclass(frozen=True)
@@ -122,13 +121,4 @@ def load_client(params: KnapsackParams, seed: int, partition_id: int) -> Decisio
     # Separate stream for samples, so the law's draws never shift with n_train etc.
     rng = np.random.default_rng(np.random.SeedSequence([seed, 1 + partition_id, 1]))
     splits = [sample_costs(law, params, n, rng) for n in (params.n_train, params.n_val, params.n_test)]
-    xs = standardize(*(torch.from_numpy(x) for x, _ in splits))
-    train, val, test = (DecisionSplit(x, torch.from_numpy(c)) for x, (_, c) in zip(xs, splits, strict=True))
-    return DecisionClientData(
-        name=f"client-{partition_id:02d}",
-        partition_id=partition_id,
-        train=train,
-        val=val,
-        test=test,
-        polytope=KnapsackPolytope(law.weights, law.capacity),
-    )
+    return generated_client(partition_id, splits, KnapsackPolytope(law.weights, law.capacity))

@@ -33,9 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
-from problems.base import DecisionClientData, DecisionSplit, standardize
+from problems.base import DecisionClientData, generated_client
 
 ENDPOINTS = ("corners", "diagonals", "random")
 
@@ -151,13 +150,4 @@ def load_client(params: ShortestPathParams, seed: int, partition_id: int) -> Dec
     B = shared_matrix(params, seed)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 1 + partition_id, 1]))
     splits = [sample_costs(B, law, params, n, rng) for n in (params.n_train, params.n_val, params.n_test)]
-    xs = standardize(*(torch.from_numpy(x) for x, _ in splits))
-    train, val, test = (DecisionSplit(x, torch.from_numpy(c)) for x, (_, c) in zip(xs, splits, strict=True))
-    return DecisionClientData(
-        name=f"client-{partition_id:02d}",
-        partition_id=partition_id,
-        train=train,
-        val=val,
-        test=test,
-        polytope=GridFlowPolytope(params.grid_size, law.source, law.sink),
-    )
+    return generated_client(partition_id, splits, GridFlowPolytope(params.grid_size, law.source, law.sink))
