@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -48,15 +49,22 @@ def _pyproject(repo: Path) -> dict:
 
 
 def requirements(repo: Path = REPO) -> list[str]:
-    """What the images install from the wheelhouse: the pins of constraints-dev.txt (CPU torch),
-    then hetfed's runtime requirements with Flower's [simulation] extra dropped (Ray is unused)."""
+    """What the images install from the wheelhouse: the pins of constraints-dev.txt that are runtime
+    requirements (the CPU torch; not the dev tools), then hetfed's runtime requirements with
+    Flower's [simulation] extra dropped (Ray is unused)."""
+    deps = [d.replace("flwr[simulation]", "flwr") for d in _pyproject(repo)["project"]["dependencies"]]
+    runtime = {_name(d) for d in deps}
     pins = [
         ln.split("#")[0].strip()
         for ln in (repo / "constraints-dev.txt").read_text().splitlines()
-        if ln.split("#")[0].strip()
+        if ln.split("#")[0].strip() and _name(ln) in runtime
     ]
-    deps = [d.replace("flwr[simulation]", "flwr") for d in _pyproject(repo)["project"]["dependencies"]]
     return pins + deps
+
+
+def _name(requirement: str) -> str:
+    """The package name of a requirement line (``torch==2.13.0`` -> ``torch``)."""
+    return re.split(r"[<>=!~\[;\s]", requirement.strip(), maxsplit=1)[0].lower()
 
 
 def build_requirements(repo: Path = REPO) -> list[str]:

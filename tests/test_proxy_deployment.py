@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -57,6 +58,19 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
+def port_pair() -> int:
+    """A free port whose successor is free too: the SuperLink takes --port + 1 behind the proxy, and
+    with parallel tests another process may hold the successor of a port that is free."""
+    while True:
+        port = free_port()
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+
+
 def test_only_the_fleet_api_passes_the_proxy_and_node_auth_still_holds(tmp_path: Path) -> None:
     try:
         find_nginx()
@@ -65,7 +79,7 @@ def test_only_the_fleet_api_passes_the_proxy_and_node_auth_still_holds(tmp_path:
     hetfed = str(BIN / "hetfed")
     tls = write_certificates(tmp_path / "tls")
     keys = {n: write_node_key(tmp_path / n)[0] for n in ("silo-0", "silo-1", "rogue")}
-    port, link = free_port(), tmp_path / "link"
+    port, link = port_pair(), tmp_path / "link"
     procs: list[subprocess.Popen] = []
     try:
         superlink = _start(
