@@ -94,7 +94,7 @@ DECISION_KEYS: dict[str, Key] = {
     "lr": Key(1e-3, "Client learning rate (Adam)", low=0.0, low_open=True),
     "clip-norm": Key(1.0, "Gradient-norm clip per parameter array; 0 = off", low=0.0),
     "loss": Key("mse", "Training loss of the decision-focused model", choices=DECISION_LOSSES),
-    "hidden": Key(64, "Hidden units of the MLP", low=1),
+    "hidden": Key(64, "Hidden units of the MLP; 0 = the linear predictor (no hidden layer, no bias)", low=0),
     "personal-rounds": Key(10, "Personalization rounds after the warm start (0 = none)", low=0),
     "personal-epochs": Key(1, "Local epochs per personalization round", low=1),
     "rspo-alpha": Key(

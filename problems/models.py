@@ -13,12 +13,18 @@ from hetfed.records import to_numpy, to_record
 
 
 def make_mlp(in_dim: int, hidden: int, out_dim: int, seed: int) -> nn.Sequential:
-    """``in_dim -> hidden (ReLU) -> out_dim`` in float64, Glorot-uniform weights, zero biases.
+    """``in_dim -> hidden (ReLU) -> out_dim`` in float64, Glorot-uniform weights, zero biases;
+    ``hidden = 0``: the linear predictor ``c_hat = W x`` (no hidden layer, no bias).
 
     The reference code's initialisation (ALGORITHMS.md 1.5): PyTorch's default init
     changes the baselines' results by several points.
     """
     gen = torch.Generator().manual_seed(seed)
+    if hidden == 0:
+        linear = nn.Linear(in_dim, out_dim, bias=False)
+        with torch.no_grad():
+            nn.init.xavier_uniform_(linear.weight, generator=gen)
+        return nn.Sequential(linear).double()
     first, last = nn.Linear(in_dim, hidden), nn.Linear(hidden, out_dim)
     model = nn.Sequential(first, nn.ReLU(), last).double()  # in place: first and last are its layers
     with torch.no_grad():
@@ -46,6 +52,9 @@ def load_record(model: ModelT, record: ArrayRecord) -> ModelT:
 def mlp_from_arrays(arrays: dict[str, np.ndarray]) -> nn.Sequential:
     """The MLP of :func:`make_mlp` holding ``arrays`` (its state dict as NumPy, e.g. a run's final
     model from server.store.read_models); the sizes are read from the arrays' shapes."""
+    if "2.weight" not in arrays:  # the linear predictor
+        out_dim, in_dim = arrays["0.weight"].shape
+        return load_record(make_mlp(in_dim, 0, out_dim, seed=0), to_record(arrays))
     hidden, in_dim = arrays["0.weight"].shape
     out_dim = arrays["2.weight"].shape[0]
     return load_record(make_mlp(in_dim, hidden, out_dim, seed=0), to_record(arrays))

@@ -266,25 +266,33 @@ def test_a_strategy_started_from_plain_flower_code_runs_as_through_hetfed_run(tm
         strategy.start(grid, evaluate_fn=lambda r, a: None)
 
 
-def test_a_runs_final_model_loads_from_its_folder_and_scores_as_the_clients_reported(tmp_path: Path) -> None:
+@pytest.mark.parametrize("hidden", [64, 0])
+def test_a_runs_final_model_loads_from_its_folder_and_scores_as_the_clients_reported(
+    tmp_path: Path, hidden: int
+) -> None:
     """server.store.read_models + problems.models.mlp_from_arrays: the federated model of a finished
-    run, judged again here on each client's test set, gives the regret the clients reported."""
+    run, judged again here on each client's test set, gives the regret the clients reported
+    (``hidden = 0``: the linear predictor c_hat = W x, no bias)."""
     from client.decision import decision_metrics
     from hetfed.config import validate
     from problems.models import mlp_from_arrays
     from problems.registry import get_problem
     from server.store import StoreError, read_models
 
-    summary = run(tmp_path, nodes=3, seed=2)
+    summary = run(tmp_path, nodes=3, seed=2, hidden=hidden)
     models = read_models(tmp_path / "r")
     assert list(models) == ["global"]
     model = mlp_from_arrays(models["global"])
     cfg = validate({**FAST, "seed": 2})
+    if hidden == 0:
+        (w,) = models["global"].values()
+        x = get_problem("knapsack").load_client(cfg, 0, 3, None).test.x
+        np.testing.assert_allclose(model(x).detach().numpy(), x.numpy() @ w.T, rtol=1e-12, atol=1e-15)
     for j in range(3):
         data = get_problem("knapsack").load_client(cfg, j, 3, None)
         regret = decision_metrics(model, data.test, data.polytope)["relative-regret"]
         reported = summary["clients"][f"client-{j:02d}"]["fed-relative-regret"]
         assert regret == pytest.approx(reported, rel=1e-12)
-    run(tmp_path, nodes=3, seed=2, strategy="local-only", loss="spo+", **{"run-name": "own"})
+    run(tmp_path, nodes=3, seed=2, hidden=hidden, strategy="local-only", loss="spo+", **{"run-name": "own"})
     with pytest.raises(StoreError, match="no models.npz"):
         read_models(tmp_path / "own")  # local-only: every model stays on its client
