@@ -8,6 +8,7 @@ from __future__ import annotations
 
 EXPERIMENTS = {
     "knapsack": "hetfed.reproduce.knapsack",
+    "knapsack-study": "hetfed.reproduce.knapsack_study",
     "energy": "hetfed.reproduce.energy",
     "shortest-path": "hetfed.reproduce.shortest_path",
     "np-classification": "hetfed.reproduce.switching",

@@ -1,0 +1,379 @@
+"""Knapsack studies beyond the paper's tables (ALGORITHMS.md 1.6): any grid, as real federations.
+
+``hetfed reproduce knapsack-study STUDY`` runs a grid of heterogeneity rows ``(eta_o, eta_c,
+eta_d)`` x losses x variants x seeds, each cell a FedRSPO+ run (calibration, warm start,
+personalization) of ``--clients`` clients on the inline engine, and writes
+``<out>/knapsack-<study>.md`` and ``.json``: per cell the relative regret (%) of the federated
+(Fed) and personalized (+P) models, mean and std over seeds, and the QP-LP gap diagnostics of
+RSPO+ (share of clients frozen, the mean round they froze, +P / Fed). A study is data
+(:data:`STUDIES`): its rows, losses, seeds and variants (one swept run-config key, or named
+run-config overrides such as FedProx and Ditto, or the client count); ``--rows``, ``--losses``,
+``--seeds``, ``--clients`` and ``--set`` change any of them, so any cell can be rerun.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import re
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hetfed.config import SCHEMA, parse_assignments
+from hetfed.reproduce.common import OUT, default_workers, mean_std, run_many, write_json
+from hetfed.reproduce.knapsack import CLIENTS, LOSSES, PAPER_T3, SEEDS, cell
+
+QUICK = {"num-rounds": 2, "personal-rounds": 2, "local-epochs": 1, "n-train": 40, "n-test": 40}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One column group of a study: run-config overrides and the federation's size (0: the study's)."""
+
+    label: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+    clients: int = 0
+
+
+@dataclass(frozen=True)
+class Study:
+    """What one study runs: rows x losses x variants x seeds."""
+
+    name: str
+    title: str
+    rows: tuple[str, ...]
+    losses: tuple[str, ...]
+    variants: tuple[Variant, ...] = (Variant("default"),)
+    seeds: int = 5
+    clients: int = CLIENTS
+    question: str = ""  # what the study asks (the report's first paragraph)
+
+
+def sweep(key: str, values: tuple[Any, ...]) -> tuple[Variant, ...]:
+    """One variant per value of run-config key ``key``."""
+    return tuple(Variant(f"{key}={v:g}", {key: v}) for v in values)
+
+
+AXIS = (0.0, 0.5, 1.0)
+COMBINED = tuple(f"({o:g},{c:g},{d:g})" for o, c, d in itertools.product(AXIS, AXIS, AXIS))
+STUDIES = {
+    s.name: s
+    for s in (
+        Study(
+            "combined",
+            "Combined heterogeneity: every (eta_o, eta_c, eta_d) in {0, 0.5, 1}^3",
+            COMBINED,
+            ("mse", "spo+", "rspo+"),
+            seeds=3,
+            question="Does RSPO+'s lead over SPO+ and MSE, Fed and +P, hold when the three axes combine?",
+        ),
+        Study(
+            "data-heterogeneity",
+            "Data heterogeneity (Table 14's rows): federated against local-only",
+            ("(0,0,0.5)", "(0,0,1)"),
+            ("spo+", "rspo+"),
+            (Variant("fedrspo"), Variant("local-only", {"strategy": "local-only"})),
+            question="With shifted feature distributions, what do federation and personalization add?",
+        ),
+        Study(
+            "compositions",
+            "FedProx and Ditto composed with SPO+ and RSPO+",
+            ("(0,0,0)", "(1,0,0)", "(0,1,0)", "(0,0,1)"),
+            ("spo+", "rspo+"),
+            (
+                Variant("plain"),
+                Variant("FedProx mu=0.01", {"proximal-mu": 0.01}),
+                Variant("FedProx mu=0.1", {"proximal-mu": 0.1}),
+                Variant("Ditto mu=0.1", {"ditto-mu": 0.1, "personal-rounds": 0}),
+            ),
+            question="Do the FedProx term and Ditto's personal model help the decision-focused losses?",
+        ),
+        Study(
+            "linear",
+            "A linear predictor (no hidden layer, no bias) next to the MLP",
+            ("(0,0,0)", "(1,0,0)", "(0,1,0)", "(0,0,1)"),
+            LOSSES,
+            (Variant("MLP (64 hidden)"), Variant("linear", {"hidden": 0})),
+            question="How much of each loss's result is the model's capacity?",
+        ),
+        Study(
+            "alpha",
+            "Sensitivity: the RSPO+ learning-rate scale alpha (lr0 = alpha lam0 / 4)",
+            ("(0,0,0)",),
+            ("rspo+",),
+            sweep("rspo-alpha", (0.001, 0.003, 0.01, 0.03, 0.1)),
+            question="How sensitive is FedRSPO+ to alpha (SPO+ and MSE do not use it)?",
+        ),
+        Study(
+            "clients",
+            "Sensitivity: the number of clients",
+            ("(0,0,0)",),
+            ("mse", "spo+", "rspo+"),
+            tuple(Variant(f"{n} clients", clients=n) for n in (5, 10, 20, 40, 80)),
+            question="Does FedRSPO+'s advantage depend on the size of the federation?",
+        ),
+        Study(
+            "rounds",
+            "Sensitivity: the communication budget (warm-start rounds)",
+            ("(0,0,0)",),
+            ("mse", "spo+", "rspo+"),
+            sweep("num-rounds", (1, 2, 5, 10, 20)),
+            question="How many warm-start rounds does each loss need before personalization?",
+        ),
+        Study(
+            "schedule",
+            "Sensitivity: the personalization schedule (tau, kappa_lam, kappa_lr)",
+            ("(0,0,0)",),
+            ("rspo+",),
+            sweep("freeze-tau", (0.001, 0.003, 0.03, 0.1))
+            + sweep("kappa-lam", (0.0, 0.5, 2.0, 4.0))
+            + sweep("kappa-lr", (0.0, 0.05, 0.2, 0.5)),
+            question="How much do the freeze threshold and the two annealing rates matter (defaults "
+            "tau 0.01, kappa_lam 1, kappa_lr 0.1)?",
+        ),
+    )
+}
+
+
+def row_etas(row: str) -> tuple[float, float, float]:
+    """``"(eta_o,eta_c,eta_d)"`` -> three floats >= 0; ValueError naming the row otherwise."""
+    match = re.fullmatch(r"\(\s*([^,()]+),\s*([^,()]+),\s*([^,()]+)\)", row.strip())
+    try:
+        etas = tuple(float(v) for v in match.groups()) if match else ()
+    except ValueError:
+        etas = ()
+    if len(etas) != 3 or not all(np.isfinite(e) and e >= 0 for e in etas):
+        raise ValueError(f"--rows: {row!r} is not (eta_o,eta_c,eta_d) with three numbers >= 0")
+    return etas[0], etas[1], etas[2]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run: its cell (row, loss, variant), its seed, size and run config."""
+
+    row: str
+    loss: str
+    variant: str
+    seed: int
+    clients: int
+    config: dict[str, Any]
+
+
+def jobs(study: Study, quick: bool, fixed: dict[str, Any]) -> list[Job]:
+    """Every run of ``study``: seeds x rows x losses x variants (``fixed``: --set overrides)."""
+    out = []
+    for seed, row, loss, variant in itertools.product(
+        SEEDS[: study.seeds], study.rows, study.losses, study.variants
+    ):
+        eta_o, eta_c, eta_d = row_etas(row)
+        name = f"{study.name}-{row}-{loss}-{variant.label}-s{seed}"
+        cfg = {
+            "strategy": "fedrspo",
+            "loss": loss,
+            "eta-o": eta_o,
+            "eta-c": eta_c,
+            "eta-d": eta_d,
+            "seed": seed,
+            "checkpoint-every": 0,
+            **(QUICK if quick else {}),
+            **variant.overrides,
+            **fixed,
+            "run-name": re.sub(r"[^A-Za-z0-9.+=-]+", "_", name),
+        }
+        out.append(Job(row, loss, variant.label, seed, variant.clients or study.clients, cfg))
+    return out
+
+
+def freezing(run_dir: Path) -> dict[str, float]:
+    """QP-LP gap diagnostics of one run: the share of clients frozen and their mean freeze round."""
+    with open(run_dir / "rounds.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["exchange"] == "train.personalize" and r["status"] == "ok"]
+    frozen = [int(float(r["frozen-at"])) for r in rows if r.get("frozen-at")]
+    at = [t for t in frozen if t > 0]
+    return {
+        "frozen-share": len(at) / len(rows) if rows else float("nan"),
+        "frozen-round": float(np.mean(at)) if at else float("nan"),
+    }
+
+
+def paper_settings(study: Study, variant: Variant, fixed: dict[str, Any], quick: bool) -> bool:
+    """Does ``variant`` run the paper's Table 3 settings (every override at its default, 20 clients)?"""
+    changes = {**variant.overrides, **fixed}
+    same = all(SCHEMA[k].default == v for k, v in changes.items())
+    return same and not quick and (variant.clients or study.clients) == CLIENTS
+
+
+def stat(values: list[float], seeds: list[int]) -> dict[str, Any]:
+    mean, std = mean_std(values)
+    return {"values": values, "seeds": seeds, "mean": mean, "std": std}
+
+
+def table(all_jobs: list[Job], summaries: list[dict[str, Any]], results_dir: Path) -> dict[str, Any]:
+    """``{row: {loss: {variant: {"fed", "per", "per/fed", "frozen-share", "frozen-round": stat}}}}``."""
+    cells: dict[tuple[str, str, str], dict[str, list[float]]] = {}
+    seeds: dict[tuple[str, str, str], list[int]] = {}
+    for job, summary in zip(all_jobs, summaries, strict=True):
+        key = (job.row, job.loss, job.variant)
+        fed, per = cell(summary, "fed"), cell(summary, "per")
+        values = {"fed": fed, "per": per, "per/fed": per / fed if fed else float("nan")}
+        if job.loss == "rspo+" and job.config.get("personal-rounds", 1):
+            values.update(freezing(results_dir / job.config["run-name"]))
+        for metric, value in values.items():
+            cells.setdefault(key, {}).setdefault(metric, []).append(value)
+        seeds.setdefault(key, []).append(job.seed)
+    out: dict[str, Any] = {}
+    for (row, loss, variant), metrics in cells.items():
+        out.setdefault(row, {}).setdefault(loss, {})[variant] = {
+            m: stat(v, seeds[(row, loss, variant)]) for m, v in metrics.items()
+        }
+    return out
+
+
+def fmt(entry: dict[str, Any] | None, digits: int = 2) -> str:
+    if not entry or not np.isfinite(entry["mean"]):
+        return "-"
+    return f"{entry['mean']:.{digits}f} ± {entry['std']:.{digits}f}"
+
+
+def markdown(study: Study, data: dict[str, Any]) -> str:
+    """The report: one table per row (losses x variants, Fed and +P), the paper's Table 3 cell beside
+    ours where it has one, and the QP-LP gap diagnostics of RSPO+."""
+    cells = data["table"]
+    variants = [v["label"] for v in data["variants"]]
+    lines = [
+        f"# Knapsack study: {study.title}",
+        "",
+        f"Generated by `hetfed reproduce knapsack-study {study.name}{' --quick' if data['quick'] else ''}"
+        f"{''.join(f' --set {k}={v}' for k, v in data['set'].items())}`: seeds {data['seeds']}, "
+        f"{data['clients']} clients unless a variant says otherwise, inline engine; "
+        f"runs took {data['wall-time-s'] / 60:.1f} min of wall time on {data['workers']} worker(s). "
+        "Relative regret (%) on each client's test set, mean over clients, mean ± std over seeds.",
+        "",
+        study.question,
+        "",
+    ]
+    for row, by_loss in cells.items():
+        lines += [f"## {row}", "", "| loss | variant | Fed | +P | +P / Fed | paper (Fed / +P) |"]
+        lines += ["|---|---|---|---|---|---|"]
+        for loss, by_variant in by_loss.items():
+            for variant in variants:
+                if variant not in by_variant:
+                    continue
+                c = by_variant[variant]
+                paper = PAPER_T3.get(row, {}).get(loss) if variant in data["paper-settings"] else None
+                lines.append(
+                    f"| {loss} | {variant} | {fmt(c['fed'])} | {fmt(c['per'])} | {fmt(c['per/fed'])} | "
+                    + (f"{paper[0]} / {paper[1]}" if paper else "")
+                    + " |"
+                )
+        frozen = [(loss, v, c) for loss, bv in by_loss.items() for v, c in bv.items() if "frozen-share" in c]
+        if frozen:
+            lines += ["", "QP-LP gap diagnostics (RSPO+): share of clients frozen, mean round they froze", ""]
+            lines += ["| variant | frozen share | freeze round |", "|---|---|---|"]
+            lines += [f"| {v} | {fmt(c['frozen-share'])} | {fmt(c['frozen-round'], 1)} |"
+                      for _, v, c in frozen]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(study: Study, data: dict[str, Any], out: Path) -> None:
+    """For a sweep (one row): +P relative regret against the variant, per loss, with a ±std band."""
+    if len(study.rows) != 1 or len(study.variants) < 3:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    row = data["table"][study.rows[0]]
+    labels = [v["label"] for v in data["variants"]]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for loss, by_variant in row.items():
+        for stage, style in (("fed", "--"), ("per", "-")):
+            xs = [i for i, v in enumerate(labels) if v in by_variant]
+            means = np.array([by_variant[labels[i]][stage]["mean"] for i in xs])
+            stds = np.array([by_variant[labels[i]][stage]["std"] for i in xs])
+            ax.plot(xs, means, style, marker=".", label=f"{loss} {'Fed' if stage == 'fed' else '+P'}")
+            ax.fill_between(xs, means - stds, means + stds, alpha=0.15)
+    ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
+    ax.set(ylabel="relative regret (%)", title=study.title, yscale="log")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / f"knapsack-{study.name}.png", dpi=110)
+    plt.close(fig)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("study", choices=sorted(STUDIES), help="which study (see the module docs)")
+    parser.add_argument("--rows", nargs="+", help="rows '(eta_o,eta_c,eta_d)' (default: the study's)")
+    parser.add_argument("--losses", nargs="+", choices=LOSSES, help="losses (default: the study's)")
+    parser.add_argument("--seeds", type=int, help="how many of the paper's seeds, 1-5 (default: the study's)")
+    parser.add_argument("--clients", type=int, help=f"clients per federation (default {CLIENTS})")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="run-config override")
+    parser.add_argument("--quick", action="store_true", help="1 seed, a short schedule, small data (CI)")
+    parser.add_argument("--workers", type=int, default=default_workers(), help="parallel inline runs")
+    parser.add_argument("--results-dir", help="where the runs go (results/reproduce-knapsack-<study>)")
+    parser.add_argument("--out", default=str(OUT), help="where the .md/.json/.png go (docs/results)")
+
+
+def resolve(args: argparse.Namespace) -> Study:
+    """The study with the command line's changes, checked."""
+    study = STUDIES[args.study]
+    if args.rows:
+        for row in args.rows:
+            row_etas(row)
+        study = replace(study, rows=tuple(args.rows))
+    if args.losses:
+        study = replace(study, losses=tuple(args.losses))
+    if args.seeds is not None:
+        if not 1 <= args.seeds <= len(SEEDS):
+            raise ValueError(f"--seeds: must be in 1..{len(SEEDS)}, got {args.seeds}")
+        study = replace(study, seeds=args.seeds)
+    if args.clients is not None:
+        if args.clients < 1:
+            raise ValueError(f"--clients: must be >= 1, got {args.clients}")
+        study = replace(study, clients=args.clients)
+    return replace(study, seeds=1) if args.quick else study
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.time()
+    study = resolve(args)
+    fixed = parse_assignments(args.set)
+    results_dir = Path(args.results_dir or f"results/reproduce-knapsack-{study.name}")
+    planned = jobs(study, args.quick, fixed)
+    summaries: list[dict[str, Any]] = [{}] * len(planned)
+    for size in sorted({j.clients for j in planned}):  # one run_many per federation size
+        index = [i for i, j in enumerate(planned) if j.clients == size]
+        configs = [planned[i].config for i in index]
+        done = run_many(configs, nodes=size, results_dir=results_dir, workers=args.workers)
+        for i, summary in zip(index, done, strict=True):
+            summaries[i] = summary
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    data = {
+        "study": study.name,
+        "seeds": list(SEEDS[: study.seeds]),
+        "clients": study.clients,
+        "quick": args.quick,
+        "set": fixed,
+        "workers": args.workers,
+        "wall-time-s": round(time.time() - started, 1),
+        "unit": "relative regret %",
+        "variants": [
+            {"label": v.label, "overrides": v.overrides, "clients": v.clients} for v in study.variants
+        ],
+        "table": table(planned, summaries, results_dir),
+        "paper-settings": [v.label for v in study.variants if paper_settings(study, v, fixed, args.quick)],
+        "paper-t3": PAPER_T3,
+    }
+    write_json(out / f"knapsack-{study.name}.json", data)
+    (out / f"knapsack-{study.name}.md").write_text(markdown(study, data), encoding="utf-8")
+    plot(study, data, out)
+    print((out / f"knapsack-{study.name}.md").read_text(encoding="utf-8"))
+    return 0
