@@ -40,6 +40,10 @@ def test_a_study_reports_each_runs_numbers_and_its_freeze_diagnostics(tmp_path: 
             assert "frozen-share" not in cells[variant.label]
     text = (out / "knapsack-compositions.md").read_text()
     assert "FedProx mu=0.1" in text and "(0,0.5,1)" in text
+    with_per = {v: c["per"]["mean"] for v, c in cells.items() if c["per"]["mean"] is not None}
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("- (0,0.5,1) rspo+: ")]
+    named = line.removeprefix("- (0,0.5,1) rspo+: ").split(" (")[0]
+    assert with_per[named] == min(with_per.values()) and f"({with_per[named]:.2f}, +P)" in line
 
 
 def test_rows_are_checked_and_every_variant_gets_its_federation_size() -> None:

@@ -106,7 +106,7 @@ STUDIES = {
             "Sensitivity: the RSPO+ learning-rate scale alpha (lr0 = alpha lam0 / 4)",
             ("(0,0,0)",),
             ("rspo+",),
-            sweep("rspo-alpha", (0.001, 0.003, 0.01, 0.03, 0.1)),
+            sweep("rspo-alpha", (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0)),
             question="How sensitive is FedRSPO+ to alpha (SPO+ and MSE do not use it)?",
         ),
         Study(
@@ -278,7 +278,28 @@ def markdown(study: Study, data: dict[str, Any]) -> str:
             lines += [f"| {v} | {fmt(c['frozen-share'])} | {fmt(c['frozen-round'], 1)} |"
                       for _, v, c in frozen]
         lines.append("")
-    return "\n".join(lines)
+    lines += ["## Best variant per row and loss (lowest mean +P, else Fed)", ""]
+    lines += [f"- {line}" for line in ranking(cells)]
+    return "\n".join(lines) + "\n"
+
+
+def ranking(cells: dict[str, Any]) -> list[str]:
+    """Per row and loss: the variant with the lowest mean +P regret (Fed where no +P), and its margin
+    over the runner-up in points and in the runner-up's standard deviations."""
+    out = []
+    for row, by_loss in cells.items():
+        for loss, by_variant in by_loss.items():
+            stage = "per" if any(np.isfinite(c["per"]["mean"]) for c in by_variant.values()) else "fed"
+            entries = [(c[stage]["mean"], c[stage]["std"], v) for v, c in by_variant.items()]
+            ranked = sorted(e for e in entries if np.isfinite(e[0]))
+            if len(ranked) < 2:
+                continue
+            (best, _, name), (second, sd, runner) = ranked[0], ranked[1]
+            sds = f", {(second - best) / sd:.1f} sd" if sd > 0 else ""
+            label = "+P" if stage == "per" else "Fed"
+            gap = f"{second - best:.2f} points below {runner}{sds}"
+            out.append(f"{row} {loss}: {name} ({best:.2f}, {label}), {gap}")
+    return out
 
 
 def plot(study: Study, data: dict[str, Any], out: Path) -> None:
