@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hetfed.cli import main
-from hetfed.reproduce.knapsack_study import STUDIES, jobs, row_etas
+from hetfed.reproduce.knapsack_study import STUDIES, jobs, orderings, row_etas
 
 
 def test_a_study_reports_each_runs_numbers_and_its_freeze_diagnostics(tmp_path: Path) -> None:
@@ -55,3 +55,16 @@ def test_rows_are_checked_and_every_variant_gets_its_federation_size() -> None:
     assert sorted({j.clients for j in planned}) == [5, 10, 20, 40, 80]
     assert len({j.config["run-name"] for j in planned}) == len(planned)  # no run overwrites another
     assert len(jobs(STUDIES["combined"], quick=False, fixed={})) == 27 * 3 * 3
+
+
+def test_the_papers_ordering_is_counted_per_row_with_its_smallest_margin() -> None:
+    def c(fed: float, per: float) -> dict:
+        return {"v": {"fed": {"mean": fed}, "per": {"mean": per}}}
+
+    cells = {
+        "A": {"rspo+": c(1.0, 1.0), "spo+": c(2.0, 1.5), "mse": c(3.0, 4.0)},
+        "B": {"rspo+": c(2.0, 0.5), "spo+": c(1.5, 0.7), "mse": c(3.0, 0.6)},
+    }
+    fed, per = orderings(cells, ["v"])
+    assert (fed["holds"], fed["rows"], fed["fails"], fed["margin"]) == (1, 2, ["B"], -0.5)
+    assert (per["holds"], per["fails"], per["margin"]) == (1, ["B"], pytest.approx(-0.1))

@@ -280,9 +280,42 @@ def markdown(study: Study, data: dict[str, Any]) -> str:
             lines += [f"| {v} | {fmt(c['frozen-share'])} | {fmt(c['frozen-round'], 1)} |"
                       for _, v, c in frozen]
         lines.append("")
-    lines += ["## Best variant per row and loss (lowest mean +P, else Fed)", ""]
-    lines += [f"- {line}" for line in ranking(cells)]
+    best = ranking(cells)
+    if best:
+        lines += ["## Best variant per row and loss (lowest mean +P, else Fed)", ""]
+        lines += [f"- {line}" for line in best]
+    if data["orderings"]:
+        lines += ["", "## The paper's ordering RSPO+ < SPO+ < MSE (mean over seeds)", ""]
+        for o in data["orderings"]:
+            lines.append(
+                f"- {o['variant']}, {o['stage']}: holds in {o['holds']} of {o['rows']} rows"
+                + (f" (not in {', '.join(o['fails'])})" if o["fails"] else "")
+                + f"; smallest margin {o['margin']:.2f} points"
+            )
     return "\n".join(lines) + "\n"
+
+
+def orderings(cells: dict[str, Any], variants: list[str]) -> list[dict[str, Any]]:
+    """Per variant and stage (Fed, +P): in how many rows mean RSPO+ < SPO+ < MSE (over the losses the
+    study ran among these three), the rows where it fails, and the smallest margin between neighbours."""
+    out = []
+    for variant in variants:
+        for stage in ("fed", "per"):
+            means: dict[str, list[float]] = {}
+            for row, by_loss in cells.items():
+                chain = [by_loss[loss][variant][stage]["mean"] for loss in ("rspo+", "spo+", "mse")
+                         if loss in by_loss and variant in by_loss[loss]]
+                if len(chain) >= 2 and all(np.isfinite(chain)):
+                    means[row] = chain
+            if not means:
+                continue
+            margins = {row: min(b - a for a, b in zip(c, c[1:], strict=False)) for row, c in means.items()}
+            fails = [row for row, m in margins.items() if m <= 0]
+            out.append(
+                {"variant": variant, "stage": stage, "rows": len(means), "holds": len(means) - len(fails),
+                 "fails": fails, "margin": min(margins.values())}
+            )
+    return out
 
 
 def ranking(cells: dict[str, Any]) -> list[str]:
@@ -393,7 +426,8 @@ def run(args: argparse.Namespace) -> int:
         "variants": [
             {"label": v.label, "overrides": v.overrides, "clients": v.clients} for v in study.variants
         ],
-        "table": table(planned, summaries, results_dir),
+        "table": (cells := table(planned, summaries, results_dir)),
+        "orderings": orderings(cells, [v.label for v in study.variants]),
         "paper-settings": [v.label for v in study.variants if paper_settings(study, v, fixed, args.quick)],
         "paper-t3": PAPER_T3,
     }
