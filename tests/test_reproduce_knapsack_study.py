@@ -57,7 +57,7 @@ def test_rows_are_checked_and_every_variant_gets_its_federation_size() -> None:
     assert len(jobs(STUDIES["combined"], quick=False, fixed={})) == 27 * 3 * 3
 
 
-def test_the_papers_ordering_is_counted_per_row_with_its_smallest_margin() -> None:
+def test_the_papers_ordering_is_counted_per_pair_and_row_with_its_smallest_margin() -> None:
     def c(fed: float, per: float) -> dict:
         return {"v": {"fed": {"mean": fed}, "per": {"mean": per}}}
 
@@ -65,6 +65,9 @@ def test_the_papers_ordering_is_counted_per_row_with_its_smallest_margin() -> No
         "A": {"rspo+": c(1.0, 1.0), "spo+": c(2.0, 1.5), "mse": c(3.0, 4.0)},
         "B": {"rspo+": c(2.0, 0.5), "spo+": c(1.5, 0.7), "mse": c(3.0, 0.6)},
     }
-    fed, per = orderings(cells, ["v"])
+    got = {(o["stage"], o["order"]): o for o in orderings(cells, ["v"])}
+    fed = got[("fed", "rspo+ < spo+")]
     assert (fed["holds"], fed["rows"], fed["fails"], fed["margin"]) == (1, 2, ["B"], -0.5)
+    assert (got[("fed", "spo+ < mse")]["holds"], got[("fed", "spo+ < mse")]["margin"]) == (2, 1.0)
+    per = got[("per", "spo+ < mse")]
     assert (per["holds"], per["fails"], per["margin"]) == (1, ["B"], pytest.approx(-0.1))
