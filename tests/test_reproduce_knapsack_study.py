@@ -71,3 +71,18 @@ def test_the_papers_ordering_is_counted_per_pair_and_row_with_its_smallest_margi
     assert (got[("fed", "spo+ < mse")]["holds"], got[("fed", "spo+ < mse")]["margin"]) == (2, 1.0)
     per = got[("per", "spo+ < mse")]
     assert (per["holds"], per["fails"], per["margin"]) == (1, ["B"], pytest.approx(-0.1))
+
+
+def test_the_centralized_yardstick_pools_the_same_clients_and_settings_as_the_runs(tmp_path: Path) -> None:
+    from hetfed.reproduce.knapsack import centralized
+
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    argv = ["reproduce", "knapsack-study", "data-heterogeneity", "--quick", "--rows", "(0,0,1)", "--losses"]
+    argv += ["rspo+", "--clients", "3", "--workers", "1", "--out", str(out), "--results-dir", str(runs)]
+    assert main(argv) == 0
+    data = json.loads((out / "knapsack-data-heterogeneity.json").read_text())
+    cell = data["table"]["(0,0,1)"]["rspo+"]["centralized"]
+    (folder,) = [p for p in runs.iterdir() if p.name.endswith("fedrspo-s42")]
+    config = json.loads((folder / "config.json").read_text())["config"]
+    assert config["n-train"] == 40 and cell["per"]["values"] == [centralized(config, 3)]
+    assert "| rspo+ | centralized | - |" in (out / "knapsack-data-heterogeneity.md").read_text()

@@ -13,6 +13,7 @@ import argparse
 import csv
 import json
 import math
+import re
 import textwrap
 import time
 from collections.abc import Callable, Mapping
@@ -101,8 +102,20 @@ class Job:
     config: dict[str, Any]
 
 
+def row_etas(row: str) -> tuple[float, float, float]:
+    """``"(eta_o,eta_c,eta_d)"`` -> three floats >= 0; ValueError naming the row otherwise."""
+    match = re.fullmatch(r"\(\s*([^,()]+),\s*([^,()]+),\s*([^,()]+)\)", row.strip())
+    try:
+        etas = tuple(float(v) for v in match.groups()) if match else ()
+    except ValueError:
+        etas = ()
+    if len(etas) != 3 or not all(math.isfinite(e) and e >= 0 for e in etas):
+        raise ValueError(f"--rows: {row!r} is not (eta_o,eta_c,eta_d) with three numbers >= 0")
+    return etas[0], etas[1], etas[2]
+
+
 def base_config(row: str, seed: int, quick: bool) -> dict[str, Any]:
-    eta_o, eta_c, eta_d = ROWS[row]
+    eta_o, eta_c, eta_d = row_etas(row)
     cfg: dict[str, Any] = {
         "strategy": "fedrspo",
         "eta-o": eta_o,
@@ -152,8 +165,10 @@ def grid(seeds: tuple[int, ...], rows: tuple[str, ...], quick: bool) -> list[Job
 
 
 # --- the centralized yardstick (Table 14): pooled data, each sample judged on its own polytope ---
-def centralized(row: str, seed: int, loss: str, clients: int, quick: bool) -> float:
-    """Macro relative regret (%) of ONE model trained on every client's pooled training data."""
+def centralized(run_config: Mapping[str, Any], clients: int) -> float:
+    """Macro relative regret (%) of ONE model trained on the pooled training data of the ``clients``
+    clients of ``run_config`` (each sample judged by its own client's loss and polytope), with the
+    federated run's whole budget of epochs."""
     import torch
 
     from client.decision import batch_generator, decision_metrics, train_epochs
@@ -163,7 +178,8 @@ def centralized(row: str, seed: int, loss: str, clients: int, quick: bool) -> fl
     from problems.registry import get_problem
 
     torch.set_num_threads(1)  # tiny matrices: more threads only spin (and fight the worker processes)
-    cfg: dict[str, Any] = validate({**base_config(row, seed, quick), "loss": loss})  # SCHEMA-typed values
+    cfg: dict[str, Any] = validate(dict(run_config))  # SCHEMA-typed values
+    seed, loss = cfg["seed"], cfg["loss"]
     spec = get_problem("knapsack")
     data = [spec.load_client(cfg, j, clients, None) for j in range(clients)]
     cal = [calibrate(d, cfg["rspo-alpha"]) for d in data]
@@ -809,7 +825,7 @@ def run(args: argparse.Namespace) -> int:
     res = collect(jobs, summaries)
     for seed in seeds:
         for loss in ("spo+", "rspo+"):
-            value = centralized("(0,0,0)", seed, loss, CLIENTS, args.quick)
+            value = centralized({**base_config("(0,0,0)", seed, args.quick), "loss": loss}, CLIENTS)
             entry = (
                 res.setdefault("t14", {})
                 .setdefault("(0,0,0)", {})

@@ -26,7 +26,7 @@ import numpy as np
 
 from hetfed.config import SCHEMA, parse_assignments
 from hetfed.reproduce.common import OUT, default_workers, mean_std, run_many, write_json
-from hetfed.reproduce.knapsack import CLIENTS, LOSSES, PAPER_T3, SEEDS, cell
+from hetfed.reproduce.knapsack import CLIENTS, LOSSES, PAPER_T3, SEEDS, cell, centralized, row_etas
 
 QUICK = {"num-rounds": 2, "personal-rounds": 2, "local-epochs": 1, "n-train": 40, "n-test": 40}
 
@@ -52,6 +52,7 @@ class Study:
     seeds: int = 5
     clients: int = CLIENTS
     question: str = ""  # what the study asks (the report's first paragraph)
+    centralized: bool = False  # also one model on the clients' pooled data (Table 14's yardstick)
 
 
 def sweep(key: str, values: tuple[Any, ...]) -> tuple[Variant, ...]:
@@ -78,7 +79,9 @@ STUDIES = {
             ("(0,0,0.5)", "(0,0,1)"),
             ("spo+", "rspo+"),
             (Variant("fedrspo"), Variant("local-only", {"strategy": "local-only"})),
-            question="With shifted feature distributions, what do federation and personalization add?",
+            question="With shifted feature distributions, what do federation and personalization add? "
+            "`centralized`: one model trained on all clients' pooled data with the same budget of epochs.",
+            centralized=True,
         ),
         Study(
             "compositions",
@@ -138,18 +141,6 @@ STUDIES = {
         ),
     )
 }
-
-
-def row_etas(row: str) -> tuple[float, float, float]:
-    """``"(eta_o,eta_c,eta_d)"`` -> three floats >= 0; ValueError naming the row otherwise."""
-    match = re.fullmatch(r"\(\s*([^,()]+),\s*([^,()]+),\s*([^,()]+)\)", row.strip())
-    try:
-        etas = tuple(float(v) for v in match.groups()) if match else ()
-    except ValueError:
-        etas = ()
-    if len(etas) != 3 or not all(np.isfinite(e) and e >= 0 for e in etas):
-        raise ValueError(f"--rows: {row!r} is not (eta_o,eta_c,eta_d) with three numbers >= 0")
-    return etas[0], etas[1], etas[2]
 
 
 @dataclass(frozen=True)
@@ -232,6 +223,22 @@ def table(all_jobs: list[Job], summaries: list[dict[str, Any]], results_dir: Pat
             m: stat(v, seeds[(row, loss, variant)]) for m, v in metrics.items()
         }
     return out
+
+
+def add_centralized(cells: dict[str, Any], planned: list[Job], reference: str) -> bool:
+    """Add the ``centralized`` cell to every row and loss: one model trained on the pooled data of the
+    ``reference`` variant's clients, per seed (its regret stands in the +P column)."""
+    for row, by_loss in cells.items():
+        for loss, by_variant in by_loss.items():
+            runs = [j for j in planned if (j.row, j.loss, j.variant) == (row, loss, reference)]
+            seeds = [j.seed for j in runs]
+            none = [float("nan")] * len(runs)
+            by_variant["centralized"] = {
+                "fed": stat(none, seeds),
+                "per": stat([centralized(j.config, j.clients) for j in runs], seeds),
+                "per/fed": stat(none, seeds),
+            }
+    return True
 
 
 def fmt(entry: dict[str, Any] | None, digits: int = 2) -> str:
@@ -427,8 +434,10 @@ def run(args: argparse.Namespace) -> int:
         "unit": "relative regret %",
         "variants": [
             {"label": v.label, "overrides": v.overrides, "clients": v.clients} for v in study.variants
-        ],
+        ]
+        + ([{"label": "centralized", "overrides": {}, "clients": 0}] if study.centralized else []),
         "table": (cells := table(planned, summaries, results_dir)),
+        "centralized": study.centralized and add_centralized(cells, planned, study.variants[0].label),
         "orderings": orderings(cells, [v.label for v in study.variants]),
         "paper-settings": [v.label for v in study.variants if paper_settings(study, v, fixed, args.quick)],
         "paper-t3": PAPER_T3,
