@@ -149,6 +149,7 @@ def cmd_register(args: argparse.Namespace) -> int:
 
 
 def cmd_superlink(args: argparse.Namespace) -> int:
+    from hetfed.engines.flower import port_in_use
     from hetfed.federation import superlink_host
 
     tls_dir = None if args.insecure else Path(args.tls_dir)
@@ -169,6 +170,13 @@ def cmd_superlink(args: argparse.Namespace) -> int:
         print(shlex.join(command.proxy), flush=True)
     if args.print:
         return 0
+    link_port = args.local_port or args.port + 1
+    listeners = [(args.host, args.port, "--port")]
+    if command.proxy:
+        listeners.append(("127.0.0.1", link_port, "--local-port (the SuperLink behind the proxy)"))
+    for host, port, option in listeners:
+        if port_in_use(host, port):
+            raise ValueError(f"{host}:{port} is already in use ({option}): free it or choose another port")
     if command.proxy:
         print(
             f"silos reach https://{args.host}:{args.port} (nginx: Fleet API and /health only); the SuperLink "

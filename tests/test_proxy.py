@@ -58,3 +58,30 @@ def test_superlink_host_binds_loopback_behind_the_proxy(tmp_path: Path, nginx: s
             tmp_path / "l3", host="0.0.0.0", port=8000, tls_dir=tls.ca.parent, node_auth=True, proxy=True,
             local_port=8000,
         )  # fmt: skip
+
+
+def test_a_superlink_port_already_in_use_is_named_before_anything_starts(tmp_path: Path, nginx: str) -> None:
+    """`federation superlink` refuses in one line when --port or the SuperLink's port behind the proxy
+    (--port + 1 unless --local-port) is taken, instead of a SuperLink that dies on bind."""
+    import socket
+    import subprocess
+    import sys
+
+    from hetfed.engines.flower import free_port
+
+    tls = write_certificates(tmp_path / "tls")
+    hetfed = str(Path(sys.executable).parent / "hetfed")
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        busy = held.getsockname()[1]
+        port = free_port()
+        for extra, option in ((["--port", str(port), "--local-port", str(busy)], "--local-port"),
+                              (["--port", str(busy)], "--port")):  # fmt: skip
+            out = subprocess.run(
+                [hetfed, "federation", "superlink", "--dir", str(tmp_path / option), "--host", "127.0.0.1"]
+                + ["--tls-dir", str(tls.ca.parent), *extra],
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert out.returncode == 2, out.stdout + out.stderr
+            assert f"127.0.0.1:{busy} is already in use ({option}" in out.stderr.strip().splitlines()[-1]

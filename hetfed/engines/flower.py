@@ -61,6 +61,19 @@ class SuperLinkUnreachable(FlowerProcessError):
     """The SuperLink stopped answering ``/health`` while a run was being watched."""
 
 
+def port_in_use(host: str, port: int) -> bool:
+    """Does a socket already listen on ``host:port``? (A port in TIME_WAIT after its server stopped is
+    free: servers bind with SO_REUSEADDR, and so does this probe.)"""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
 def free_port() -> int:
     """A free TCP port on 127.0.0.1."""
     with socket.socket() as s:
