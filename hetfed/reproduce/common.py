@@ -128,10 +128,16 @@ def mean_std(values: Iterable[float]) -> tuple[float, float]:
     return mean, math.sqrt(var)
 
 
-def fmt(entry: Mapping[str, Any] | None, digits: int = 2) -> str:
-    """``mean ± std`` of a statistics entry, ``n/a`` when it is missing or not finite."""
+def stat(values: list[float], seeds: list[int]) -> dict[str, Any]:
+    """A statistics entry: the per-seed ``values`` and ``seeds``, their ``mean`` and ``std`` (mean_std)."""
+    mean, std = mean_std(values)
+    return {"values": values, "seeds": seeds, "mean": mean, "std": std}
+
+
+def fmt(entry: Mapping[str, Any] | None, digits: int = 2, missing: str = "n/a") -> str:
+    """``mean ± std`` of a statistics entry, ``missing`` when it is missing or not finite."""
     if not entry or entry.get("mean") is None or not math.isfinite(entry["mean"]):
-        return "n/a"
+        return missing
     return f"{entry['mean']:.{digits}f} ± {entry['std']:.{digits}f}"
 
 

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from hetfed.config import SCHEMA, parse_assignments
-from hetfed.reproduce.common import OUT, default_workers, mean_std, run_many, write_json
+from hetfed.reproduce.common import OUT, default_workers, run_many, stat, write_json
+from hetfed.reproduce.common import fmt as common_fmt
 from hetfed.reproduce.knapsack import CLIENTS, LOSSES, PAPER_T3, SEEDS, cell, centralized, row_etas
 
 QUICK = {"num-rounds": 2, "personal-rounds": 2, "local-epochs": 1, "n-train": 40, "n-test": 40}
@@ -199,11 +200,6 @@ def paper_settings(study: Study, variant: Variant, fixed: dict[str, Any], quick:
     return same and not quick and (variant.clients or study.clients) == CLIENTS
 
 
-def stat(values: list[float], seeds: list[int]) -> dict[str, Any]:
-    mean, std = mean_std(values)
-    return {"values": values, "seeds": seeds, "mean": mean, "std": std}
-
-
 def table(all_jobs: list[Job], summaries: list[dict[str, Any]], results_dir: Path) -> dict[str, Any]:
     """``{row: {loss: {variant: {"fed", "per", "per/fed", "frozen-share", "frozen-round": stat}}}}``."""
     cells: dict[tuple[str, str, str], dict[str, list[float]]] = {}
@@ -242,9 +238,8 @@ def add_centralized(cells: dict[str, Any], planned: list[Job], reference: str) -
 
 
 def fmt(entry: dict[str, Any] | None, digits: int = 2) -> str:
-    if not entry or not np.isfinite(entry["mean"]):
-        return "-"
-    return f"{entry['mean']:.{digits}f} ± {entry['std']:.{digits}f}"
+    """common.fmt with ``-`` for a cell a variant has not (no +P without personalization)."""
+    return common_fmt(entry, digits, missing="-")
 
 
 def markdown(study: Study, data: dict[str, Any]) -> str:

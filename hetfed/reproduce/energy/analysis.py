@@ -7,14 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from hetfed.reproduce.common import mean_std
+from hetfed.reproduce.common import stat
 from hetfed.reproduce.energy.plan import ABLATION, ENERGY, EXTRA, RUNS, VARIANTS, Job, Plan
 from hetfed.reproduce.knapsack import curves
-
-
-def stat(values: list[float], seeds: list[int]) -> dict[str, Any]:
-    mean, std = mean_std(values)
-    return {"values": values, "seeds": seeds, "mean": mean, "std": std}
 
 
 def ablation_table(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
