@@ -124,7 +124,7 @@ def finish_segment(
     """Close this segment and write summary.json / report.md over the whole run (every segment)."""
     store.end_segment(status)
     segments = [
-        {k: s.get(k) for k in ("segment", "engine", "started", "status", "wall-time-s")}
+        {k: s.get(k) for k in ("segment", "engine", "started", "first-round", "status", "wall-time-s")}
         for s in store.segments()
     ]
     full = {

@@ -52,6 +52,7 @@ def run_rounds(
             store.commit(0, strategy.num_rounds)
             store.save_checkpoint({"round": 0, "strategy": strategy.state_dict()})
         first = 1
+    store.segment_starts_at(first)
     for server_round in range(first, strategy.num_rounds + 1):
         pool.refresh()  # a restarted SuperNode is back under a new node id
         metrics: dict[str, Any] = {}  # the aggregates' MetricRecord values (numbers)

@@ -8,7 +8,8 @@
 - ``progress.json``: rounds done / total and the last aggregate metrics;
 - ``summary.json`` and ``report.md``: per-client and aggregate final metrics;
 - ``checkpoint.pt``: the server's state after the last completed round (resume);
-- ``segments.jsonl``: one line when a segment (the first run or a resume) starts, one when it ends;
+- ``segments.jsonl``: one line when a segment (the first run or a resume) starts, one with the
+  first round it runs, one when it ends;
 - ``summary.segment-<k>.json``, ``report.segment-<k>.md``: the summary and report segment k wrote,
   kept when a later segment resumes the run;
 - ``traffic.jsonl`` (with ``audit-traffic``): the shape of every reply;
@@ -219,6 +220,10 @@ class RunStore:
         )
         return self.segment
 
+    def segment_starts_at(self, server_round: int) -> None:
+        """Record the first round this segment runs (1, or the round after a resumed checkpoint)."""
+        self._append_segment({"segment": self.segment, "first-round": server_round})
+
     def end_segment(self, status: str, segment: int = 0) -> float:
         """Record how segment ``segment`` (default: this process's) ended; returns its wall time."""
         segment = segment or self.segment
@@ -247,7 +252,7 @@ class RunStore:
         self._lock = fd
 
     def segments(self) -> list[dict[str, Any]]:
-        """Every segment so far: number, engine, started, status and wall-time-s once it ended."""
+        """Every segment so far: number, engine, started, first-round; status, wall-time-s once ended."""
         merged: dict[int, dict[str, Any]] = {}
         path = self.path / "segments.jsonl"
         lines = path.read_text().splitlines() if path.exists() else []

@@ -60,6 +60,7 @@ def test_a_resumed_run_ends_exactly_like_an_uninterrupted_one(tmp_path: Path) ->
     resumed = run_inline({**cfg, "resume": True}, node_configs(4))  # fresh nodes, new node ids
     assert resumed["status"] == "completed"
     assert resumed["clients"] == whole["clients"]  # bit for bit
+    assert [(s["status"], s["first-round"]) for s in resumed["segments"]] == [("failed", 1), ("completed", 3)]
     with open(folder / "rounds.csv", newline="") as f:
         after = list(csv.DictReader(f))
     # What was written before the crash is intact (later rounds may add columns).
