@@ -37,7 +37,15 @@ CLIENTS: dict[str, str] = {
 
 # Every message type some client class handles (the union of their ``handles``, checked by a
 # test): registered up front, without importing the classes.
-MESSAGE_TYPES = ("query.info", "query.calibrate", "query.fg", "train", "train.personalize", "evaluate")
+MESSAGE_TYPES = (
+    "query.info",
+    "query.calibrate",
+    "query.masked_calibration",
+    "query.fg",
+    "train",
+    "train.personalize",
+    "evaluate",
+)
 
 app = ClientApp()
 

@@ -5,8 +5,11 @@ One client holds features -> costs data and its own polytope. Handlers:
 - ``query.info``: partition, name, n_j.
 - ``query.calibrate``: checks that the client can calibrate, ``R_j = max_{w in S_j} ||w||``,
   ``lam0_j = mean_i ||c_i|| / R_j``, ``lr0_j = alpha lam0_j / 4`` (ALGORITHMS.md 1.3); the client
-  keeps them. Only when the strategy asks for a shared calibration (``share-calibration``) do
-  ``lam0_j`` and ``lr0_j`` leave (never the radius).
+  keeps them. When the strategy asks for a shared calibration (``share-calibration``), the
+  reply carries a fresh public key for the secure mean (hetfed.secure_mean).
+- ``query.masked_calibration`` (shared calibration only): ``(lam0_j, lr0_j)`` masked with the
+  pairwise masks of the other clients' public keys; only their mean can be recovered by the
+  server. Neither value nor the radius ever leaves in the clear.
 - every training message's ``lam`` / ``lr``, when it carries them (a shared calibration, or the
   run's lr for a loss without one), replace the client's own ``lam0_j`` / ``lr0_j``.
 - ``train``: one warm-start round: validation metrics of the received model, then E epochs
@@ -37,13 +40,17 @@ from client.losses import dpo_loss, mse_loss, optnet_loss, pfyl_loss, rspo_plus_
 from client.personalization import PersonalSchedule
 from client.session import ClientSession
 from client.state import ClientState, optimizer_from_state, optimizer_to_state
-from hetfed.records import scalar
+from hetfed.records import scalar, to_record
+from hetfed.secure_mean import masked, new_key_pair
 from problems.base import DecisionClientData, DecisionSplit
 from problems.metrics import qp_lp_gap
 from problems.models import load_record, make_mlp, model_record
 
 # Random streams of a client (ALGORITHMS.md 1.5: separate streams for batches, noise, monitor).
 BATCHES, NOISE, MONITOR, LOCAL_INIT = 2, 3, 4, 5
+
+
+SECURE_MEAN = "secure-mean"  # the client-state group holding this client's private key of the mean
 
 
 class CalibrationError(ValueError):
@@ -173,6 +180,7 @@ class DecisionClient:
     handles: ClassVar[tuple[str, ...]] = (
         "query.info",
         "query.calibrate",
+        "query.masked_calibration",
         "train",
         "train.personalize",
         "evaluate",
@@ -261,13 +269,32 @@ class DecisionClient:
         return lam, lr
 
     def query_calibrate(self, content: RecordDict) -> RecordDict:
-        """Can this client take part (its projection and calibration work)? Its lam0_j, lr0_j leave
-        only for a shared calibration (``share-calibration``); its radius never does."""
+        """Can this client take part (its projection and calibration work)? Its lam0_j, lr0_j and
+        radius stay here; for a shared calibration the reply adds a public key of the secure mean
+        (the private key stays in this client's state for ``query.masked_calibration``)."""
         check_projection(self.data, self.settings)
+        self.calibration()
+        reply = RecordDict({"metrics": MetricRecord({"num-examples": len(self.data.train)})})
+        if content.config_records["config"].get("share-calibration", False):
+            private, public = new_key_pair()
+            self.state(content).set_values(SECURE_MEAN, {"private-key": private.decode()})  # PEM: text
+            reply["keys"] = ConfigRecord({"public-key": public})
+        return reply
+
+    def query_masked_calibration(self, content: RecordDict) -> RecordDict:
+        """``(lam0_j, lr0_j)`` under the pairwise masks of the peers in the message (partition ids
+        and public keys); the server can only recover the mean over all of them."""
+        config = content.config_records["config"]
+        state = self.state(content)
+        keys = state.values(SECURE_MEAN)
+        if not keys or "private-key" not in keys:
+            raise RuntimeError(f"{self.data.name}: no key of the secure mean (query.calibrate first)")
+        ids, public_keys = cast(list, config["peers"]), cast(list, config["public-keys"])
+        peers = dict(zip(map(int, ids), public_keys, strict=True))
         cal = self.calibration()
-        share = bool(content.config_records["config"].get("share-calibration", False))
-        shared = {"lam0": cal["lam0"], "lr0": cal["lr0"]} if share else {}
-        return RecordDict({"metrics": MetricRecord({**shared, "num-examples": len(self.data.train)})})
+        y = masked([cal["lam0"], cal["lr0"]], self.pid, str(keys["private-key"]).encode(), peers)
+        state.set_values(SECURE_MEAN, {})  # used once: the key is not kept
+        return RecordDict({"arrays": to_record({"masked-calibration": y})})
 
     def train(self, content: RecordDict) -> RecordDict:
         """One warm-start round (or one local-only round)."""

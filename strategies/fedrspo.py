@@ -3,7 +3,10 @@
 1. **Calibration** (``setup``): a ``query.calibrate`` exchange; client j computes from its
    private data ``lam0_j = mean_i ||c_i|| / R_j`` and ``lr0_j = alpha lam0_j / 4`` and keeps
    them: the reply says only that it can take part (and n_j). Without per-client calibration
-   (an ablation) the clients send ``lam0_j``, ``lr0_j`` and the server keeps only their mean.
+   (an ablation) a second exchange, ``query.masked_calibration``, gives the server the mean of
+   ``(lam0_j, lr0_j)`` over the calibrated clients and nothing else: each client masks its
+   values with pairwise masks that cancel in the sum (hetfed.secure_mean; the public keys ride
+   on the first exchange's replies).
 2. **Federated warm start** (rounds 1..R_fed): FedAvg of deltas weighted by n_j over
    ``ceil(fraction n)`` seeded samples; each sampled client trains with its own ``lam0_j``,
    ``lr0_j`` (the message carries the shared mean instead, or the run's ``lr`` for a loss without
@@ -28,7 +31,9 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 
 from hetfed.config import ConfigError
-from strategies.base import FederationError, reply_metrics
+from hetfed.records import to_numpy
+from hetfed.secure_mean import unmasked_mean
+from strategies.base import FederationError, reply_arrays, reply_metrics
 from strategies.fedavg import FedAvg, FedAvgOptions
 
 # Losses whose lr and lam come from the per-client calibration (the others use `lr`).
@@ -91,22 +96,41 @@ class FedRSPO(FedAvg):
         config = ConfigRecord({"run-name": self.pool.run_name, "share-calibration": share})
         content = RecordDict({"config": config})
         msgs = [self.pool.message(pid, "query.calibrate", content, 0) for pid in self.pool.partitions]
-        values: list[tuple[float, float]] = []
+        public_keys: dict[int, bytes] = {}
         for reply in self.pool.send(msgs, 0):
             self.calibrated.append(self.pool.partition_of(reply))
             if share:
-                m = reply_metrics(reply.content)
-                values.append((float(m["lam0"]), float(m["lr0"])))
+                public_keys[self.pool.partition_of(reply)] = bytes(reply.content["keys"]["public-key"])  # type: ignore[arg-type]
         self.calibrated.sort()
         for pid, reason in self.pool.failed.items():
             self.log(f"{self.pool.name(pid)} is left out: calibration failed: {reason}")
         if not self.calibrated:
             raise FederationError("every client failed calibration; see rounds.csv for the reasons")
         if share:
-            self.shared = (
-                sum(lam for lam, _ in values) / len(values),
-                sum(lr for _, lr in values) / len(values),
+            lam, lr = self.masked_mean(public_keys)
+            self.shared = (lam, lr)
+
+    def masked_mean(self, public_keys: Mapping[int, bytes]) -> tuple[float, float]:
+        """Mean (lam0, lr0) over the calibrated clients from their masked values (the masks cancel
+        only in the sum over all of them: a client that does not answer fails the run)."""
+        peers = sorted(public_keys)
+        config = ConfigRecord(
+            {"run-name": self.pool.run_name, "peers": peers, "public-keys": [public_keys[p] for p in peers]}
+        )
+        content = RecordDict({"config": config})
+        msgs = [self.pool.message(pid, "query.masked_calibration", content, 0) for pid in peers]
+        replies = self.pool.send(msgs, 0)
+        arrays = [reply_arrays(r.content) for r in replies]
+        missing = [self.pool.name(pid) for pid in self.pool.failed]
+        pairs = zip(replies, arrays, strict=True)
+        missing += [self.pool.name(self.pool.partition_of(r)) for r, a in pairs if a is None]
+        if missing:
+            raise FederationError(
+                f"shared calibration: {', '.join(missing)} sent no masked value, so the masks of the "
+                "others do not cancel; rerun with those clients up, or with per-client-calibration = true"
             )
+        mean = unmasked_mean([to_numpy(a)["masked-calibration"] for a in arrays if a is not None])
+        return float(mean[0]), float(mean[1])
 
     def step_sizes(self) -> dict[str, float]:
         """What a training message carries of (lam, lr): nothing for RSPO+ with per-client calibration

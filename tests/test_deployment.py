@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hetfed.engines.flower import _group_alive
+from hetfed.engines.inline import node_configs, run_inline
 from hetfed.engines.runner import prepare
 from tests.conftest import REPO, hetfed_cli
 
@@ -110,3 +111,22 @@ def test_fedrspo_protocol_on_real_supernodes(deployment, tmp_path: Path) -> None
     assert exchanges.count(("0", "query.calibrate")) == 3
     assert exchanges.count(("3", "train.personalize")) == 3 and exchanges.count(("3", "evaluate")) == 3
     assert "personalization on 3 clients" in log
+
+
+def test_shared_calibration_is_masked_across_real_supernodes_and_matches_inline(
+    deployment, tmp_path: Path
+) -> None:
+    """The masked mean needs each node's key pair to survive from one message to the next (its
+    ClientApp state); the run then equals the inline one, whose mean is checked in test_fedrspo."""
+    shared = {"strategy": "fedrspo", "loss": "rspo+", "personal-rounds": 0, "per-client-calibration": False}
+    status, summary, log = submit(deployment, tmp_path, **shared, **{"run-name": "shared"})
+    assert status == "finished:completed", log[-3000:]
+    with open(tmp_path / "shared" / "rounds.csv", newline="") as f:
+        exchanges = [(r["exchange"], r["status"]) for r in csv.DictReader(f) if r["client"] != "server"]
+    assert exchanges.count(("query.masked_calibration", "ok")) == 3
+    cfg = {**FAST, **shared, "results-dir": str(tmp_path / "inline"), "run-name": "i"}
+    inline = run_inline(cfg, node_configs(3))
+    assert summary["clients"].keys() == inline["clients"].keys()
+    for name, metrics in inline["clients"].items():
+        for key, value in metrics.items():
+            assert summary["clients"][name][key] == pytest.approx(value, rel=1e-9), (name, key)

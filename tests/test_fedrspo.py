@@ -16,6 +16,8 @@ from client.app import app as client_app
 from client.decision_client import CalibrationError, calibrate, proximal_term
 from hetfed.config import ConfigError, validate
 from hetfed.engines.inline import InlineGrid, node_configs, run_inline
+from hetfed.records import to_numpy
+from hetfed.secure_mean import decode
 from problems.base import DecisionClientData, DecisionSplit
 from problems.knapsack import KnapsackParams, client_law, load_client
 from problems.models import make_mlp, model_record
@@ -127,17 +129,30 @@ def test_shared_calibration_is_the_mean_and_other_losses_keep_their_lr(tmp_path:
         "personal-rounds": 0,
         "per-client-calibration": False,
     }
-    run_inline(cfg, node_configs(4), observers=[lambda ins, reply: seen.append((ins, reply))])
-    calibrations = [r.content["metrics"] for i, r in seen if i.metadata.message_type == "query.calibrate"]
-    assert calibrations and not any("radius" in m for m in calibrations)  # the radius never leaves
+    observe = [lambda ins, reply: seen.append((ins, reply))]
+    run_inline({**cfg, "audit-traffic": True}, node_configs(4), observers=observe)
     data = [load_client(KnapsackParams(num_items=10, n_train=40, n_test=30), 42, j) for j in range(4)]
     own = [calibrate(d, 0.01) for d in data]  # what each client computed from its own data
-    lams, lrs = [float(m["lam0"]) for m in calibrations], [float(m["lr0"]) for m in calibrations]
-    assert sorted(lams) == pytest.approx(sorted(c["lam0"] for c in own), rel=1e-14)
-    for ins, _ in seen:
+    secrets = [c[k] for c in own for k in ("lam0", "lr0", "radius")]
+    masked = [r for i, r in seen if i.metadata.message_type == "query.masked_calibration"]
+    assert len(masked) == 4
+    for ins, reply in seen:  # no calibration value crosses the wire in the clear, in any record
+        for message in (ins, reply):
+            content = message.content
+            for record in [*content.config_records.values(), *content.metric_records.values()]:
+                assert not set(record) & set(CALIBRATION_KEYS) - {"lam", "lr"}, dict(record)
+                numbers = [v for v in record.values() if isinstance(v, float)]
+                assert not any(v == pytest.approx(x, rel=1e-9) for v in numbers for x in secrets)
+    for reply in masked:  # what replaces them: two uint64 words, far from every client's values
+        y = to_numpy(reply.content["arrays"])["masked-calibration"]
+        assert y.dtype == np.uint64 and y.shape == (2,)
+        assert np.abs(decode(y)[:, None] - np.asarray(secrets)[None, :]).min() > 1e-3
+    for ins, _ in seen:  # the server recovered the mean, and only the mean (the masks cancel)
         if ins.metadata.message_type == "train":
-            assert ins.content["config"]["lam"] == pytest.approx(np.mean(lams), rel=1e-14)
-            assert ins.content["config"]["lr"] == pytest.approx(np.mean(lrs), rel=1e-14)
+            assert ins.content["config"]["lam"] == pytest.approx(np.mean([c["lam0"] for c in own]), abs=1e-11)
+            assert ins.content["config"]["lr"] == pytest.approx(np.mean([c["lr0"] for c in own]), abs=1e-11)
+    for line in (tmp_path / "r" / "traffic.jsonl").read_text().splitlines():  # the audit agrees
+        assert not [k for k in json.loads(line)["metrics"] if k in CALIBRATION_KEYS]
     seen.clear()
     run_inline(
         {**cfg, "loss": "spo+", "run-name": "s", "lr": 0.003},

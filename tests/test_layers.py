@@ -3,7 +3,8 @@
     0  leaves (import no other layer):     the run-config schema (hetfed.config), Flower records <->
                                            NumPy (hetfed.records), Flower's waits and their
                                            self-test (hetfed.runtime.waits, .internals), a silo's
-                                           allow-list of app builds (hetfed.runtime.pinning)
+                                           allow-list of app builds (hetfed.runtime.pinning), the
+                                           masked mean over clients (hetfed.secure_mean)
     1  problems                            data, feasible sets, models, metrics
     2  client | strategies                 the two sides of a method; neither imports the other
     3  server                              the ServerApp: client pool, round loop, results store
@@ -22,7 +23,7 @@ from pathlib import Path
 from tests.conftest import REPO
 
 BASE = {"hetfed.config", "hetfed.records", "hetfed.runtime.waits", "hetfed.runtime.internals"}
-BASE |= {"hetfed.runtime.pinning"}
+BASE |= {"hetfed.runtime.pinning", "hetfed.secure_mean"}
 PACKAGES = ("problems", "client", "strategies", "server", "hetfed", "bench")
 ENTRY_POINT = ("strategies/base.py", "server.rounds")  # FederatedStrategy.start -> start_on_grid
 
