@@ -5,7 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import reproduce_quick
+import pytest
+
+from hetfed.reproduce import knapsack
+from tests.conftest import REPO, reproduce_quick
+
+RESULTS = REPO / "docs" / "results"
 
 
 def test_quick_reproduction_writes_tables_json_and_plots(tmp_path: Path) -> None:
@@ -24,3 +29,47 @@ def test_quick_reproduction_writes_tables_json_and_plots(tmp_path: Path) -> None
     # Every run's summary records its full config and seed (reproducibility).
     summary = json.loads((tmp_path / "runs" / "t3-0_0_0-rspo+-s42" / "config.json").read_text())
     assert summary["config"]["loss"] == "rspo+" and summary["seed"] == 42
+
+
+def cell_stats(fed: float, per: float) -> dict:
+    return {"fed": {"mean": fed, "std": 0.0}, "per": {"mean": per, "std": 0.0}}
+
+
+def test_the_papers_orderings_are_checked_per_row_with_their_margin() -> None:
+    """RSPO+ < SPO+ (Fed, +P) and SPO+ < MSE (+P): a row where SPO+ trails MSE after personalization
+    and RSPO+ trails SPO+ in Fed is reported as failing, with a negative margin."""
+    row1 = {"rspo+": cell_stats(2.0, 1.0), "spo+": cell_stats(9.0, 5.0), "mse": cell_stats(15.0, 10.0)}
+    row2 = {"rspo+": cell_stats(9.5, 2.0), "spo+": cell_stats(9.0, 8.0), "mse": cell_stats(6.0, 7.5)}
+    checked = knapsack.orderings({"t3": {"(0,0,0)": row1, "(0,1,0)": row2}})
+    found = {(o["row"], o["order"], o["stage"]): (o["holds"], o["margin"]) for o in checked}
+    assert found == {
+        ("(0,0,0)", "rspo+ < spo+", "fed"): (True, 7.0),
+        ("(0,0,0)", "rspo+ < spo+", "per"): (True, 4.0),
+        ("(0,0,0)", "spo+ < mse", "per"): (True, 5.0),
+        ("(0,1,0)", "rspo+ < spo+", "fed"): (False, -0.5),
+        ("(0,1,0)", "rspo+ < spo+", "per"): (True, 6.0),
+        ("(0,1,0)", "spo+ < mse", "per"): (False, -0.5),
+    }
+
+
+def test_committed_knapsack_json_holds_each_difference_from_the_paper_and_the_study_index() -> None:
+    data = json.loads((RESULTS / "knapsack.json").read_text())
+    tables, diff = data["tables"], data["differences"]
+    for row, by_loss in knapsack.PAPER_T3.items():
+        for loss, (fed, per) in by_loss.items():
+            ours = tables["t3"][row][loss]
+            expected = [ours["fed"]["mean"] - fed, ours["per"]["mean"] - per]
+            assert diff["t3"][row][loss] == pytest.approx(expected)
+    for row, (interp, optnet, full) in knapsack.PAPER_T4.items():
+        expected = [
+            tables["t4"][row]["interp-dffl"]["interp"]["mean"] - interp,
+            tables["t4"][row]["optnet"]["per"]["mean"] - optnet,
+            tables["t3"][row]["rspo+"]["per"]["mean"] - full,
+        ]
+        assert diff["t4"][row] == pytest.approx(expected)
+    assert data["orderings"] == knapsack.orderings(tables)
+    studies = sorted(p.stem.removeprefix("knapsack-") for p in RESULTS.glob("knapsack-*.json"))
+    assert sorted(data["studies"]) == studies  # every committed study is indexed
+    for name, entry in data["studies"].items():
+        study = json.loads((RESULTS / f"knapsack-{name}.json").read_text())
+        assert (entry["runs"], entry["orderings"]) == (study["runs"], study["orderings"])

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from hetfed.cli import main
-from hetfed.reproduce.knapsack_study import STUDIES, jobs, orderings, row_etas
+from hetfed.reproduce.knapsack_study import STUDIES, jobs, markdown, orderings, row_etas
+from tests.conftest import REPO
 
 
 def test_a_study_reports_each_runs_numbers_and_its_freeze_diagnostics(tmp_path: Path) -> None:
@@ -17,8 +19,15 @@ def test_a_study_reports_each_runs_numbers_and_its_freeze_diagnostics(tmp_path: 
     argv = ["reproduce", "knapsack-study", "compositions", "--quick", "--rows", "(0,0.5,1)"]
     argv += ["--losses", "rspo+", "--clients", "3", "--workers", "1", "--out", str(out)]
     argv += ["--results-dir", str(runs)]
+    out.mkdir()
+    shutil.copy(REPO / "docs" / "results" / "knapsack.json", out / "knapsack.json")  # the main report
     assert main(argv) == 0
     data = json.loads((out / "knapsack-compositions.json").read_text())
+    # The main report now indexes this study (and only it: the others are not in `out`).
+    index = json.loads((out / "knapsack.json").read_text())["studies"]
+    assert list(index) == ["compositions"]
+    assert (index["compositions"]["runs"], index["compositions"]["orderings"]) == (4, data["orderings"])
+    assert "| [compositions](knapsack-compositions.md) |" in (out / "knapsack.md").read_text()
     cells = data["table"]["(0,0.5,1)"]["rspo+"]
     assert list(cells) == [v.label for v in STUDIES["compositions"].variants]
     for variant in STUDIES["compositions"].variants:
@@ -90,8 +99,5 @@ def test_the_centralized_yardstick_pools_the_same_clients_and_settings_as_the_ru
 
 @pytest.mark.parametrize("name", sorted(STUDIES))
 def test_each_committed_study_report_is_what_its_json_renders(name: str) -> None:
-    from hetfed.reproduce.knapsack_study import markdown
-    from tests.conftest import REPO
-
     data = json.loads((REPO / "docs" / "results" / f"knapsack-{name}.json").read_text())
     assert (REPO / "docs" / "results" / f"knapsack-{name}.md").read_text() == markdown(STUDIES[name], data)

@@ -287,22 +287,67 @@ def collect(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def findings(tables: dict[str, Any], paper: dict[str, Any], quick: bool) -> list[str]:
-    """The acceptance checks, each stated as met or missed (a miss is a finding, not hidden)."""
-    if quick:
+# The orderings the paper draws from Table 3: (better, worse, stages in which it states them).
+PAPER_ORDERINGS = (("rspo+", "spo+", ("fed", "per")), ("spo+", "mse", ("per",)))
+
+
+def orderings(tables: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each ordering the paper states, checked on every Table 3 row: the two means, whether it
+    holds (better < worse) and its margin (worse minus better; negative when it fails)."""
+    out = []
+    for row, methods in tables.get("t3", {}).items():
+        for better, worse, stages in PAPER_ORDERINGS:
+            for stage in stages:
+                b, w = methods[better][stage]["mean"], methods[worse][stage]["mean"]
+                out.append(
+                    {"row": row, "stage": stage, "order": f"{better} < {worse}", "means": [b, w],
+                     "holds": b < w, "margin": w - b}
+                )
+    return out
+
+
+def differences(tables: dict[str, Any], paper: dict[str, Any]) -> dict[str, Any]:
+    """Ours minus the paper's, for every cell the paper reports (points of relative regret)."""
+    t3, t4 = tables.get("t3", {}), tables.get("t4", {})
+    out: dict[str, Any] = {"t3": {}, "t4": {}, "t9": {}, "t14": {}}
+    for row, by_loss in paper["t3"].items():
+        for loss, ref in by_loss.items():
+            if row in t3:
+                ours = (t3[row][loss]["fed"]["mean"], t3[row][loss]["per"]["mean"])
+                out["t3"].setdefault(row, {})[loss] = [o - r for o, r in zip(ours, ref, strict=True)]
+    for row, ref in paper["t4"].items():
+        cells = (
+            t4.get(row, {}).get("interp-dffl", {}).get("interp"),
+            t4.get(row, {}).get("optnet", {}).get("per"),
+            t3.get(row, {}).get("rspo+", {}).get("per"),
+        )
+        if all(cells):
+            out["t4"][row] = [c["mean"] - r for c, r in zip(cells, ref, strict=True)]  # type: ignore[index]
+    for label, (table, method, stage) in TABLE9.items():
+        entries = [tables.get(table, {}).get(row, {}).get(method, {}).get(stage) for row in ABLATION_ROWS]
+        if all(entries):
+            out["t9"][label] = [e["mean"] - r for e, r in zip(entries, paper["t9"][label], strict=True)]  # type: ignore[index]
+    for label, entry in table14(tables).items():
+        if entry:
+            out["t14"][label] = entry["mean"] - paper["t14"][label]
+    return out
+
+
+def findings(data: Mapping[str, Any]) -> list[str]:
+    """The acceptance checks (knapsack.json ``orderings``, and the paper's bands), each stated as met
+    or missed (a miss is a finding, not hidden)."""
+    if data["quick"]:
         return ["- `--quick` shortens the schedule (3 + 3 rounds, 1 epoch): not comparable with the paper."]
+    tables, paper = data["tables"], data["paper"]
     lines = []
     for row, methods in tables.get("t3", {}).items():
-        for stage, label in (("fed", "Fed"), ("per", "+P")):
-            r, s = methods["rspo+"][stage]["mean"], methods["spo+"][stage]["mean"]
+        for o in (o for o in data["orderings"] if o["row"] == row):
+            better, worse = (NAMES[loss] for loss in o["order"].split(" < "))
+            (b, w), ok = o["means"], o["holds"]
             lines.append(
-                f"- {row} {label}: RSPO+ {r:.2f} {'<' if r < s else '>='} SPO+ {s:.2f} "
-                f"({'ok' if r < s else 'MISSED'})"
+                f"- {row} {'Fed' if o['stage'] == 'fed' else '+P'}: {better} {b:.2f} {'<' if ok else '>='} "
+                f"{worse} {w:.2f} ({'ok' if ok else 'MISSED'})"
             )
-        s, m = methods["spo+"]["per"]["mean"], methods["mse"]["per"]["mean"]
-        lines.append(
-            f"- {row} +P: SPO+ {s:.2f} {'<' if s < m else '>='} MSE {m:.2f} ({'ok' if s < m else 'MISSED'})"
-        )
         if row in paper["t3"]:
             for loss, tol in TOLERANCE.items():
                 for i, stage in enumerate(("fed", "per")):
@@ -661,8 +706,15 @@ NOTES_TAIL = """\
   How it then compares with the paper and with FedRSPO+ is under "Against the paper"."""
 
 
-def table_sections(tables: dict[str, Any], paper: dict[str, Any]) -> list[str]:
-    """Tables 3, 4, 9 and 14 (ours, the paper's in brackets), as markdown lines."""
+def delta(d: float) -> str:
+    """Ours minus the paper's, signed: ``Δ +0.12``."""
+    return f"Δ {d:+.2f}"
+
+
+def table_sections(data: Mapping[str, Any]) -> list[str]:
+    """Tables 3, 4, 9 and 14: ours, and in brackets the paper's value with our difference from it
+    (knapsack.json ``differences``), as markdown lines."""
+    tables, paper, diff = data["tables"], data["paper"], data["differences"]
     t3 = tables.get("t3", {})
     lines = [
         "## Table 3: losses x heterogeneity (Fed / +P)",
@@ -673,8 +725,8 @@ def table_sections(tables: dict[str, Any], paper: dict[str, Any]) -> list[str]:
     for row, methods in t3.items():
         cells = []
         for loss in LOSSES:
-            ref = paper["t3"].get(row, {}).get(loss)
-            quoted = f" [{ref[0]} / {ref[1]}]" if ref else ""
+            ref, d = paper["t3"].get(row, {}).get(loss), diff["t3"].get(row, {}).get(loss)
+            quoted = f" [{ref[0]} / {ref[1]}; {delta(d[0])} / {d[1]:+.2f}]" if ref and d else ""
             cells.append(f"{fmt(methods[loss]['fed'])} / {fmt(methods[loss]['per'])}{quoted}")
         lines.append(f"| {row} | " + " | ".join(cells) + " |")
     if "t4" in tables:
@@ -686,11 +738,12 @@ def table_sections(tables: dict[str, Any], paper: dict[str, Any]) -> list[str]:
             "|---|---|---|---|",
         ]
         for row, methods in tables["t4"].items():
-            ref = paper["t4"].get(row, ("", "", ""))
+            ref, d = paper["t4"].get(row, ("", "", "")), diff["t4"].get(row)
+            quoted = [f" [{r}; {delta(x)}]" for r, x in zip(ref, d, strict=True)] if d else [""] * 3
             full = t3.get(row, {}).get("rspo+", {}).get("per")
             lines.append(
-                f"| {row} | {fmt(methods.get('interp-dffl', {}).get('interp'))} [{ref[0]}] | "
-                f"{fmt(methods.get('optnet', {}).get('per'))} [{ref[1]}] | {fmt(full)} [{ref[2]}] |"
+                f"| {row} | {fmt(methods.get('interp-dffl', {}).get('interp'))}{quoted[0]} | "
+                f"{fmt(methods.get('optnet', {}).get('per'))}{quoted[1]} | {fmt(full)}{quoted[2]} |"
             )
     if "t9" in tables:
         lines += [
@@ -704,19 +757,112 @@ def table_sections(tables: dict[str, Any], paper: dict[str, Any]) -> list[str]:
             cells = []
             for i, row in enumerate(ABLATION_ROWS):
                 entry = tables.get(table, {}).get(row, {}).get(method, {}).get(stage)
-                cells.append(f"{fmt(entry)} [{paper['t9'][label][i]}]" if entry else "n/a")
+                d = diff["t9"].get(label)
+                quoted = f" [{paper['t9'][label][i]}; {delta(d[i])}]" if d else f" [{paper['t9'][label][i]}]"
+                cells.append(f"{fmt(entry)}{quoted}" if entry else "n/a")
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
     if "t14" in tables:
         lines += [
             "",
             "## Table 14: SPO+ and RSPO+ at (0,0,0), from centralized to federated",
             "",
-            "| setting | ours | paper |",
-            "|---|---|---|",
+            "| setting | ours | paper | ours - paper |",
+            "|---|---|---|---|",
         ]
         for label, entry in table14(tables).items():
-            lines.append(f"| {label} | {fmt(entry)} | {paper['t14'][label]} |")
+            d = diff["t14"].get(label)
+            gap = "" if d is None else f"{d:+.2f}"
+            lines.append(f"| {label} | {fmt(entry)} | {paper['t14'][label]} | {gap} |")
     return lines
+
+
+def study_index(out: Path) -> dict[str, Any]:
+    """What each committed study (``knapsack-<study>.json`` in ``out``) ran and found: its runs,
+    seeds, variants, the paper's orderings pair by pair (per variant and stage) and the best
+    variant per row and loss; the study's own file has the tables."""
+    index = {}
+    for path in sorted(out.glob("knapsack-*.json")):
+        study = json.loads(path.read_text(encoding="utf-8"))
+        if "study" not in study:
+            continue
+        name = study["study"]
+        index[name] = {
+            "file": f"knapsack-{name}.md",
+            "command": f"hetfed reproduce knapsack-study {name}" + (" --quick" if study["quick"] else ""),
+            "quick": study["quick"],
+            "seeds": study["seeds"],
+            "runs": study["runs"],
+            "runs-wall-time-s": study["runs-wall-time-s"],
+            "rows": list(study["table"]),
+            "variants": [v["label"] for v in study["variants"]],
+            "orderings": study["orderings"],
+            "best": ranking(study["table"]),
+        }
+    return index
+
+
+def refresh_study_index(out: Path) -> bool:
+    """Re-index the studies in ``out``'s knapsack.json and re-render knapsack.md (after a study ran);
+    False when there is no knapsack.json yet (``hetfed reproduce knapsack`` indexes them then)."""
+    path = out / "knapsack.json"
+    if not path.exists():
+        return False
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["studies"] = study_index(out)
+    write_json(path, data)
+    (out / "knapsack.md").write_text(markdown(json.loads(path.read_text(encoding="utf-8"))), encoding="utf-8")
+    return True
+
+
+def ranking(cells: dict[str, Any]) -> list[str]:
+    """Per row and loss of a study: the variant with the lowest mean +P regret (Fed where no +P),
+    and its margin over the runner-up in points and in the runner-up's standard deviations."""
+    out = []
+    for row, by_loss in cells.items():
+        for loss, by_variant in by_loss.items():
+            stage = "per" if any(math.isfinite(c["per"]["mean"]) for c in by_variant.values()) else "fed"
+            entries = [(c[stage]["mean"], c[stage]["std"], v) for v, c in by_variant.items()]
+            ranked = sorted(e for e in entries if math.isfinite(e[0]))
+            if len(ranked) < 2:
+                continue
+            (best, _, name), (second, sd, runner) = ranked[0], ranked[1]
+            sds = f", {(second - best) / sd:.1f} sd" if sd > 0 else ""
+            label = "+P" if stage == "per" else "Fed"
+            gap = f"{second - best:.2f} points below {runner}{sds}"
+            out.append(f"{row} {loss}: {name} ({best:.2f}, {label}), {gap}")
+    return out
+
+
+def study_sections(studies: Mapping[str, Any]) -> list[str]:
+    """knapsack.md's section on the studies: one line per study with the paper's orderings summed
+    over its rows and variants (knapsack.json ``studies``)."""
+    if not studies:
+        return []
+    lines = [
+        "## Studies",
+        "",
+        "Each study regenerates with its command; its own page has the tables, the QP-LP gap",
+        "diagnostics and the best variant per row and loss. The paper's orderings, summed over the",
+        "study's rows and variants (rows where it holds / rows; the smallest margin in points):",
+        "",
+        "| study | command | runs | seeds | rspo+ < spo+ (Fed, +P) | spo+ < mse (Fed, +P) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, s in studies.items():
+        cells = []
+        for order in ("rspo+ < spo+", "spo+ < mse"):
+            parts = []
+            for stage in ("fed", "per"):
+                found = [o for o in s["orderings"] if o["order"] == order and o["stage"] == stage]
+                holds, rows = sum(o["holds"] for o in found), sum(o["rows"] for o in found)
+                margin = min((o["margin"] for o in found), default=float("nan"))
+                parts.append(f"{holds}/{rows} ({margin:.2f})" if found else "-")
+            cells.append(", ".join(parts))
+        lines.append(
+            f"| [{name}]({s['file']}) | `{s['command']}` | {s['runs']} | {len(s['seeds'])} | "
+            + " | ".join(cells) + " |"
+        )
+    return lines + [""]
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -734,10 +880,10 @@ def markdown(data: dict[str, Any]) -> str:
         f"the invocation that wrote this file took {data['wall-time-s'] / 60:.1f} min (`wall-time-s`: "
         "runs already on disk are reused, and knapsack.json does not record the runs' own wall times). "
         "Relative regret in % (mean over clients of mean regret / mean |z*|), mean ± std over seeds; the "
-        "paper's value in brackets. Fed = the federated model after the warm start; +P = after "
-        "personalization.",
+        "paper's value in brackets with our difference from it (Δ = ours - paper). Fed = the federated "
+        "model after the warm start; +P = after personalization.",
         "",
-        *table_sections(tables, paper),
+        *table_sections(data),
         "",
     ]
     if not quick:
@@ -745,8 +891,9 @@ def markdown(data: dict[str, Any]) -> str:
     lines += [
         "## Acceptance checks",
         "",
-        *findings(tables, paper, quick),
+        *findings(data),
         "",
+        *study_sections(data.get("studies", {})),
         "## Plots",
         "",
         "![validation regret per round](knapsack-regret-per-round.png)",
@@ -835,6 +982,7 @@ def run(args: argparse.Namespace) -> int:
             entry["seeds"].append(seed)
             entry["mean"], entry["std"] = mean_std(entry["values"])
     wall = time.time() - started
+    paper = {"t3": PAPER_T3, "t4": PAPER_T4, "t9": PAPER_T9, "t14": PAPER_T14}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json(
@@ -849,7 +997,10 @@ def run(args: argparse.Namespace) -> int:
             else 1,  # run_many: the others run one at a time
             "unit": "relative regret %",
             "tables": res,
-            "paper": {"t3": PAPER_T3, "t4": PAPER_T4, "t9": PAPER_T9, "t14": PAPER_T14},
+            "paper": paper,
+            "differences": differences(res, paper),
+            "orderings": orderings(res),
+            "studies": study_index(out),
         },
     )
     # The report is rendered from the JSON as written, so that it can be re-rendered from it alone.

@@ -27,7 +27,17 @@ import numpy as np
 from hetfed.config import SCHEMA, parse_assignments
 from hetfed.reproduce.common import OUT, default_workers, run_many, stat, write_json
 from hetfed.reproduce.common import fmt as common_fmt
-from hetfed.reproduce.knapsack import CLIENTS, LOSSES, PAPER_T3, SEEDS, cell, centralized, row_etas
+from hetfed.reproduce.knapsack import (
+    CLIENTS,
+    LOSSES,
+    PAPER_T3,
+    SEEDS,
+    cell,
+    centralized,
+    ranking,
+    refresh_study_index,
+    row_etas,
+)
 
 QUICK = {"num-rounds": 2, "personal-rounds": 2, "local-epochs": 1, "n-train": 40, "n-test": 40}
 
@@ -322,25 +332,6 @@ def orderings(cells: dict[str, Any], variants: list[str]) -> list[dict[str, Any]
     return out
 
 
-def ranking(cells: dict[str, Any]) -> list[str]:
-    """Per row and loss: the variant with the lowest mean +P regret (Fed where no +P), and its margin
-    over the runner-up in points and in the runner-up's standard deviations."""
-    out = []
-    for row, by_loss in cells.items():
-        for loss, by_variant in by_loss.items():
-            stage = "per" if any(np.isfinite(c["per"]["mean"]) for c in by_variant.values()) else "fed"
-            entries = [(c[stage]["mean"], c[stage]["std"], v) for v, c in by_variant.items()]
-            ranked = sorted(e for e in entries if np.isfinite(e[0]))
-            if len(ranked) < 2:
-                continue
-            (best, _, name), (second, sd, runner) = ranked[0], ranked[1]
-            sds = f", {(second - best) / sd:.1f} sd" if sd > 0 else ""
-            label = "+P" if stage == "per" else "Fed"
-            gap = f"{second - best:.2f} points below {runner}{sds}"
-            out.append(f"{row} {loss}: {name} ({best:.2f}, {label}), {gap}")
-    return out
-
-
 def plot(study: Study, data: dict[str, Any], out: Path) -> None:
     """For a sweep (one row): +P relative regret against the variant, per loss, with a ±std band."""
     if len(study.rows) != 1 or len(study.variants) < 3:
@@ -441,4 +432,6 @@ def run(args: argparse.Namespace) -> int:
     (out / f"knapsack-{study.name}.md").write_text(markdown(study, data), encoding="utf-8")
     plot(study, data, out)
     print((out / f"knapsack-{study.name}.md").read_text(encoding="utf-8"))
+    if not refresh_study_index(out):
+        print(f"(no {out / 'knapsack.json'} yet: `hetfed reproduce knapsack` will index this study)")
     return 0
