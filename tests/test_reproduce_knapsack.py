@@ -73,3 +73,25 @@ def test_committed_knapsack_json_holds_each_difference_from_the_paper_and_the_st
     for name, entry in data["studies"].items():
         study = json.loads((RESULTS / f"knapsack-{name}.json").read_text())
         assert (entry["runs"], entry["orderings"]) == (study["runs"], study["orderings"])
+
+
+def test_a_custom_grid_runs_only_its_rows_losses_and_clients(tmp_path: Path) -> None:
+    from hetfed.cli import main
+
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    argv = ["reproduce", "knapsack", "--quick", "--rows", "(0.5,0,0)", "--losses", "spo+", "rspo+"]
+    argv += ["--clients", "3", "--workers", "1", "--out", str(out), "--results-dir", str(runs)]
+    assert main(argv) == 0
+    data = json.loads((out / "knapsack.json").read_text())
+    assert data["clients"] == 3 and data["grid"] == " --rows '(0.5,0,0)' --losses spo+ rspo+ --clients 3"
+    assert list(data["tables"]) == ["t3"] and list(data["tables"]["t3"]) == ["(0.5,0,0)"]
+    for loss, cell in data["tables"]["t3"]["(0.5,0,0)"].items():  # each cell is its run's number
+        summary = json.loads((runs / f"t3-0.5_0_0-{loss}-s42" / "summary.json").read_text())
+        assert len(summary["clients"]) == 3
+        assert cell["fed"]["values"] == [100 * summary["aggregate"]["fed-relative-regret"]]
+    checked = [(o["order"], o["stage"]) for o in data["orderings"]]
+    assert checked == [("rspo+ < spo+", "fed"), ("rspo+ < spo+", "per")]
+    doc = (out / "knapsack.md").read_text()
+    assert "knapsack --quick --rows '(0.5,0,0)' --losses spo+ rspo+ --clients 3`" in doc
+    assert "| (eta_o, eta_c, eta_d) | spo+ | rspo+ |" in doc
+    assert main([*argv[:3], "--rows", "(1,0)", "--out", str(out)]) != 0  # a malformed row is refused
