@@ -21,7 +21,8 @@ One client holds features -> costs data and its own polytope. Handlers:
   instruction continues where a restarted node stopped. The lam_t, lr_t path stays in the
   client's state (``personal-log``); the reply carries the freeze statistic and losses only.
 - ``evaluate``: test-set decision quality of the federated model and, when present, of the
-  personal model (and of the Interp-DFFL blend when enabled).
+  personal model (and of the Interp-DFFL blend when enabled); with both, the silo deploys the one
+  better on its own validation data (``dep-`` metrics, kept in its state as ``deployed``).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from problems.models import load_record, make_mlp, model_record
 BATCHES, NOISE, MONITOR, LOCAL_INIT = 2, 3, 4, 5
 
 
+DEPLOYED = "deployed"  # the client-state group of the model this silo deploys (evaluate)
 SECURE_MEAN = "secure-mean"  # the client-state group holding this client's private key of the mean
 
 
@@ -57,16 +59,18 @@ class CalibrationError(ValueError):
     """The client's data cannot calibrate lam0 (zero costs or a zero-radius feasible set)."""
 
 
-def calibrate(data: DecisionClientData, alpha: float) -> dict[str, float]:
-    """``lam0 = mean_i ||c_i||_2 / R``, ``lr0 = alpha lam0 / 4`` from the client's training costs."""
+def calibrate(data: DecisionClientData, alpha: float, norm: str = "mean") -> dict[str, float]:
+    """``lam0 = s_i(||c_i||_2) / R``, ``lr0 = alpha lam0 / 4`` from the client's training costs, with
+    ``s`` the mean (the paper) or the median (``norm``: a few extreme days cannot inflate it)."""
     radius = data.polytope.radius()
-    mean_norm = float(data.train.c.norm(dim=1).mean())
+    norms = data.train.c.norm(dim=1)
+    scale = float(norms.mean() if norm == "mean" else norms.quantile(0.5))
     if not radius > 0:
         raise CalibrationError(
             f"{data.name}: its feasible set has radius {radius:g} (a single point), so lam0 = mean||c|| / R "
             "is undefined; this client cannot take part in FedRSPO+"
         )
-    lam0 = mean_norm / radius
+    lam0 = scale / radius
     if not (math.isfinite(lam0) and lam0 > 0):
         raise CalibrationError(f"{data.name}: lam0 = {lam0:g} (its training costs are all zero)")
     return {"lam0": lam0, "lr0": alpha * lam0 / 4, "radius": radius}
@@ -257,7 +261,7 @@ class DecisionClient:
 
     def calibration(self) -> dict[str, float]:
         """This client's ``lam0_j``, ``lr0_j`` and radius, from its own data (they stay here)."""
-        return calibrate(self.data, self.settings["rspo-alpha"])
+        return calibrate(self.data, self.settings["rspo-alpha"], self.settings["calibration-norm"])
 
     def step_sizes(self, config: ConfigRecord, loss: str) -> tuple[float, float]:
         """(lam, lr) of a training message: the message's when it carries them, else this client's
@@ -483,7 +487,9 @@ class DecisionClient:
 
     def evaluate(self, content: RecordDict) -> RecordDict:
         """Test-set decision quality (LP oracle) of the federated and the personal model, plus their
-        validation relative regret (``<model>-val-relative-regret``, for model selection)."""
+        validation relative regret (``<model>-val-relative-regret``). With both models, the silo's
+        deployed model (``dep-``) is the one with the lower validation regret (the federated one on
+        a tie); it is kept in the client's state (``deployed``) with which one it is."""
         test, poly = self.data.test, self.data.polytope
         metrics: dict[str, MetricRecordValues] = {}
         state = self.state(content)
@@ -492,11 +498,23 @@ class DecisionClient:
             models["per"] = models["per"] or self.stored_model(state, "local")
         else:
             models["fed"] = fed = self.model(content.array_records["arrays"])
+        tested: dict[str, dict[str, float]] = {}
+        val: dict[str, float] = {}
         for prefix, model in models.items():
             if model is not None:
-                metrics.update({f"{prefix}-{k}": v for k, v in decision_metrics(model, test, poly).items()})
-                val = decision_metrics(model, self.data.val, poly)["relative-regret"]
-                metrics[f"{prefix}-val-relative-regret"] = val
+                tested[prefix] = decision_metrics(model, test, poly)
+                metrics.update({f"{prefix}-{k}": v for k, v in tested[prefix].items()})
+                val[prefix] = decision_metrics(model, self.data.val, poly)["relative-regret"]
+                metrics[f"{prefix}-val-relative-regret"] = val[prefix]
+        if len(tested) == 2:  # this silo deploys whichever model is better on its own validation days
+            chosen = "per" if val["per"] < val["fed"] else "fed"
+            metrics.update({f"dep-{k}": v for k, v in tested[chosen].items()})
+            metrics["dep-val-relative-regret"] = val[chosen]
+            metrics["dep-personal"] = int(chosen == "per")
+            deployed = models[chosen]
+            assert deployed is not None  # tested holds only the models that exist
+            state.set_arrays(DEPLOYED, deployed.state_dict())
+            state.set_values(DEPLOYED, {"model": "personal" if chosen == "per" else "federated"})
         if self.settings["interp-dffl"] and not self.settings["own-model"]:
             metrics.update({f"interp-{k}": v for k, v in self.interp_dffl(fed).items()})
         metrics["num-examples"] = len(test)

@@ -103,6 +103,11 @@ DECISION_KEYS: dict[str, Key] = {
     "rspo-alpha-personal": Key(
         0.01, "RSPO+ lr scale in personalization (energy: 0.001)", low=0.0, low_open=True
     ),
+    "calibration-norm": Key(
+        "mean",
+        "Scale of lam0_j = s(||c_i||) / R_j: mean (the paper) or median (robust to price spikes)",
+        choices=("mean", "median"),
+    ),
     "anneal": Key(True, "RSPO+ personalization: inverse-time schedules and freezing"),
     "kappa-lam": Key(1.0, "lam_t = lam0 / (1 + kappa_lam (t - 1))", low=0.0),
     "kappa-lr": Key(0.1, "lr_t = lr0 / (1 + kappa_lr (t - 1))", low=0.0),

@@ -27,6 +27,7 @@ DECISION_CLIENT_KEYS = (
     "ditto-mu",
     "rspo-alpha",
     "rspo-alpha-personal",
+    "calibration-norm",
     "personal-rounds",
     "personal-epochs",
     "anneal",

@@ -64,6 +64,38 @@ def test_calibration_is_mean_cost_norm_over_radius() -> None:
     assert cal["radius"] == pytest.approx(radius, rel=1e-12)
     assert cal["lam0"] == pytest.approx(norms.mean() / radius, rel=1e-12)
     assert cal["lr0"] == pytest.approx(0.01 * cal["lam0"] / 4, rel=1e-12)
+    # The robust option: the (interpolated) median norm; a spike in a few samples barely moves it.
+    median = calibrate(data, alpha=0.01, norm="median")
+    assert median["lam0"] == pytest.approx(np.median(norms) / radius, rel=1e-12)
+    data.train.c[:3] *= 1000.0  # three "storm days"
+    spiked = np.linalg.norm(data.train.c.numpy(), axis=1)
+    assert calibrate(data, alpha=0.01)["lam0"] == pytest.approx(spiked.mean() / radius, rel=1e-12)
+    assert calibrate(data, alpha=0.01, norm="median")["lam0"] == pytest.approx(np.median(spiked) / radius)
+    assert calibrate(data, alpha=0.01)["lam0"] > 10 * cal["lam0"]  # the mean explodes, the median
+    assert calibrate(data, alpha=0.01, norm="median")["lam0"] < 2 * median["lam0"]  # shifts by ranks
+
+
+def test_each_silo_deploys_the_model_better_on_its_own_validation_data(tmp_path: Path) -> None:
+    """Per client: the deployed model's test metrics are the personal model's where its validation
+    regret is lower, else the federated model's; so no silo deploys a model worse on validation
+    than the federated one. The choice and the model stay in the client's state."""
+    configs = node_configs(4, {"state-dir": str(tmp_path / "state")})
+    summary = run_inline({**SMALL, "results-dir": str(tmp_path), "run-name": "r", "seed": 3}, configs)
+    chose = []
+    for name, m in summary["clients"].items():
+        personal = m["per-val-relative-regret"] < m["fed-val-relative-regret"]
+        chosen = "per" if personal else "fed"
+        chose.append(personal)
+        assert m["dep-personal"] == int(personal)
+        for key in ("relative-regret", "absolute-regret", "val-relative-regret"):
+            assert m[f"dep-{key}"] == m[f"{chosen}-{key}"], (name, key)
+        assert m["dep-val-relative-regret"] <= m["fed-val-relative-regret"]
+        pid = int(name.removeprefix("client-"))
+        saved = json.loads((tmp_path / "state" / f"r-p{pid}" / "deployed.json").read_text())
+        assert saved == {"model": "personal" if personal else "federated"}
+    assert summary["aggregate"]["dep-relative-regret"] == pytest.approx(
+        np.mean([m["dep-relative-regret"] for m in summary["clients"].values()])
+    )
 
 
 def test_degenerate_clients_cannot_calibrate() -> None:
