@@ -10,6 +10,7 @@ EXPERIMENTS = {
     "knapsack": "hetfed.reproduce.knapsack",
     "knapsack-study": "hetfed.reproduce.knapsack_study",
     "energy": "hetfed.reproduce.energy",
+    "energy-pilot": "hetfed.reproduce.energy_pilot",
     "shortest-path": "hetfed.reproduce.shortest_path",
     "np-classification": "hetfed.reproduce.switching",
     "fair-classification": "hetfed.reproduce.switching",
