@@ -30,6 +30,7 @@ import numpy as np
 
 from hetfed.reproduce.common import add_run_arguments, fmt, run_many, stat, write_json
 from hetfed.reproduce.energy.plan import ENERGY, VARIANT_LABELS, VARIANTS, Job, Plan
+from hetfed.reproduce.knapsack import curves
 
 RUNS: dict[str, dict[str, Any]] = {  # run label -> overrides
     "spo+": {"loss": "spo+"},
@@ -177,6 +178,84 @@ def diagnosis(zone_table: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def personal_curves(
+    all_jobs: list[Job], summaries: list[dict[str, Any]], results_dir: Path
+) -> dict[str, Any]:
+    """Per split and run, mean over seeds: the federated model's validation regret (%) and the
+    personal models' per personalization round (mean over the zones still training; RSPO+ stops a
+    zone 3 rounds after it froze)."""
+    by: dict[tuple[str, str], list[tuple[dict[str, Any], dict[int, float]]]] = {}
+    for job, summary in zip(all_jobs, summaries, strict=True):
+        personal = curves(results_dir / job.config["run-name"])["personal"]
+        by.setdefault((job.key[1], job.key[2]), []).append((summary, personal))
+    out: dict[str, Any] = {}
+    for (split, label), runs in by.items():
+        rounds = sorted({t for _, c in runs for t in c})
+        out.setdefault(split, {})[label] = {
+            "fed-val": float(np.mean([100 * s["aggregate"]["fed-val-relative-regret"] for s, _ in runs])),
+            "personal": {t: float(np.mean([c[t] for _, c in runs if t in c])) for t in rounds},
+        }
+    return out
+
+
+def _color(split: str, label: str) -> str:
+    """One colour per (split, run), the same in both panels."""
+    return f"C{list(VARIANTS).index(split) * len(RUNS) + list(RUNS).index(label)}"
+
+
+def plot(data: dict[str, Any], out: Path) -> None:
+    """energy-pilot.png: validation gain against test gain of each (zone, seed)'s personal model, and
+    the personal models' validation regret per personalization round against the federated model's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for split, by_run in data["per-zone"].items():
+        for label, by_zone in by_run.items():
+            rows = [r for entry in by_zone.values() for r in entry["seeds"]]
+            name = f"{label}, {VARIANT_LABELS[split]}"
+            left.scatter(
+                [r["val-gain"] for r in rows],
+                [r["test-gain"] for r in rows],
+                s=12,
+                label=name,
+                marker="o" if split == "as-is" else "^",
+                color=_color(split, label),
+                alpha=0.7,
+            )
+    left.axhline(0, color="k", lw=0.8)
+    left.axvline(0, color="k", lw=0.8)
+    left.set(
+        xlabel="validation gain of the personal model (points of relative regret)",
+        ylabel="test gain ($/MWh-hours per day)",
+        title="Does validation predict test? (zone x seed)",
+    )
+    left.legend(fontsize=7)
+    for split, by_run in data["curves"].items():
+        for label, c in by_run.items():
+            color = _color(split, label)
+            rounds = [int(t) for t in c["personal"]]
+            right.plot(
+                rounds,
+                list(c["personal"].values()),
+                color=color,
+                marker=".",
+                label=f"{label}, {VARIANT_LABELS[split]}",
+            )
+            right.axhline(c["fed-val"], color=color, ls="--", lw=0.8)
+    right.set(
+        xlabel="personalization round",
+        ylabel="validation relative regret (%)",
+        title="Personal models on validation (dashed: the federated model)",
+    )
+    right.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(out / "energy-pilot.png", dpi=110)
+    plt.close(fig)
+
+
 def calibration(plan: Plan) -> dict[str, Any]:
     """Per zone and training split: lam0_j under the mean and the median norm (the zone's data)."""
     from client.decision_client import calibrate
@@ -233,6 +312,19 @@ def markdown(data: dict[str, Any]) -> str:
             cells.append(f"{fmt(e, 1)} (a < b in {e['negative']} of {len(e['seeds'])} seeds)")
         lines.append(f"| {step} | " + " | ".join(cells) + " |")
     lines += ["", "## Why personalization does not carry over to the test days", ""]
+    lines += ["![validation against test gain; personalization curves](energy-pilot.png)", ""]
+    lines += [
+        "The personal models' validation regret per personalization round (relative regret %, mean over",
+        "seeds and over the zones still training, so the last rounds average the zones that have not",
+        "frozen; before the arrow: the federated model). With the energy step (alpha 0.001) they move",
+        "little on the validation days:",
+        "",
+    ]
+    for split, by_run in data["curves"].items():
+        for label, c in by_run.items():
+            path = " / ".join(f"{v:.1f}" for v in c["personal"].values())
+            lines.append(f"- {label}, {VARIANT_LABELS[split]}: {c['fed-val']:.1f} -> {path}")
+    lines.append("")
     lines += [
         "Over every (zone, seed) of a FedRSPO+ run: the personal model's gain over the federated one",
         "on the validation days (relative regret, points) against its gain on the test days ($).",
@@ -308,10 +400,12 @@ def run(args: argparse.Namespace) -> int:
             "tables": tables(planned, summaries),
             "per-zone": zone_table,
             "diagnosis": diagnosis(zone_table),
+            "curves": personal_curves(planned, summaries, results_dir),
             "calibration": calibration(plan),
         },
     )
     data = json.loads((out / "energy-pilot.json").read_text(encoding="utf-8"))
     (out / "energy-pilot.md").write_text(markdown(data), encoding="utf-8")
+    plot(data, out)
     print((out / "energy-pilot.md").read_text(encoding="utf-8"))
     return 0
