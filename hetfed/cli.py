@@ -58,7 +58,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             )
     except RunInterrupted as exc:
         print(f"hetfed: {exc.describe(run_dir)}", file=sys.stderr)
-        return 128 + exc.signum
+        # A signal that arrived as the last round finished stopped nothing: the run succeeded.
+        return 0 if exc.completed(run_dir) else 128 + exc.signum
     except RunLost as exc:  # the SuperLink died: recorded interrupted, resumable
         print(f"hetfed: {exc}", file=sys.stderr)
         return 1

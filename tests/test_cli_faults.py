@@ -306,9 +306,11 @@ def test_a_signal_that_arrives_as_the_run_completes_does_not_offer_a_resume(tmp_
     run_dir.mkdir()
     stop = RunInterrupted(signal.SIGINT)
     assert stop.describe(run_dir) == "interrupted by SIGINT before round 1 of r; nothing to resume"
+    assert not stop.completed(run_dir)
     (run_dir / "progress.json").write_text(json.dumps({"round": 3, "total": 5}))
     (run_dir / "summary.json").write_text(json.dumps({"status": "interrupted"}))
     line = stop.describe(run_dir)
     assert "after round 3/5 of r" in line and "hetfed run --resume r" in line
     (run_dir / "summary.json").write_text(json.dumps({"status": "completed"}))
     assert stop.describe(run_dir) == f"SIGINT arrived as r completed; its results are final, in {run_dir}"
+    assert stop.completed(run_dir)  # and `hetfed run` exits 0 (hetfed/cli.py)

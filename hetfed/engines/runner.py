@@ -46,11 +46,16 @@ class RunInterrupted(KeyboardInterrupt):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
 
+    @staticmethod
+    def completed(run_dir: Path) -> bool:
+        """Did the run complete anyway (the signal arrived as its last round finished)?"""
+        return _read_json(run_dir / "summary.json").get("status") == "completed"
+
     def describe(self, run_dir: Path) -> str:
         """One line: what stopped, where the run got to, how to continue it (a run whose last round
         finished as the signal arrived says so: its summary is final, nothing to resume)."""
         name = signal.Signals(self.signum).name
-        if _read_json(run_dir / "summary.json").get("status") == "completed":
+        if self.completed(run_dir):
             return f"{name} arrived as {run_dir.name} completed; its results are final, in {run_dir}"
         progress = _read_json(run_dir / "progress.json")
         if not progress:
