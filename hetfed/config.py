@@ -253,6 +253,10 @@ ENERGY_KEYS: dict[str, Key] = {
     "energy-train-days": Key(
         0, "Energy: train on only the last K days of the training split (cold start); 0 = all", low=0
     ),
+    "energy-quota": Key(
+        0, "Energy: every zone buys this many hours a day (equal demands); 0 = D_j = 4 + (5 k mod 9)",
+        low=0, high=24,
+    ),
 }
 
 # Grid shortest path (ALGORITHMS.md 1.7).

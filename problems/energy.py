@@ -494,12 +494,15 @@ def last_days(n: int, days: int) -> np.ndarray:
 
 @functools.lru_cache(maxsize=64)
 def ercot_zone_client(
-    zone: str, pid: int, path: str, exclude_storm: bool, train_days: int
+    zone: str, pid: int, path: str, exclude_storm: bool, train_days: int, quota: int = 0
 ) -> DecisionClientData:
     """Client ``pid``'s data for ERCOT zone ``zone`` read from ``path`` (empty: the cache), its training
-    split cut to the last ``train_days`` days (0: all) and, with ``exclude_storm``, without STORM_DAYS.
+    split cut to the last ``train_days`` days (0: all) and, with ``exclude_storm``, without STORM_DAYS;
+    ``quota`` hours a day instead of the zone's own D_j (0: :func:`zone_quota`).
     Cached per process on these options (not the run name): the CSV scan costs ~1 s per zone."""
     samples = zone_samples(load_ercot(path or None, points=[zone]), zone)
+    if quota:
+        samples = dataclasses.replace(samples, quota=quota)
     data = samples.to_client_data(pid)
     train_dates = samples.dates[: len(data.train)]
     keep = last_days(len(data.train), train_days)

@@ -90,7 +90,12 @@ def ercot_client(cfg: RunConfig, pid: int, n: int, path: Path | None) -> Decisio
     from problems import energy
 
     return energy.ercot_zone_client(
-        zones[pid], pid, str(path) if path else "", cfg["energy-exclude-storm"], cfg["energy-train-days"]
+        zones[pid],
+        pid,
+        str(path) if path else "",
+        cfg["energy-exclude-storm"],
+        cfg["energy-train-days"],
+        cfg["energy-quota"],
     )
 
 

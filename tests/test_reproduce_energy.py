@@ -68,3 +68,45 @@ def test_the_cold_start_judges_the_federations_own_model_on_a_zone_that_was_not_
     assert federated == [pytest.approx(expected, rel=1e-12)]
     local = summary(runs, "cold-local-HB_HOUSTON-d7-s42")["aggregate"]["per-absolute-regret"]
     assert table["cold-start"]["local"]["7"]["absolute"]["mean"]["values"] == [local]
+
+
+def test_the_papers_other_tables_hold_their_runs_numbers(reproduction: tuple[dict, Path]) -> None:
+    """Table 4's OptNet-style cell is, per seed, the multiplier with the lowest validation regret;
+    Table 13's runs buy the equal quota; Table 12 counts and the median reduction are recomputed
+    from the cold-start table with NumPy; local-only is the local run's own number."""
+    import numpy as np
+
+    from hetfed.reproduce.energy.plan import EQUAL_QUOTA, OPTNET_MULTS
+
+    table, runs = reproduction
+    more = table["more"]
+    for variant in VARIANTS:
+        options = {m: summary(runs, f"more-{variant}-optnet-{m:g}-s42")["aggregate"] for m in OPTNET_MULTS}
+        best = min(OPTNET_MULTS, key=lambda m: options[m]["per-val-relative-regret"])
+        cell = more["t4"][variant]["OptNet-style"]
+        assert cell["multipliers"] == [best] and cell["values"] == [options[best]["per-absolute-regret"]]
+        interp = summary(runs, f"more-{variant}-interp-dffl-s42")["aggregate"]["interp-absolute-regret"]
+        assert more["t4"][variant]["Interp-DFFL"]["values"] == [interp]
+        equal = json.loads((runs / f"more-{variant}-equal-rspo+-s42" / "config.json").read_text())["config"]
+        assert equal["energy-quota"] == EQUAL_QUOTA
+        reported = summary(runs, f"more-{variant}-equal-rspo+-s42")["aggregate"]["per-absolute-regret"]
+        assert more["t13"][variant]["rspo+"]["per"]["values"] == [reported]
+        local = summary(runs, f"more-{variant}-local-spo+-s42")["aggregate"]["per-absolute-regret"]
+        assert more["t15"][variant]["spo+"]["local-only"]["values"] == [local]
+        fed = table["cold-start"]["federated"][variant]["absolute"]["per-zone"]
+        for days, t in more["t12"][variant].items():
+            alone = table["cold-start"]["local"][days]["absolute"]["per-zone"]
+            reduction = np.array([(alone[z]["mean"] - fed[z]["mean"]) / alone[z]["mean"] for z in fed])
+            assert t["federated-better"] == int((reduction > 0).sum())
+            assert t["median-reduction-%"] == pytest.approx(100 * np.median(reduction))
+
+
+def test_equal_demands_give_every_zone_the_same_quota() -> None:
+    energy = get_problem("energy")
+    for zone in ("HB_HOUSTON", "LZ_WEST"):
+        cfg = validate({"problem": "energy", "energy-zones": zone, "energy-quota": 8})
+        data = energy.load_client(cfg, 0, 1, None)
+        assert data.polytope.quota == 8
+        assert data.polytope.solve_lp(data.test.c[:5]).sum(dim=1).tolist() == pytest.approx([8.0] * 5)
+    own = energy.load_client(validate({"problem": "energy", "energy-zones": "HB_NORTH"}), 0, 1, None)
+    assert own.polytope.quota == 9  # D_j = 4 + (5 k mod 9) for zone k = 1

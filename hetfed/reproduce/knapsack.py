@@ -168,10 +168,10 @@ def grid(
 
 
 # --- the centralized yardstick (Table 14): pooled data, each sample judged on its own polytope ---
-def centralized(run_config: Mapping[str, Any], clients: int) -> float:
-    """Macro relative regret (%) of ONE model trained on the pooled training data of the ``clients``
-    clients of ``run_config`` (each sample judged by its own client's loss and polytope), with the
-    federated run's whole budget of epochs."""
+def pooled(run_config: Mapping[str, Any], clients: int) -> dict[str, float]:
+    """Test decision metrics (mean over clients) of ONE model trained on the pooled training data of
+    the ``clients`` clients of ``run_config`` (any decision problem; each sample judged by its own
+    client's loss and polytope), with the federated run's whole budget of epochs."""
     import torch
 
     from client.decision import batch_generator, decision_metrics, train_epochs
@@ -183,11 +183,13 @@ def centralized(run_config: Mapping[str, Any], clients: int) -> float:
     torch.set_num_threads(1)  # tiny matrices: more threads only spin (and fight the worker processes)
     cfg: dict[str, Any] = validate(dict(run_config))  # SCHEMA-typed values
     seed, loss = cfg["seed"], cfg["loss"]
-    spec = get_problem("knapsack")
+    spec = get_problem(cfg["problem"])
+    assert spec.model_dims is not None  # a decision problem
     data = [spec.load_client(cfg, j, clients, None) for j in range(clients)]
-    cal = [calibrate(d, cfg["rspo-alpha"]) for d in data]
+    cal = [calibrate(d, cfg["rspo-alpha"], cfg["calibration-norm"]) for d in data]
     lr = sum(c["lr0"] for c in cal) / clients if loss == "rspo+" else cfg["lr"]
-    model = make_mlp(cfg["num-features"], cfg["hidden"], cfg["num-items"], seed=seed)
+    in_dim, out_dim = spec.model_dims(cfg)
+    model = make_mlp(in_dim, cfg["hidden"], out_dim, seed=seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     gen = batch_generator(seed, 99)
     losses = [
@@ -198,7 +200,13 @@ def centralized(run_config: Mapping[str, Any], clients: int) -> float:
         model, [(d.train, loss_j) for d, loss_j in zip(data, losses, strict=True)], opt, epochs=epochs,
         batch_size=cfg["batch-size"], generator=gen, clip_norm=cfg["clip-norm"],
     )
-    return 100 * sum(decision_metrics(model, d.test, d.polytope)["relative-regret"] for d in data) / clients
+    metrics = [decision_metrics(model, d.test, d.polytope) for d in data]
+    return {k: sum(m[k] for m in metrics) / clients for k in ("relative-regret", "absolute-regret")}
+
+
+def centralized(run_config: Mapping[str, Any], clients: int) -> float:
+    """Macro relative regret (%) of the pooled model (:func:`pooled`)."""
+    return 100 * pooled(run_config, clients)["relative-regret"]
 
 
 # --- reading runs back --------------------------------------------------------------------------------

@@ -28,11 +28,19 @@ from hetfed.reproduce.energy.analysis import (
     ablation_table,
     cold_start_table,
     learning_check,
+    more_tables,
     predictions,
     storm_evidence,
     zone_similarity,
 )
-from hetfed.reproduce.energy.plan import PAPER_PJM, Plan, ablation_jobs, cold_fed_jobs, cold_local_jobs
+from hetfed.reproduce.energy.plan import (
+    PAPER_PJM,
+    Plan,
+    ablation_jobs,
+    cold_fed_jobs,
+    cold_local_jobs,
+    more_jobs,
+)
 from hetfed.reproduce.energy.plots import plot
 from hetfed.reproduce.energy.report import markdown
 
@@ -57,16 +65,19 @@ def run(args: argparse.Namespace) -> int:
     fed_runs = run_many([j.config for j in fed], nodes=len(plan.zones) - 1, **common)
     local = cold_local_jobs(plan)
     local_runs = run_many([j.config for j in local], nodes=1, **common)
+    more = more_jobs(plan)
+    more_runs = run_many([j.config for j in more], nodes=len(plan.zones), **common)
 
     table = ablation_table(ablation, ablation_runs)
     learning = learning_check(results_dir, ablation)
     cold = cold_start_table(plan, results_dir, fed, local, local_runs)
+    others = more_tables(plan, more, more_runs, table, cold)
     evidence = {
         "storm": storm_evidence(plan),
         "similarity": zone_similarity(plan),
         "predictions": predictions(plan, results_dir, ablation),
     }
-    wall = sum(s["wall-time-s"] for s in ablation_runs + fed_runs + local_runs)
+    wall = sum(s["wall-time-s"] for s in ablation_runs + fed_runs + local_runs + more_runs)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json(
@@ -80,12 +91,13 @@ def run(args: argparse.Namespace) -> int:
             "ablation": table,
             "learning": learning,
             "cold-start": cold,
+            "more": others,
             **evidence,
             "paper-pjm": {"market": "PJM (a different market)", "ablation": PAPER_PJM},
         },
     )
     (out / "energy.md").write_text(
-        markdown(plan, table, learning, cold, evidence, wall, args.quick, args.engine)
+        markdown(plan, table, learning, cold, others, evidence, wall, args.quick, args.engine)
     )
     plot(plan, results_dir, ablation, cold, out)
     print((out / "energy.md").read_text())

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from hetfed.reproduce.common import stat
-from hetfed.reproduce.energy.plan import ABLATION, ENERGY, EXTRA, RUNS, VARIANTS, Job, Plan
+from hetfed.reproduce.energy.plan import ABLATION, ENERGY, EXTRA, OPTNET_MULTS, RUNS, VARIANTS, Job, Plan
 from hetfed.reproduce.knapsack import curves
 
 
@@ -225,4 +225,101 @@ def predictions(plan: Plan, results_dir: Path, jobs: list[Job]) -> dict[str, Any
     return out
 
 
-# --- the report ---------------------------------------------------------------------------------------
+# --- the paper's other energy tables -------------------------------------------------------------------
+def more_tables(
+    plan: Plan,
+    jobs: list[Job],
+    summaries: list[dict[str, Any]],
+    ablation: dict[str, Any],
+    cold: dict[str, Any],
+) -> dict[str, Any]:
+    """The paper's other energy tables, per training split (mean absolute regret, stats over seeds):
+
+    * ``t4``: Interp-DFFL, OptNet-style (+P; per seed the multiplier with the lowest validation
+      regret) and FedRSPO+ (full);
+    * ``compositions``: FedRSPO+ with a FedProx term, and Ditto's personal model, Fed and +P;
+    * ``t12``: cold start, per training-day budget K: target zones whose federated model beats
+      their local one, and the median and quartiles of the reduction (100 (local - fed) / local);
+    * ``t13``: equal demands (every zone buys EQUAL_QUOTA hours), MSE / SPO+ / RSPO+, Fed and +P;
+    * ``t15``: centralized (one model on the pooled data) and local-only, next to Fed and Fed+P.
+    """
+    from hetfed.reproduce.knapsack import pooled
+
+    by: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    for job, summary in zip(jobs, summaries, strict=True):
+        by.setdefault((job.key[1], job.key[2]), {})[job.seed] = summary
+    seeds = list(plan.seeds)
+
+    def cell(variant: str, run: str, stage: str) -> dict[str, Any]:
+        runs = by[(variant, run)]
+        return stat([runs[s]["aggregate"][f"{stage}-absolute-regret"] for s in seeds], seeds)
+
+    def row(label: str, variant: str) -> dict[str, Any]:
+        return ablation[variant][label]["absolute"]
+
+    out: dict[str, Any] = {"t4": {}, "compositions": {}, "t12": {}, "t13": {}, "t15": {}}
+    for variant, extra in VARIANTS.items():
+        options = {m: by[(variant, f"optnet-{m:g}")] for m in OPTNET_MULTS}
+        picked = [
+            min(OPTNET_MULTS, key=lambda m: options[m][s]["aggregate"]["per-val-relative-regret"])
+            for s in seeds
+        ]
+        optnet = [
+            options[m][s]["aggregate"]["per-absolute-regret"] for s, m in zip(seeds, picked, strict=True)
+        ]
+        out["t4"][variant] = {
+            "Interp-DFFL": cell(variant, "interp-dffl", "interp"),
+            "OptNet-style": {**stat(optnet, seeds), "multipliers": picked},
+            "FedRSPO+": row("full (annealing and freezing)", variant),
+        }
+        out["compositions"][variant] = {
+            "FedRSPO+": {
+                "fed": row("RSPO+ fed-only, per-client lam", variant),
+                "per": row("full (annealing and freezing)", variant),
+            },
+            "FedRSPO+ with FedProx mu=0.01": {
+                "fed": cell(variant, "fedprox", "fed"),
+                "per": cell(variant, "fedprox", "per"),
+            },
+            "Ditto mu=0.1 (RSPO+)": {
+                "fed": cell(variant, "ditto", "fed"),
+                "per": cell(variant, "ditto", "per"),
+            },
+        }
+        out["t13"][variant] = {
+            loss: {"fed": cell(variant, f"equal-{loss}", "fed"), "per": cell(variant, f"equal-{loss}", "per")}
+            for loss in ("mse", "spo+", "rspo+")
+        }
+        fed_rows = {
+            "mse": ("MSE", "MSE +P"),
+            "spo+": ("SPO+", "SPO+ +P"),
+            "rspo+": ("RSPO+ fed-only, per-client lam", "full (annealing and freezing)"),
+        }
+        t15: dict[str, Any] = {}
+        for loss, (fed, per) in fed_rows.items():
+            config = {**ENERGY, **plan.schedule, **extra, "loss": loss}
+            central = [pooled({**config, "seed": s}, len(plan.zones))["absolute-regret"] for s in seeds]
+            t15[loss] = {
+                "centralized": stat(central, seeds),
+                "local-only": cell(variant, f"local-{loss}", "per"),
+                "Fed": row(fed, variant),
+                "Fed+P": row(per, variant),
+            }
+        out["t15"][variant] = t15
+        fed_zone = cold["federated"][variant]["absolute"]["per-zone"]
+        out["t12"][variant] = {}
+        for days, block in cold["local"].items():
+            if days == "0":
+                continue
+            local_zone = block["absolute"]["per-zone"]
+            reduction = [
+                100 * (local_zone[z]["mean"] - fed_zone[z]["mean"]) / local_zone[z]["mean"] for z in fed_zone
+            ]
+            q1, median, q3 = np.percentile(reduction, [25, 50, 75])
+            out["t12"][variant][days] = {
+                "zones": len(reduction),
+                "federated-better": sum(r > 0 for r in reduction),
+                "median-reduction-%": float(median),
+                "iqr-%": [float(q1), float(q3)],
+            }
+    return out

@@ -48,6 +48,17 @@ PAPER_PJM = {
     "full (annealing and freezing)": 60.7,
 }
 COLD_DAYS = (3, 7, 14, 30, 60, 0)  # 0 = the whole training split (a reference column)
+OPTNET_MULTS = (0.05, 0.1, 0.25)  # OptNet-style eps = mult * lam0_j, picked per seed on validation
+EQUAL_QUOTA = 8  # Table 13's equal demands: every zone buys 8 hours a day (the D_j average 7.7)
+# The paper's other energy tables (4, 13, 15 and the compositions): run key -> overrides.
+MORE: dict[str, dict[str, Any]] = {
+    "interp-dffl": {"loss": "spo+", "interp-dffl": True, "personal-rounds": 0},
+    **{f"optnet-{m:g}": {"loss": "optnet", "optnet-mult": m} for m in OPTNET_MULTS},
+    "fedprox": {"loss": "rspo+", "proximal-mu": 0.01},
+    "ditto": {"loss": "rspo+", "ditto-mu": 0.1, "personal-rounds": 0},
+    **{f"local-{loss}": {"strategy": "local-only", "loss": loss} for loss in ("mse", "spo+", "rspo+")},
+    **{f"equal-{loss}": {"loss": loss, "energy-quota": EQUAL_QUOTA} for loss in ("mse", "spo+", "rspo+")},
+}
 
 
 @dataclass(frozen=True)
@@ -101,6 +112,27 @@ def ablation_jobs(plan: Plan) -> list[Job]:
         for seed in plan.seeds
         for variant, extra in VARIANTS.items()
         for run, overrides in RUNS.items()
+    ]
+
+
+def more_jobs(plan: Plan) -> list[Job]:
+    """The runs of the paper's other energy tables (:data:`MORE`) on both splits, all zones."""
+    return [
+        Job(
+            ("more", variant, run),
+            seed,
+            {
+                **ENERGY,
+                **plan.schedule,
+                **extra,
+                **overrides,
+                "seed": seed,
+                "run-name": _name("more", variant, run, f"s{seed}"),
+            },
+        )
+        for seed in plan.seeds
+        for variant, extra in VARIANTS.items()
+        for run, overrides in MORE.items()
     ]
 
 

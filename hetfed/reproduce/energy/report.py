@@ -58,6 +58,7 @@ def markdown(
     table: dict[str, Any],
     learning: dict[str, Any],
     cold: dict[str, Any],
+    more: dict[str, Any],
     evidence: dict[str, Any],
     wall: float,
     quick: bool,
@@ -116,6 +117,7 @@ def markdown(
     lines += models_section(evidence)
     lines += learning_section(learning)
     lines += cold_section(plan, cold)
+    lines += more_section(more)
     lines += per_zone_section(table)
     lines += [
         "## Plots",
@@ -287,6 +289,76 @@ def cold_section(plan: Plan, cold: dict[str, Any]) -> list[str]:
             "a few weeks of December prices do not teach the summer's daily price shape, while the "
             "federation's model has seen a whole year of twelve other zones.",
         ]
+    return lines + [""]
+
+
+def more_section(more: dict[str, Any]) -> list[str]:
+    """The paper's other energy tables (4, the compositions, 12, 13, 15), both training splits."""
+    variants = list(more["t4"])
+    head = "| " + " | ".join(VARIANT_LABELS[v] for v in variants) + " |"
+    rule = "|---|" + "---|" * len(variants)
+    lines = [
+        "## The paper's other energy tables",
+        "",
+        "Same settings and seeds; mean absolute regret, mean ± std over seeds. The paper's values "
+        "(PJM) are not in ALGORITHMS.md, so none are shown beside these.",
+        "",
+        "Table 4's energy row: baselines against FedRSPO+ (+P; OptNet-style's multiplier picked per "
+        "seed on the validation days among 0.05, 0.1, 0.25):",
+        "",
+        "| method " + head,
+        rule,
+    ]
+    for method in more["t4"][variants[0]]:
+        lines.append(f"| {method} | " + " | ".join(fmt(more["t4"][v][method]) for v in variants) + " |")
+    lines += ["", "FedProx and Ditto composed with RSPO+ (Fed / +P; Ditto's +P is its personal model):", ""]
+    lines += ["| method " + head, rule]
+    for method in more["compositions"][variants[0]]:
+        cells = [
+            f"{fmt(more['compositions'][v][method]['fed'])} / {fmt(more['compositions'][v][method]['per'])}"
+            for v in variants
+        ]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Table 12: cold start, target zones whose federated model (trained without them) has the lower "
+        "test regret than their own model trained on their last K days, and the reduction "
+        "100 (local - federated) / local over the zones: median [quartiles]:",
+        "",
+        "| K days " + head,
+        rule,
+    ]
+    for days in more["t12"][variants[0]]:
+        cells = []
+        for v in variants:
+            t = more["t12"][v][days]
+            q1, q3 = t["iqr-%"]
+            median = t["median-reduction-%"]
+            cells.append(f"{t['federated-better']} of {t['zones']}; {median:.0f}% [{q1:.0f}, {q3:.0f}]")
+        lines.append(f"| {days} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Table 13: equal demands (every zone buys the same 8 hours a day instead of its own D_j), Fed / +P:",
+        "",
+        "| loss " + head,
+        rule,
+    ]
+    for loss in more["t13"][variants[0]]:
+        cells = [f"{fmt(more['t13'][v][loss]['fed'])} / {fmt(more['t13'][v][loss]['per'])}" for v in variants]
+        lines.append(f"| {loss} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Table 15: from one pooled model to each zone alone (centralized: one model trained on all "
+        "zones' pooled training days with the federated budget of epochs, a yardstick a federation "
+        "never builds; local-only: every zone trains only its own model, same protocol):",
+        "",
+        "| loss | setting " + head,
+        "|---|" + rule,
+    ]
+    for loss, settings in more["t15"][variants[0]].items():
+        for setting in settings:
+            cells = [fmt(more["t15"][v][loss][setting]) for v in variants]
+            lines.append(f"| {loss} | {setting} | " + " | ".join(cells) + " |")
     return lines + [""]
 
 
