@@ -10,7 +10,10 @@ derive from an ECDH secret of their key pairs (the server relays only public key
 appears once with each sign, so sum_j y_j = sum_j q(v_j) (mod 2^64): the server decodes the sum
 and divides by n, while each y_j alone is uniformly distributed. This is the masking core of
 SecAgg (Bonawitz et al., 2017) without its dropout recovery: every client that sent a key must
-send its masked value, or the masks do not cancel and the mean is refused.
+send its masked value, or the masks do not cancel and the mean is refused. It protects against a
+server that follows the protocol but reads everything it receives; a server that substituted
+public keys could unmask a client, and with two clients each learns the other's value from the
+mean (as any mean would tell it).
 """
 
 from __future__ import annotations
