@@ -16,4 +16,5 @@ EXPERIMENTS = {
     "fair-classification": "hetfed.reproduce.switching",
     "safe-rl": "hetfed.reproduce.switching",
     "pflsa": "hetfed.reproduce.pflsa",
+    "pflsa-communication": "hetfed.reproduce.pflsa_communication",
 }

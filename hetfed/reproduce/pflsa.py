@@ -94,6 +94,7 @@ class Curve:
 
     iterations: np.ndarray
     errors: np.ndarray
+    per_run: np.ndarray  # [runs, K]: each run's (1/N) sum_c ||theta_c - theta_c*||^2
 
     def mean(self, agents: int | None = None) -> np.ndarray:
         """``(1/N) sum_c ||theta_c - theta_c*||^2`` over the first ``agents`` agents, [K]."""
@@ -182,14 +183,17 @@ class Runner:
         runs: int,
         cadence: int,
         beta: float = 0.0,
+        local_steps: int = 0,
     ) -> Curve:
-        """The run-averaged per-agent error curve, reported every ``cadence`` iterations."""
+        """The run-averaged per-agent error curve, reported every ``cadence`` iterations;
+        ``local_steps`` H per round (0: ``cadence`` for single-agent LSA, which needs no exchange,
+        else 1)."""
         from hetfed.engines.runner import run_experiment
 
-        steps = cadence if strategy == "single-lsa" else 1
+        steps = local_steps or (cadence if strategy == "single-lsa" else 1)
         per_run = []
         for r in range(runs):
-            name = f"{strategy}-n{nodes}-k{zetas[0]:g}-r{zetas[1]:g}-s{r}"
+            name = f"{strategy}-n{nodes}-k{zetas[0]:g}-r{zetas[1]:g}-h{steps}-s{r}"
             tic = time.time()
             summary = run_experiment(
                 "inline",
@@ -221,7 +225,8 @@ class Runner:
         its = per_run[0][0]
         if any(not np.array_equal(it, its) for it, _ in per_run):
             raise RuntimeError(f"{strategy}: runs reported different iterations")
-        return Curve(its, np.mean([e for _, e in per_run], axis=0))
+        errors = np.array([e for _, e in per_run])  # [runs, K, N]
+        return Curve(its, errors.mean(axis=0), errors.mean(axis=2))
 
 
 def read_errors(run_dir: Path, local_steps: int, nodes: int) -> tuple[np.ndarray, np.ndarray]:
