@@ -110,3 +110,15 @@ def test_equal_demands_give_every_zone_the_same_quota() -> None:
         assert data.polytope.solve_lp(data.test.c[:5]).sum(dim=1).tolist() == pytest.approx([8.0] * 5)
     own = energy.load_client(validate({"problem": "energy", "energy-zones": "HB_NORTH"}), 0, 1, None)
     assert own.polytope.quota == 9  # D_j = 4 + (5 k mod 9) for zone k = 1
+
+
+def test_each_ladder_step_is_the_per_seed_difference_of_its_two_rows(reproduction: tuple[dict, Path]) -> None:
+    table, runs = reproduction
+    labels = list(ABLATION)
+    for variant in VARIANTS:
+        for before, after in zip(labels, labels[1:], strict=False):
+            (run_a, stage_a), (run_b, stage_b) = ABLATION[after], ABLATION[before]
+            a = summary(runs, f"ablation-{variant}-{run_a}-s42")["aggregate"][f"{stage_a}-absolute-regret"]
+            b = summary(runs, f"ablation-{variant}-{run_b}-s42")["aggregate"][f"{stage_b}-absolute-regret"]
+            step = table["ladder-steps"][variant][f"{before} -> {after}"]
+            assert step["values"] == [pytest.approx(a - b)] and step["lower"] == int(a < b)

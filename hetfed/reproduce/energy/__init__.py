@@ -27,6 +27,7 @@ from hetfed.reproduce.common import add_run_arguments, run_many, write_json
 from hetfed.reproduce.energy.analysis import (
     ablation_table,
     cold_start_table,
+    ladder_steps,
     learning_check,
     more_tables,
     predictions,
@@ -72,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     learning = learning_check(results_dir, ablation)
     cold = cold_start_table(plan, results_dir, fed, local, local_runs)
     others = more_tables(plan, more, more_runs, table, cold)
+    steps = ladder_steps(table)
     evidence = {
         "storm": storm_evidence(plan),
         "similarity": zone_similarity(plan),
@@ -89,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
             "runs-wall-time-s": round(wall, 1),
             "unit": "mean absolute regret, $/MWh-hours per day (relative-%: relative regret %)",
             "ablation": table,
+            "ladder-steps": steps,
             "learning": learning,
             "cold-start": cold,
             "more": others,
@@ -97,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         },
     )
     (out / "energy.md").write_text(
-        markdown(plan, table, learning, cold, others, evidence, wall, args.quick, args.engine)
+        markdown(plan, table, learning, cold, steps, others, evidence, wall, args.quick, args.engine)
     )
     plot(plan, results_dir, ablation, cold, out)
     print((out / "energy.md").read_text())

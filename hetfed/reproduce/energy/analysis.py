@@ -38,6 +38,25 @@ def ablation_table(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str
     return out
 
 
+def ladder_steps(table: dict[str, Any]) -> dict[str, Any]:
+    """Each step of Table 5's ladder (row k against row k - 1), paired by seed: per split, the
+    per-seed differences (row k minus row k - 1), their mean and std, and in how many seeds the
+    step lowered the regret."""
+    labels = list(ABLATION)
+    out: dict[str, Any] = {}
+    for variant, rows in table.items():
+        for before, after in zip(labels, labels[1:], strict=False):
+            a, b = rows[after]["absolute"], rows[before]["absolute"]
+            if a["seeds"] != b["seeds"]:
+                raise ValueError(f"{variant}: {after!r} and {before!r} ran other seeds")
+            diffs = [x - y for x, y in zip(a["values"], b["values"], strict=True)]
+            out.setdefault(variant, {})[f"{before} -> {after}"] = {
+                **stat(diffs, a["seeds"]),
+                "lower": sum(d < 0 for d in diffs),
+            }
+    return out
+
+
 def learning_check(results_dir: Path, jobs: list[Job]) -> dict[str, Any]:
     """Validation relative regret (%) of the global model per warm-start round and of the personal
     models per personalization round, mean over the seeds' runs (from rounds.csv); ``late-swing``:

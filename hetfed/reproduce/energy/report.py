@@ -58,6 +58,7 @@ def markdown(
     table: dict[str, Any],
     learning: dict[str, Any],
     cold: dict[str, Any],
+    steps: dict[str, Any],
     more: dict[str, Any],
     evidence: dict[str, Any],
     wall: float,
@@ -96,6 +97,18 @@ def markdown(
     for label in ABLATION:
         cells = [fmt(table[v][label]["absolute"]) for v in variants]
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {PAPER_PJM[label]} |")
+    lines += [
+        "",
+        "Each step of the ladder, paired by seed (the row minus the row above it; negative = the step "
+        "lowers the regret), mean ± std over seeds and the seeds in which it lowers it:",
+        "",
+        "| step | " + " | ".join(VARIANT_LABELS[v] for v in variants) + " |",
+        "|---|" + "---|" * len(variants),
+    ]
+    for step in steps[variants[0]]:
+        entries = [steps[v][step] for v in variants]
+        cells = [f"{fmt(e)} (lower in {e['lower']} of {len(e['seeds'])})" for e in entries]
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
     lines += ["", "Rows the paper's table does not have (same runs, other stage):", ""]
     lines += ["| variant | " + " | ".join(VARIANT_LABELS[v] for v in variants) + " |"]
     lines += ["|---|" + "---|" * len(variants)]
