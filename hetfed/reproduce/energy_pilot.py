@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from hetfed.reproduce.common import add_run_arguments, fmt, run_many, stat, write_json
-from hetfed.reproduce.energy.plan import ENERGY, VARIANT_LABELS, VARIANTS, Job, Plan
+from hetfed.reproduce.energy.plan import ENERGY, VARIANT_LABELS, VARIANTS, Job, Plan, split_jobs
 from hetfed.reproduce.knapsack import curves
 
 RUNS: dict[str, dict[str, Any]] = {  # run label -> overrides
@@ -56,23 +56,7 @@ STEPS = {
 
 def jobs(plan: Plan) -> list[Job]:
     """Every run: seeds x training splits x runs, on all of the plan's zones."""
-    return [
-        Job(
-            ("pilot", split, label),
-            seed,
-            {
-                **ENERGY,
-                **plan.schedule,
-                **extra,
-                **overrides,
-                "seed": seed,
-                "run-name": f"pilot-{split}-{label.replace(' ', '-')}-s{seed}",
-            },
-        )
-        for seed in plan.seeds
-        for split, extra in VARIANTS.items()
-        for label, overrides in RUNS.items()
-    ]
+    return split_jobs(plan, "pilot", RUNS)
 
 
 def _metric(summary: dict[str, Any], stage: str, key: str = "absolute-regret") -> float:

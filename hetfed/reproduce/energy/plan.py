@@ -94,11 +94,12 @@ def _name(*parts: Any) -> str:
     return "-".join(str(p) for p in parts)
 
 
-def ablation_jobs(plan: Plan) -> list[Job]:
-    """Every run of the ablation: run types x data variants x seeds, on all of the plan's zones."""
+def split_jobs(plan: Plan, kind: str, runs: dict[str, dict[str, Any]]) -> list[Job]:
+    """Every run of ``runs`` (label -> overrides) on both training splits, all of the plan's zones,
+    each seed: keys ``(kind, split, label)``, run names ``kind-split-label-s<seed>``."""
     return [
         Job(
-            ("ablation", variant, run),
+            (kind, variant, run),
             seed,
             {
                 **ENERGY,
@@ -106,34 +107,23 @@ def ablation_jobs(plan: Plan) -> list[Job]:
                 **extra,
                 **overrides,
                 "seed": seed,
-                "run-name": _name("ablation", variant, run, f"s{seed}"),
+                "run-name": _name(kind, variant, run.replace(" ", "-"), f"s{seed}"),
             },
         )
         for seed in plan.seeds
         for variant, extra in VARIANTS.items()
-        for run, overrides in RUNS.items()
+        for run, overrides in runs.items()
     ]
+
+
+def ablation_jobs(plan: Plan) -> list[Job]:
+    """Every run of the ablation: run types x data variants x seeds, on all of the plan's zones."""
+    return split_jobs(plan, "ablation", RUNS)
 
 
 def more_jobs(plan: Plan) -> list[Job]:
     """The runs of the paper's other energy tables (:data:`MORE`) on both splits, all zones."""
-    return [
-        Job(
-            ("more", variant, run),
-            seed,
-            {
-                **ENERGY,
-                **plan.schedule,
-                **extra,
-                **overrides,
-                "seed": seed,
-                "run-name": _name("more", variant, run, f"s{seed}"),
-            },
-        )
-        for seed in plan.seeds
-        for variant, extra in VARIANTS.items()
-        for run, overrides in MORE.items()
-    ]
+    return split_jobs(plan, "more", MORE)
 
 
 def cold_fed_jobs(plan: Plan) -> list[Job]:
