@@ -366,7 +366,7 @@ def more_section(more: dict[str, Any]) -> list[str]:
         "never builds; local-only: every zone trains only its own model, same protocol):",
         "",
         "| loss | setting " + head,
-        "|---|" + rule,
+        "|---|---|" + "---|" * len(variants),
     ]
     for loss, settings in more["t15"][variants[0]].items():
         for setting in settings:
