@@ -47,3 +47,12 @@ def test_one_local_step_makes_scafflsa_fedlsa(study: dict) -> None:
         study["SCAFFLSA H=1"]["error-mean"], study["FedLSA H=1"]["error-mean"], rtol=1e-9
     )
     assert study["SCAFFLSA H=5"]["error-mean"] != study["FedLSA H=5"]["error-mean"]  # but not with H > 1
+
+
+def test_the_committed_report_is_what_its_json_renders() -> None:
+    from tests.conftest import REPO
+
+    results = REPO / "docs" / "results"
+    data = json.loads((results / "pflsa-communication.json").read_text())
+    assert (results / "pflsa-communication.md").read_text() == markdown(data)
+    assert {len(m["error-runs"]) for level in data["levels"].values() for m in level.values()} == {5}

@@ -54,7 +54,8 @@ def summarize(curve: Curve, local_steps: int) -> dict[str, Any]:
     return {
         "messages": messages.tolist(),
         "error-mean": mean.tolist(),
-        "error-std": np.asarray(std).tolist(),
+        "error-std": std.tolist(),
+        "error-runs": curve.per_run.tolist(),
         "initial-error": float(mean[0]),
         "final-error": float(mean[tail].mean()),
         "final-error-runs": [float(run[tail].mean()) for run in curve.per_run],
@@ -72,10 +73,10 @@ def plot(result: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(1, len(levels), figsize=(6 * len(levels), 4.2), squeeze=False)
     for ax, (level, methods) in zip(axes[0], levels.items(), strict=True):
         for i, (label, m) in enumerate(methods.items()):
-            x, y, sd = np.array(m["messages"]), np.array(m["error-mean"]), np.array(m["error-std"])
+            x, y, runs = np.array(m["messages"]), np.array(m["error-mean"]), np.array(m["error-runs"])
             ls = "-" if label == "PF-LSA" else ("--" if label.startswith("FedLSA") else ":")
             ax.plot(x, y, ls, color=f"C{i}", label=label)
-            ax.fill_between(x, np.maximum(y - sd, 1e-6), y + sd, color=f"C{i}", alpha=0.15)
+            ax.fill_between(x, runs.min(axis=0), runs.max(axis=0), color=f"C{i}", alpha=0.15)
         ax.set(
             yscale="log",
             xlabel="messages sent by the agents",
@@ -101,6 +102,8 @@ def markdown(result: dict[str, Any]) -> str:
         "steps of eta = 0.2 per message. Messages: N per round (the agents' replies).",
         "",
         "![error against messages](pflsa-communication.png)",
+        "",
+        "Curves: mean over runs; bands: the lowest to the highest run.",
         "",
         "| zeta | method | initial error | final error (last 10% of messages) | "
         "messages to 1e-2 of the initial error |",
