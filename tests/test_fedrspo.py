@@ -22,6 +22,7 @@ from problems.base import DecisionClientData, DecisionSplit
 from problems.knapsack import KnapsackParams, client_law, load_client
 from problems.models import make_mlp, model_record
 from problems.polytope import KnapsackPolytope
+from strategies.base import FederationError
 from strategies.registry import build_strategy
 
 SMALL = {
@@ -80,7 +81,9 @@ def test_each_silo_deploys_the_model_better_on_its_own_validation_data(tmp_path:
     regret is lower, else the federated model's; so no silo deploys a model worse on validation
     than the federated one. The choice and the model stay in the client's state."""
     configs = node_configs(4, {"state-dir": str(tmp_path / "state")})
-    summary = run_inline({**SMALL, "results-dir": str(tmp_path), "run-name": "r", "seed": 3}, configs)
+    # MSE with a large step: personalization helps some clients on validation and hurts others.
+    cfg = {**SMALL, "results-dir": str(tmp_path), "run-name": "r", "seed": 3, "loss": "mse", "lr": 0.3}
+    summary = run_inline(cfg, configs)
     chose = []
     for name, m in summary["clients"].items():
         personal = m["per-val-relative-regret"] < m["fed-val-relative-regret"]
@@ -93,6 +96,7 @@ def test_each_silo_deploys_the_model_better_on_its_own_validation_data(tmp_path:
         pid = int(name.removeprefix("client-"))
         saved = json.loads((tmp_path / "state" / f"r-p{pid}" / "deployed.json").read_text())
         assert saved == {"model": "personal" if personal else "federated"}
+    assert any(chose) and not all(chose)  # this seed exercises both choices
     assert summary["aggregate"]["dep-relative-regret"] == pytest.approx(
         np.mean([m["dep-relative-regret"] for m in summary["clients"].values()])
     )
@@ -192,6 +196,31 @@ def test_shared_calibration_is_the_mean_and_other_losses_keep_their_lr(tmp_path:
         observers=[lambda ins, reply: seen.append((ins, reply))],
     )
     assert {i.content["config"]["lr"] for i, _ in seen if i.metadata.message_type == "train"} == {0.003}
+
+
+def test_a_client_missing_from_the_masked_mean_fails_the_run_in_one_line(tmp_path: Path) -> None:
+    """Without client-02's masked value the others' masks do not cancel: the run stops before any
+    training round, naming it, instead of training with a wrong lam."""
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from server.app import run_server
+
+    def silent_two(message, context):
+        kind = message.metadata.message_type
+        if context.node_config["partition-id"] == 2 and kind == "query.masked_calibration":
+            raise ConnectionError("client-02 went away")
+        return client_app(message, context)
+
+    cfg = {**SMALL, "results-dir": str(tmp_path), "run-name": "r", "per-client-calibration": False}
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
+    with pytest.raises(FederationError, match="shared calibration: client-02 sent no masked value"):
+        run_server(InlineGrid(silent_two, node_configs(4), cfg), cfg)
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["status"] == "failed" and "client-02" in summary["error"]
+    progress = tmp_path / "r" / "progress.json"
+    assert not progress.exists() or json.loads(progress.read_text())["round"] == 0  # no round trained
+    assert not (tmp_path / "r" / "checkpoint.pt").exists()
 
 
 def test_sampled_clients_are_the_same_for_every_loss(tmp_path: Path) -> None:
