@@ -45,7 +45,12 @@ def run_rounds(
         strategy.log(f"resuming after round {first - 1} of {strategy.num_rounds}")
     else:
         strategy.summary()
-        strategy.setup()
+        try:
+            strategy.setup()
+        except Exception:
+            with deferred():  # a setup that fails still leaves its rows (each client's reason) on disk
+                store.commit(0, strategy.num_rounds)
+            raise
         if 0 in strategy.history:  # metrics of the initial model (e.g. switching's F(w_0), G(w_0))
             _server_row(store, 0, strategy.history[0])
         with deferred():

@@ -218,9 +218,10 @@ def test_a_client_missing_from_the_masked_mean_fails_the_run_in_one_line(tmp_pat
         run_server(InlineGrid(silent_two, node_configs(4), cfg), cfg)
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["status"] == "failed" and "client-02" in summary["error"]
-    progress = tmp_path / "r" / "progress.json"
-    assert not progress.exists() or json.loads(progress.read_text())["round"] == 0  # no round trained
-    assert not (tmp_path / "r" / "checkpoint.pt").exists()
+    failed = {(r["exchange"], r["client"]): r["error"] for r in rows(tmp_path) if r["status"] == "failed"}
+    assert "client-02 went away" in failed[("query.masked_calibration", "client-02")]  # the reason, on disk
+    assert {r["exchange"] for r in rows(tmp_path)} == {"query.calibrate", "query.masked_calibration"}
+    assert not (tmp_path / "r" / "checkpoint.pt").exists()  # no round trained: nothing to resume
 
 
 def test_sampled_clients_are_the_same_for_every_loss(tmp_path: Path) -> None:
