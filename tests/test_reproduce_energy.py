@@ -122,3 +122,25 @@ def test_each_ladder_step_is_the_per_seed_difference_of_its_two_rows(reproductio
             b = summary(runs, f"ablation-{variant}-{run_b}-s42")["aggregate"][f"{stage_b}-absolute-regret"]
             step = table["ladder-steps"][variant][f"{before} -> {after}"]
             assert step["values"] == [pytest.approx(a - b)] and step["lower"] == int(a < b)
+
+
+def test_the_cold_start_fed_plus_p_personalizes_the_received_federated_model(
+    reproduction: tuple[dict, Path],
+) -> None:
+    """Table 11's Fed+P for the target: the target's ClientApp evaluates the model it received exactly
+    as the cold-start table judged it (Fed), and its personal model's regret is the table's Fed+P."""
+    from hetfed.reproduce.energy.analysis import personalized_on_target
+    from hetfed.reproduce.energy.plan import Plan
+
+    table, runs = reproduction
+    plan = Plan.make(1, quick=True)
+    name = "cold-fed-as-is-HB_HOUSTON-s42"
+    config = {**json.loads((runs / name / "config.json").read_text())["config"], "personal-rounds": 2}
+    config = {k: v for k, v in config.items() if k != "results-dir"}
+    metrics = personalized_on_target(runs / name, config, "HB_HOUSTON", 7)
+    federated = table["cold-start"]["federated"]["as-is"]["absolute"]["mean"]["values"][0]
+    assert metrics["fed-absolute-regret"] == pytest.approx(federated, rel=1e-12)
+    t11 = table["more"]["t11"]["as-is"]["7"]
+    assert t11["Fed+P"]["values"] == [pytest.approx(metrics["per-absolute-regret"], rel=1e-12)]
+    assert t11["Fed"]["values"] == [federated] and metrics["per-absolute-regret"] != federated
+    assert plan.schedule["personal-rounds"] == 2  # the quick schedule the reproduction personalized with

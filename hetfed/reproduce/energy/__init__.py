@@ -26,6 +26,7 @@ from pathlib import Path
 from hetfed.reproduce.common import add_run_arguments, run_many, write_json
 from hetfed.reproduce.energy.analysis import (
     ablation_table,
+    cold_personalized,
     cold_start_table,
     ladder_steps,
     learning_check,
@@ -72,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     table = ablation_table(ablation, ablation_runs)
     learning = learning_check(results_dir, ablation)
     cold = cold_start_table(plan, results_dir, fed, local, local_runs)
-    others = more_tables(plan, more, more_runs, table, cold)
+    cold_p = cold_personalized(plan, results_dir, fed)
+    others = more_tables(plan, more, more_runs, table, cold, cold_p)
     steps = ladder_steps(table)
     evidence = {
         "storm": storm_evidence(plan),

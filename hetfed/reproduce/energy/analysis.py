@@ -251,12 +251,15 @@ def more_tables(
     summaries: list[dict[str, Any]],
     ablation: dict[str, Any],
     cold: dict[str, Any],
+    cold_p: dict[str, Any],
 ) -> dict[str, Any]:
     """The paper's other energy tables, per training split (mean absolute regret, stats over seeds):
 
     * ``t4``: Interp-DFFL, OptNet-style (+P; per seed the multiplier with the lowest validation
       regret) and FedRSPO+ (full);
     * ``compositions``: FedRSPO+ with a FedProx term, and Ditto's personal model, Fed and +P;
+    * ``t11``: cold start, per training-day budget K: the target's local model, the federated
+      model and the federated model personalized on the K days (:func:`cold_personalized`);
     * ``t12``: cold start, per training-day budget K: target zones whose federated model beats
       their local one, and the median and quartiles of the reduction (100 (local - fed) / local);
     * ``t13``: equal demands (every zone buys EQUAL_QUOTA hours), MSE / SPO+ / RSPO+, Fed and +P;
@@ -276,7 +279,7 @@ def more_tables(
     def row(label: str, variant: str) -> dict[str, Any]:
         return ablation[variant][label]["absolute"]
 
-    out: dict[str, Any] = {"t4": {}, "compositions": {}, "t12": {}, "t13": {}, "t15": {}}
+    out: dict[str, Any] = {"t4": {}, "compositions": {}, "t11": {}, "t12": {}, "t13": {}, "t15": {}}
     for variant, extra in VARIANTS.items():
         options = {m: by[(variant, f"optnet-{m:g}")] for m in OPTNET_MULTS}
         picked = [
@@ -325,6 +328,14 @@ def more_tables(
                 "Fed+P": row(per, variant),
             }
         out["t15"][variant] = t15
+        out["t11"][variant] = {
+            days: {
+                "local": cold["local"][days]["absolute"]["mean"],
+                "Fed": cold["federated"][variant]["absolute"]["mean"],
+                "Fed+P": cold_p[variant][days]["absolute"]["mean"],
+            }
+            for days in cold_p[variant]
+        }
         fed_zone = cold["federated"][variant]["absolute"]["per-zone"]
         out["t12"][variant] = {}
         for days, block in cold["local"].items():
@@ -341,4 +352,63 @@ def more_tables(
                 "median-reduction-%": float(median),
                 "iqr-%": [float(q1), float(q3)],
             }
+    return out
+
+
+def personalized_on_target(run_dir: Path, config: dict[str, Any], target: str, days: int) -> dict[str, Any]:
+    """The cold start's Fed+P: the target zone's own ClientApp, in this process, receives the final
+    model of a federation it took no part in, personalizes it on its last ``days`` training days
+    (one ``train.personalize`` instruction, as FedRSPO+ sends) and evaluates it (``evaluate``).
+    Returns the evaluate reply's metrics (``per-`` = the personalized model, ``fed-`` = as received)."""
+    from flwr.app import ConfigRecord, Context, Message, RecordDict
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from client.app import app as client_app
+    from hetfed.config import validate
+    from hetfed.records import to_record
+    from server.store import read_models
+    from strategies.registry import build_strategy
+
+    cfg: dict[str, Any] = validate(
+        {**config, "energy-zones": target, "energy-train-days": days, "run-name": "cold-fed-p"}
+    )
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
+    node: dict[str, bool | float | int | str] = {"partition-id": 0, "num-partitions": 1}
+    context = Context(run_id=1, node_id=1, node_config=node, state=RecordDict(), run_config=cfg)
+    settings = build_strategy(cfg).client_settings()  # the method's settings, as its messages carry them
+    arrays = to_record(read_models(run_dir)["global"])
+    metrics: dict[str, Any] = {}
+    for kind in ("train.personalize", "evaluate"):
+        exchange = {"run-name": cfg["run-name"], "server-round": cfg["num-rounds"] + 1}
+        content = RecordDict({"arrays": arrays, "config": ConfigRecord({**settings, **exchange})})
+        reply = client_app(Message(content, dst_node_id=1, message_type=kind), context)
+        if reply.has_error():
+            raise RuntimeError(f"{target}, {days} days: {kind} failed: {reply.error.reason}")
+        metrics = dict(reply.content["metrics"])
+    return metrics
+
+
+def cold_personalized(plan: Plan, results_dir: Path, fed: list[Job]) -> dict[str, Any]:
+    """Table 11's Fed+P: per split and training-day budget K, the federated model (trained without
+    the target) personalized on the target's last K days; ``{variant: {K: block}}`` with the test
+    absolute regret per zone and its mean over target zones, stats over seeds."""
+    seeds = list(plan.seeds)
+    values: dict[tuple[str, str], dict[str, dict[int, float]]] = {}
+    for job in fed:
+        _, variant, target = job.key
+        config = {**job.config, "personal-rounds": plan.schedule.get("personal-rounds", 10)}
+        for days in plan.days:
+            metrics = personalized_on_target(results_dir / job.config["run-name"], config, target, days)
+            values.setdefault((variant, str(days)), {}).setdefault(target, {})[job.seed] = float(
+                metrics["per-absolute-regret"]
+            )
+    out: dict[str, Any] = {}
+    for (variant, budget), by_zone in values.items():
+        out.setdefault(variant, {})[budget] = {
+            "absolute": {
+                "per-zone": {z: stat([by_zone[z][s] for s in seeds], seeds) for z in plan.targets},
+                "mean": stat([float(np.mean([by_zone[z][s] for z in plan.targets])) for s in seeds], seeds),
+            }
+        }
     return out

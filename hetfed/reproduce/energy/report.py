@@ -334,6 +334,20 @@ def more_section(more: dict[str, Any]) -> list[str]:
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
     lines += [
         "",
+        "Table 11: cold start, mean over target zones: the target's own model trained on its last K "
+        "days (local), the federation's model trained without it (Fed), and that model personalized "
+        "by the target's own ClientApp on the same K days (Fed+P: one train.personalize instruction, "
+        "10 rounds, then evaluate; run in the reproduction's process). K = 0: all training days.",
+        "",
+        "| K days | " + " | ".join(f"{VARIANT_LABELS[v]}: local / Fed / Fed+P" for v in variants) + " |",
+        rule,
+    ]
+    for days in more["t11"][variants[0]]:
+        three = ("local", "Fed", "Fed+P")
+        cells = [" / ".join(fmt(more["t11"][v][days][k]) for k in three) for v in variants]
+        lines.append(f"| {days} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
         "Table 12: cold start, target zones whose federated model (trained without them) has the lower "
         "test regret than their own model trained on their last K days, and the reduction "
         "100 (local - federated) / local over the zones: median [quartiles]:",
