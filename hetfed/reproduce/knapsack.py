@@ -931,16 +931,18 @@ def plot(results_dir: Path, jobs: list[Job], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     first = {job.key: job for job in reversed(jobs)}  # the first seed's run of each cell
+    rows = [key[1] for key in first if key[0] == "t3"]
+    row = "(0,0,0)" if "(0,0,0)" in rows else rows[0]  # a custom grid may not have (0,0,0)
     fig, ax = plt.subplots(figsize=(7, 4))
     for loss in LOSSES:
-        job = first.get(("t3", "(0,0,0)", loss))
+        job = first.get(("t3", row, loss))
         if job is None:
             continue
         plot_warm_then_personal(ax, results_dir / job.config["run-name"], loss)
     ax.set(
         xlabel="round (warm start, then personalization)",
         ylabel="validation relative regret (%)",
-        title="(0,0,0), first seed",
+        title=f"{row}, first seed",
         yscale="log",
     )
     ax.legend()
