@@ -221,3 +221,14 @@ def test_quick_reproduction_writes_tables_json_and_plots(tmp_path: Path) -> None
         assert data["tables"][row]["rspo+"]["per"]["mean"] < data["tables"][row]["mse"]["per"]["mean"]
     for name in ("shortest-path-gap.png", "shortest-path-regret-per-round.png"):
         assert (tmp_path / "out" / name).stat().st_size > 10_000
+
+
+def test_the_committed_report_is_what_its_json_renders_and_says_it_is_not_warcraft() -> None:
+    from hetfed.reproduce.shortest_path import render
+    from tests.conftest import REPO
+
+    results = REPO / "docs" / "results"
+    text = (results / "shortest-path.md").read_text()
+    assert text == render(json.loads((results / "shortest-path.json").read_text()))
+    first_paragraph = text.split("\n\n")[1]
+    assert "Not the paper's benchmark" in first_paragraph and "Warcraft" in first_paragraph
