@@ -19,7 +19,6 @@ Writes ``energy-pilot.md`` and ``energy-pilot.json`` to ``--out``.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import time
@@ -30,7 +29,7 @@ import numpy as np
 
 from hetfed.reproduce.common import add_run_arguments, fmt, run_many, stat, write_json
 from hetfed.reproduce.energy.plan import ENERGY, VARIANT_LABELS, VARIANTS, Job, Plan, split_jobs
-from hetfed.reproduce.knapsack import curves
+from hetfed.reproduce.knapsack import curves, frozen_at
 
 RUNS: dict[str, dict[str, Any]] = {  # run label -> overrides
     "spo+": {"loss": "spo+"},
@@ -87,16 +86,6 @@ def tables(all_jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, An
                 "negative": sum(d < 0 for d in diffs),
             }
     return out
-
-
-def frozen_at(run_dir: Path) -> dict[str, int]:
-    """Per client of a run: the personalization round at which it froze (0 = never)."""
-    with open(run_dir / "rounds.csv", newline="") as f:
-        return {
-            r["client"]: int(float(r["frozen-at"] or 0))
-            for r in csv.DictReader(f)
-            if r["exchange"] == "train.personalize" and r["status"] == "ok"
-        }
 
 
 def zones(all_jobs: list[Job], summaries: list[dict[str, Any]], results_dir: Path) -> dict[str, Any]:

@@ -246,6 +246,16 @@ def curves(run_dir: Path) -> dict[str, Any]:
     }
 
 
+def frozen_at(run_dir: Path) -> dict[str, int]:
+    """Per client of a run: the personalization round at which it froze (0 = never)."""
+    with open(run_dir / "rounds.csv", newline="") as f:
+        return {
+            r["client"]: int(float(r["frozen-at"] or 0))
+            for r in csv.DictReader(f)
+            if r["exchange"] == "train.personalize" and r["status"] == "ok"
+        }
+
+
 def plot_warm_then_personal(ax: Any, run_dir: Path, label: str) -> None:
     """One run's mean validation regret per round on ``ax``: the warm-start rounds, then the
     personalization rounds after a dotted line."""
@@ -321,7 +331,7 @@ def orderings(tables: dict[str, Any]) -> list[dict[str, Any]]:
 
 def differences(tables: dict[str, Any], paper: dict[str, Any]) -> dict[str, Any]:
     """Ours minus the paper's, for every cell the paper reports (points of relative regret)."""
-    t3, t4 = tables.get("t3", {}), tables.get("t4", {})
+    t3 = tables.get("t3", {})
     out: dict[str, Any] = {"t3": {}, "t4": {}, "t9": {}, "t14": {}}
     for row, by_loss in paper["t3"].items():
         for loss, ref in by_loss.items():
@@ -329,15 +339,10 @@ def differences(tables: dict[str, Any], paper: dict[str, Any]) -> dict[str, Any]
                 ours = (t3[row][loss]["fed"]["mean"], t3[row][loss]["per"]["mean"])
                 out["t3"].setdefault(row, {})[loss] = [o - r for o, r in zip(ours, ref, strict=True)]
     for row, ref in paper["t4"].items():
-        cells = (
-            t4.get(row, {}).get("interp-dffl", {}).get("interp"),
-            t4.get(row, {}).get("optnet", {}).get("per"),
-            t3.get(row, {}).get("rspo+", {}).get("per"),
-        )
+        cells = table4(tables, row)
         if all(cells):
             out["t4"][row] = [c["mean"] - r for c, r in zip(cells, ref, strict=True)]
-    for label, (table, method, stage) in TABLE9.items():
-        entries = [tables.get(table, {}).get(row, {}).get(method, {}).get(stage) for row in ABLATION_ROWS]
+    for label, entries in table9(tables).items():
         if all(entries):
             out["t9"][label] = [e["mean"] - r for e, r in zip(entries, paper["t9"][label], strict=True)]
     for label, entry in table14(tables).items():
@@ -388,6 +393,21 @@ LEVEL = 0.1  # points: two means closer than this are "level" ("about as good")
 FAR = 2.0  # a regret at least FAR times another is "far" behind it
 BIG = 0.5  # points: a Table 3 cell further than this from the paper is a "gap"
 WRAP = 96  # the generated prose is wrapped to this width
+
+
+def table4(tables: dict[str, Any], row: str) -> tuple[Any, Any, Any]:
+    """Table 4's cells of ``row``: Interp-DFFL, OptNet-style and FedRSPO+ (+P) entries (None: not run)."""
+    t4 = tables.get("t4", {}).get(row, {})
+    full = tables.get("t3", {}).get(row, {}).get("rspo+", {}).get("per")
+    return t4.get("interp-dffl", {}).get("interp"), t4.get("optnet", {}).get("per"), full
+
+
+def table9(tables: dict[str, Any]) -> dict[str, list[Any]]:
+    """Table 9's variants -> their entry on each of ABLATION_ROWS (None where not run)."""
+    return {
+        label: [tables.get(table, {}).get(row, {}).get(method, {}).get(stage) for row in ABLATION_ROWS]
+        for label, (table, method, stage) in TABLE9.items()
+    }
 
 
 def table14(tables: dict[str, Any]) -> dict[str, Any]:
@@ -752,14 +772,11 @@ def table_sections(data: Mapping[str, Any]) -> list[str]:
             "| row | Interp-DFFL | OptNet-style | FedRSPO+ |",
             "|---|---|---|---|",
         ]
-        for row, methods in tables["t4"].items():
+        for row in tables["t4"]:
             ref, d = paper["t4"].get(row, ("", "", "")), diff["t4"].get(row)
             refs = [f" [{r}; {delta(x)}]" for r, x in zip(ref, d, strict=True)] if d else [""] * 3
-            full = t3.get(row, {}).get("rspo+", {}).get("per")
-            lines.append(
-                f"| {row} | {fmt(methods.get('interp-dffl', {}).get('interp'))}{refs[0]} | "
-                f"{fmt(methods.get('optnet', {}).get('per'))}{refs[1]} | {fmt(full)}{refs[2]} |"
-            )
+            cells = [f"{fmt(entry)}{quoted}" for entry, quoted in zip(table4(tables, row), refs, strict=True)]
+            lines.append(f"| {row} | " + " | ".join(cells) + " |")
     if "t9" in tables:
         lines += [
             "",
@@ -768,10 +785,9 @@ def table_sections(data: Mapping[str, Any]) -> list[str]:
             "| variant | " + " | ".join(ABLATION_ROWS) + " |",
             "|---|" + "---|" * len(ABLATION_ROWS),
         ]
-        for label, (table, method, stage) in TABLE9.items():
+        for label, entries in table9(tables).items():
             cells = []
-            for i, row in enumerate(ABLATION_ROWS):
-                entry = tables.get(table, {}).get(row, {}).get(method, {}).get(stage)
+            for i, entry in enumerate(entries):
                 d = diff["t9"].get(label)
                 quoted = f" [{paper['t9'][label][i]}; {delta(d[i])}]" if d else f" [{paper['t9'][label][i]}]"
                 cells.append(f"{fmt(entry)}{quoted}" if entry else "n/a")

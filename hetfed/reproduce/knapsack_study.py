@@ -14,7 +14,6 @@ run-config overrides such as FedProx and Ditto, or the client count); ``--rows``
 from __future__ import annotations
 
 import argparse
-import csv
 import itertools
 import re
 import time
@@ -34,6 +33,7 @@ from hetfed.reproduce.knapsack import (
     SEEDS,
     cell,
     centralized,
+    frozen_at,
     ranking,
     refresh_study_index,
     row_etas,
@@ -193,12 +193,10 @@ def jobs(study: Study, quick: bool, fixed: dict[str, Any]) -> list[Job]:
 
 def freezing(run_dir: Path) -> dict[str, float]:
     """QP-LP gap diagnostics of one run: the share of clients frozen and their mean freeze round."""
-    with open(run_dir / "rounds.csv", newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r["exchange"] == "train.personalize" and r["status"] == "ok"]
-    frozen = [int(float(r["frozen-at"])) for r in rows if r.get("frozen-at")]
+    frozen = list(frozen_at(run_dir).values())
     at = [t for t in frozen if t > 0]
     return {
-        "frozen-share": len(at) / len(rows) if rows else float("nan"),
+        "frozen-share": len(at) / len(frozen) if frozen else float("nan"),
         "frozen-round": float(np.mean(at)) if at else float("nan"),
     }
 
