@@ -92,8 +92,5 @@ def unmasked_mean(masked_values: Sequence[np.ndarray]) -> np.ndarray:
     """(1/n) decode(sum_j y_j mod 2^64): the mean of the clients' values, when all n sent theirs."""
     if not masked_values:
         raise SecureMeanError("no masked values to average")
-    total = np.zeros_like(np.asarray(masked_values[0], dtype=np.uint64))
-    with np.errstate(over="ignore"):
-        for y in masked_values:
-            total = total + np.asarray(y, dtype=np.uint64)
+    total = np.sum(np.asarray(masked_values, dtype=np.uint64), axis=0)  # a uint64 sum wraps mod 2^64
     return decode(total) / len(masked_values)

@@ -305,6 +305,11 @@ def cold_section(plan: Plan, cold: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def fed_per(cell: Mapping[str, Any]) -> str:
+    """``Fed / +P`` of a cell holding both stages' statistics."""
+    return f"{fmt(cell['fed'])} / {fmt(cell['per'])}"
+
+
 def more_section(more: dict[str, Any]) -> list[str]:
     """The paper's other energy tables (4, the compositions, 12, 13, 15), both training splits."""
     variants = list(more["t4"])
@@ -327,10 +332,7 @@ def more_section(more: dict[str, Any]) -> list[str]:
     lines += ["", "FedProx and Ditto composed with RSPO+ (Fed / +P; Ditto's +P is its personal model):", ""]
     lines += ["| method " + head, rule]
     for method in more["compositions"][variants[0]]:
-        cells = [
-            f"{fmt(more['compositions'][v][method]['fed'])} / {fmt(more['compositions'][v][method]['per'])}"
-            for v in variants
-        ]
+        cells = [fed_per(more["compositions"][v][method]) for v in variants]
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
     lines += [
         "",
@@ -371,7 +373,7 @@ def more_section(more: dict[str, Any]) -> list[str]:
         rule,
     ]
     for loss in more["t13"][variants[0]]:
-        cells = [f"{fmt(more['t13'][v][loss]['fed'])} / {fmt(more['t13'][v][loss]['per'])}" for v in variants]
+        cells = [fed_per(more["t13"][v][loss]) for v in variants]
         lines.append(f"| {loss} | " + " | ".join(cells) + " |")
     lines += [
         "",
