@@ -27,15 +27,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Unpack
 
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 
 from hetfed.config import ConfigError
-from hetfed.records import to_numpy
 from hetfed.secure_mean import unmasked_mean
-from strategies.base import FederationError, reply_arrays, reply_metrics
+from strategies.base import FederationError, checked_arrays, reply_arrays, reply_metrics
 from strategies.fedavg import FedAvg, FedAvgOptions
 
+# What a client's masked (lam0_j, lr0_j) must look like: two uint64 words.
+MASKED_CALIBRATION = {"masked-calibration": np.zeros(2, dtype=np.uint64)}
 # Losses whose lr and lam come from the per-client calibration (the others use `lr`).
 CALIBRATED_LOSSES = ("rspo+",)
 
@@ -98,17 +100,17 @@ class FedRSPO(FedAvg):
         msgs = [self.pool.message(pid, "query.calibrate", content, 0) for pid in self.pool.partitions]
         public_keys: dict[int, bytes] = {}
         for reply in self.pool.send(msgs, 0):
-            self.calibrated.append(self.pool.partition_of(reply))
+            pid = self.pool.partition_of(reply)
+            self.calibrated.append(pid)
             if share:
-                public_keys[self.pool.partition_of(reply)] = bytes(reply.content["keys"]["public-key"])  # type: ignore[arg-type]
+                public_keys[pid] = bytes(reply.content["keys"]["public-key"])  # type: ignore[arg-type]
         self.calibrated.sort()
         for pid, reason in self.pool.failed.items():
             self.log(f"{self.pool.name(pid)} is left out: calibration failed: {reason}")
         if not self.calibrated:
             raise FederationError("every client failed calibration; see rounds.csv for the reasons")
         if share:
-            lam, lr = self.masked_mean(public_keys)
-            self.shared = (lam, lr)
+            self.shared = self.masked_mean(public_keys)
 
     def masked_mean(self, public_keys: Mapping[int, bytes]) -> tuple[float, float]:
         """Mean (lam0, lr0) over the calibrated clients from their masked values (the masks cancel
@@ -120,16 +122,20 @@ class FedRSPO(FedAvg):
         content = RecordDict({"config": config})
         msgs = [self.pool.message(pid, "query.masked_calibration", content, 0) for pid in peers]
         replies = self.pool.send(msgs, 0)
-        arrays = [reply_arrays(r.content) for r in replies]
-        missing = [self.pool.name(pid) for pid in self.pool.failed]
-        pairs = zip(replies, arrays, strict=True)
-        missing += [self.pool.name(self.pool.partition_of(r)) for r, a in pairs if a is None]
-        if missing:
+        masked, problems = [], {self.pool.name(pid): why for pid, why in self.pool.failed.items()}
+        for reply in replies:
+            got, why = checked_arrays(reply_arrays(reply.content), MASKED_CALIBRATION)
+            if got is None:
+                problems[self.pool.name(self.pool.partition_of(reply))] = str(why)
+            else:
+                masked.append(got["masked-calibration"])
+        if problems:
             raise FederationError(
-                f"shared calibration: {', '.join(missing)} sent no masked value, so the masks of the "
-                "others do not cancel; rerun with those clients up, or with per-client-calibration = true"
+                f"shared calibration: {', '.join(problems)} sent no masked value, so the masks of the "
+                f"others do not cancel ({'; '.join(problems.values())}); rerun with those clients up, "
+                "or with per-client-calibration = true"
             )
-        mean = unmasked_mean([to_numpy(a)["masked-calibration"] for a in arrays if a is not None])
+        mean = unmasked_mean(masked)
         return float(mean[0]), float(mean[1])
 
     def step_sizes(self) -> dict[str, float]:
