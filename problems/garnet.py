@@ -145,6 +145,16 @@ class GarnetAgent:
         residual = (phi_s - self.gamma * phi_next) @ theta - r_s
         return (phi_s * residual[:, None]).mean(axis=0)
 
+    def transitions(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The law of one TD(0) sample, exactly: every pair (s, s') with its probability
+        ``mu(s) P(s, s')`` [S*S], ``A(Z)`` [S*S, dim, dim] and ``b(Z)`` [S*S, dim] (pairs in
+        row-major (s, s') order, impossible pairs included with probability 0)."""
+        n = self.features.shape[0]
+        s, s_next = np.divmod(np.arange(n * n), n)
+        phi_s = self.features[s]
+        a = phi_s[:, :, None] * (phi_s - self.gamma * self.features[s_next])[:, None, :]
+        return (self.mu[:, None] * self.kernel).ravel(), a, self.rewards[s][:, None] * phi_s
+
     def error(self, theta: np.ndarray) -> float:
         """``||theta - theta_c*||^2``."""
         theta = np.asarray(theta, dtype=float)

@@ -32,6 +32,11 @@ def test_quick_reproduction_writes_figures_and_tables_and_pflsa_speeds_up_with_n
     # theta^0 = 0: every method starts from the same error (1/N) sum_c ||theta_c*||^2
     starts = [m["initial-error"] for m in fig1[1.0].values()]
     assert max(starts) == pytest.approx(min(starts), rel=1e-12)
+    # Each method's exact expected curve starts where its runs start, and the run stays near it.
+    for m in fig1[1.0].values():
+        assert m["curve"]["expected"][0] == pytest.approx(m["initial-error"], rel=1e-12)
+        assert m["error-at-T"] == pytest.approx(m["expected-at-T"], rel=0.25)
+    assert fig1[1.0]["pflsa"]["floor"] < fig1[1.0]["single"]["floor"] and fig1[1.0]["fedlsa"]["floor"] is None
     page = (tmp_path / "pflsa.md").read_text()
     assert "![Fig. 1](pflsa-fig1.png)" in page and "| (0, 0) |" in page
 

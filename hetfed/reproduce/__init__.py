@@ -17,4 +17,5 @@ EXPERIMENTS = {
     "safe-rl": "hetfed.reproduce.switching",
     "pflsa": "hetfed.reproduce.pflsa",
     "pflsa-communication": "hetfed.reproduce.pflsa_communication",
+    "pflsa-theory": "hetfed.reproduce.pflsa_theory",
 }
