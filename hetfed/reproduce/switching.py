@@ -358,11 +358,12 @@ def read_result(folder: Path, summary: dict[str, Any]) -> dict[str, Any]:
     """A completed run's final aggregate and its evaluation curve (the server rows with F, G)."""
     with open(folder / "rounds.csv", newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["client"] == "server" and r.get("F")]
-    curve = {
-        key: [float(r[key]) for r in rows]
-        for key in ("grad-evals", "F", "G", "avg-F", "avg-G")
-        if all(r.get(key) for r in rows)
+    required = ("grad-evals", "F", "G")
+    curve: dict[str, list[float | None]] = {
+        key: [float(r[key]) for r in rows] for key in required if all(r.get(key) for r in rows)
     }
+    # the averaged model exists from the first round that stepped on the objective: None before
+    curve.update({key: [float(r[key]) if r.get(key) else None for r in rows] for key in ("avg-F", "avg-G")})
     keys = ("F", "G", "avg-F", "avg-G", "grad-evals", "averaged-rounds")
     return {
         "final": {k: summary["aggregate"].get(k) for k in keys},
