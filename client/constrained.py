@@ -30,6 +30,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, MetricRec
 
 from client.session import ClientSession
 from client.state import ClientState
+from client.trust_region import natural_step
 from hetfed.records import scalar, to_numpy, to_record
 from problems.constrained import ConstrainedClientTask
 
@@ -65,12 +66,22 @@ def local_steps(
     batch_size: int,
     rng: np.random.Generator,
 ) -> float:
-    """E steps ``w <- w - gamma grad h(w, xi_e)``, a fresh batch per step; returns the last h."""
+    """E steps ``w <- w - gamma grad h(w, xi_e)``, a fresh batch per step; returns the last h.
+
+    A task with a ``trust_region`` > 0 (safe RL) takes TRPO-style steps instead
+    (client/trust_region.py: natural gradient, mean KL <= trust_region, gamma unused).
+    """
     params = [p for p in model.parameters() if p.requires_grad]
+    radius = float(getattr(task, "trust_region", 0.0))
+    kl_from = getattr(task, "kl_from", None) if radius > 0 else None
     value = float("nan")
     for _ in range(steps):
         batch = task.sample_batch(rng, batch_size, model)
         loss = objective(model, batch)
+        if kl_from is not None:
+            natural_step(params, loss, kl_from(model, batch), radius)
+            value = float(loss.detach())
+            continue
         grads = torch.autograd.grad(loss, params, allow_unused=True)
         with torch.no_grad():
             for p, grad in zip(params, grads, strict=True):

@@ -17,11 +17,19 @@ on the scale of the other tasks' losses (the softmax weights depend on that scal
     g_i(w) =  E[sum_t c_t] / H - budget   (cost budget as a fraction of the horizon)
 
 Estimates on a batch of N episodes are Monte-Carlo averages whose *gradient* is the
-REINFORCE policy gradient with reward-to-go,
-``(1/(N H)) sum_n sum_t grad log pi(a_t|s_t) sum_{t' >= t} (per-step value)_{t'}``:
-``f`` and ``g`` return ``value + surrogate - surrogate.detach()`` (the value of the
-estimate, the gradient of the score-function surrogate). Batches are on-policy:
-sample them with the model you differentiate at.
+REINFORCE policy gradient ``(1/(N H)) sum_n sum_t grad log pi(a_t|s_t) A_t`` with
+``A_t`` the reward-to-go ``sum_{t' >= t} x_{t'}`` of the per-step value x (``advantage =
+"reward-to-go"``) or, with ``advantage = "gae"``, the generalised advantage estimate
+
+    A_t = sum_l lambda^l delta_{t+l},   delta_t = x_t + V(s_{t+1}, t+1) - V(s_t, t)
+
+(undiscounted, as f and g are; V = 0 after an episode ends) over a value baseline V fitted
+by least squares to the batch's reward-to-go on features of the state and the time
+(:func:`value_baseline`, one per quantity: return and cost). ``f`` and ``g`` return
+``value + surrogate - surrogate.detach()`` (the value of the estimate, the gradient of the
+score-function surrogate). Batches are on-policy: sample them with the model you
+differentiate at. ``trust_region`` > 0 asks the client for TRPO-style local steps
+(client/trust_region.py); :meth:`SafeRLTask.kl_from` gives it the policy's KL divergence.
 
 With the defaults the constraint does not make the best return unreachable: a
 centring linear feedback (push right iff x + 1.6 x_dot + 18 theta + 3 theta_dot > 0)
@@ -39,6 +47,7 @@ n clients by a seeded permutation, so clients always differ, evenly, in every pa
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +61,7 @@ OBS_DIM = 4
 NUM_ACTIONS = 2
 PHYSICS_FIELDS = ("length", "masspole", "masscart", "force_mag")
 _EVAL_STREAM = 1  # rng stream tag for evaluation episodes, apart from the physics stream 0
+ADVANTAGES = ("reward-to-go", "gae")
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,9 @@ class SafeRLConfig:
     hidden: int = 0  # 0: linear softmax policy; > 0: one tanh hidden layer of this width
     eval_episodes: int = 32
     fall_cost: bool = False  # a fall costs the steps left to the horizon
+    advantage: str = "reward-to-go"  # or "gae" (advantages over a fitted value baseline)
+    gae_lambda: float = 0.95
+    trust_region: float = 0.0  # KL radius of a natural-gradient local step; 0: plain gradient steps
     instance_seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -92,6 +105,13 @@ class SafeRLConfig:
         require(
             isinstance(self.fall_cost, bool), "fall_cost", f"must be true or false, got {self.fall_cost!r}"
         )
+        require(
+            self.advantage in ADVANTAGES,
+            "advantage",
+            f"must be one of {list(ADVANTAGES)}, got {self.advantage!r}",
+        )
+        require(0 <= self.gae_lambda <= 1, "gae_lambda", f"must be in [0, 1], got {self.gae_lambda!r}")
+        require(self.trust_region >= 0, "trust_region", f"must be >= 0, got {self.trust_region!r}")
         require(
             isinstance(self.eval_episodes, int) and self.eval_episodes >= 1,
             "eval_episodes",
@@ -207,20 +227,61 @@ def rollout(
     return Episodes(obs_t, act_t, rew_t, cost_t, next_t, mask_t)
 
 
+def value_features(episodes: Episodes, horizon: int) -> torch.Tensor:
+    """Features of (s_t, t) for the value baseline: s, s^2, t/H, (t/H)^2, (t/H)^3, 1; [T, N, 12]."""
+    steps, n = episodes.mask.shape
+    t = (torch.arange(steps, dtype=torch.float64) / horizon)[:, None, None].expand(steps, n, 1)
+    obs = episodes.obs.double()
+    return torch.cat([obs, obs**2, t, t**2, t**3, torch.ones_like(t)], dim=-1)
+
+
+def value_baseline(episodes: Episodes, to_go: torch.Tensor, horizon: int) -> torch.Tensor:
+    """V(s_t, t) [T, N]: the least-squares fit of ``to_go`` on :func:`value_features` over the live
+    steps (ridge 1e-6 for the columns a short batch cannot tell apart); 0 on masked steps."""
+    x = value_features(episodes, horizon)
+    live = episodes.mask
+    xs, ys = x[live], to_go.double()[live]
+    coef = torch.linalg.solve(xs.T @ xs + 1e-6 * torch.eye(xs.shape[1], dtype=xs.dtype), xs.T @ ys)
+    return (x @ coef * live).float()
+
+
+def gae(per_step: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, lam: float) -> torch.Tensor:
+    """``A_t = sum_l lam^l (x_{t+l} + V_{t+l+1} - V_{t+l})`` per episode (undiscounted; V = 0 after
+    the episode's last step)."""
+    next_values = torch.cat([values[1:], torch.zeros_like(values[:1])]) * mask.roll(-1, 0) * mask
+    next_values[-1] = 0.0
+    delta = (per_step + next_values - values) * mask
+    advantages = torch.zeros_like(delta)
+    running = torch.zeros_like(delta[0])
+    for t in range(delta.shape[0] - 1, -1, -1):
+        running = delta[t] + lam * running * mask[t]
+        advantages[t] = running
+    return advantages
+
+
 def score_function_estimate(
-    policy: torch.nn.Module, episodes: Episodes, per_step: torch.Tensor, horizon: int
+    policy: torch.nn.Module,
+    episodes: Episodes,
+    per_step: torch.Tensor,
+    horizon: int,
+    advantage: str = "reward-to-go",
+    lam: float = 0.95,
 ) -> torch.Tensor:
-    """Value ``sum_t per_step_t / H`` averaged over episodes, with the REINFORCE gradient (reward-to-go).
+    """Value ``sum_t per_step_t / H`` averaged over episodes, with the policy gradient of the module
+    docs (weights: reward-to-go, or GAE over a fitted value baseline).
 
     ``per_step`` [T, N] is the per-step quantity (e.g. -reward or cost); masked steps are ignored.
     """
     per_step = per_step * episodes.mask
     to_go = per_step.flip(0).cumsum(0).flip(0)
+    weights = to_go
+    if advantage == "gae":
+        weights = gae(per_step, value_baseline(episodes, to_go, horizon), episodes.mask, lam)
     log_prob = (
         torch.log_softmax(policy(episodes.obs), dim=-1).gather(-1, episodes.actions.unsqueeze(-1)).squeeze(-1)
     )
     scale = 1.0 / (episodes.num_episodes * horizon)
-    surrogate = (log_prob * to_go * episodes.mask).sum() * scale
+    surrogate = (log_prob * weights * episodes.mask).sum() * scale
     return per_step.sum() * scale + surrogate - surrogate.detach()
 
 
@@ -242,11 +303,32 @@ class SafeRLTask:
         """``size`` fresh on-policy episodes of ``model``."""
         return rollout(model, self.physics, self.config, rng, check_batch_size(size))
 
+    @property
+    def trust_region(self) -> float:
+        """KL radius of the client's natural-gradient local steps (0: plain gradient steps)."""
+        return self.config.trust_region
+
+    def estimate(self, model: torch.nn.Module, batch: Episodes, per_step: torch.Tensor) -> torch.Tensor:
+        c = self.config
+        return score_function_estimate(model, batch, per_step, c.horizon, c.advantage, c.gae_lambda)
+
     def f(self, model: torch.nn.Module, batch: Episodes) -> torch.Tensor:
-        return score_function_estimate(model, batch, -batch.rewards, self.config.horizon)
+        return self.estimate(model, batch, -batch.rewards)
 
     def g(self, model: torch.nn.Module, batch: Episodes) -> torch.Tensor:
-        return score_function_estimate(model, batch, batch.costs, self.config.horizon) - self.config.budget
+        return self.estimate(model, batch, batch.costs) - self.config.budget
+
+    def kl_from(self, model: torch.nn.Module, batch: Episodes) -> Callable[[], torch.Tensor]:
+        """``KL(pi_now || pi_model)`` averaged over the batch's live states, as ``model`` moves from now."""
+        with torch.no_grad():
+            old = torch.log_softmax(model(batch.obs), dim=-1)
+        mask = batch.mask.float()
+
+        def kl() -> torch.Tensor:
+            new = torch.log_softmax(model(batch.obs), dim=-1)
+            return ((old.exp() * (old - new)).sum(-1) * mask).sum() / mask.sum()
+
+        return kl
 
     def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
         """f, g, mean return, mean episode cost and length over ``eval_episodes`` episodes.

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from lsa_reference import exact_oracle, garnet_oracle, pflsa, stacked
 
 from hetfed.reproduce.lsa_moments import LSAMoments
 from problems.garnet import make_agents
-from lsa_reference import exact_oracle, garnet_oracle, pflsa, stacked
 
 
 def test_the_sample_law_has_the_agents_means_and_is_the_law_the_clients_sample() -> None:
@@ -51,7 +51,9 @@ def test_the_mean_path_is_the_noise_free_iteration() -> None:
     agents = make_agents(5, 42, 0.5, 0.5)
     a_bar, b_bar, star = stacked(agents)
     reference = pflsa(exact_oracle(a_bar, b_bar), np.zeros_like(star), 0.9, 0.3, 60)
-    np.testing.assert_allclose(LSAMoments(agents, 0.9, 0.3).mean_path(60), reference[-1], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        LSAMoments(agents, 0.9, 0.3).mean_path(60), reference[-1], rtol=1e-12, atol=1e-12
+    )
 
 
 def test_the_floor_is_the_fixed_point_the_recursion_settles_at() -> None:

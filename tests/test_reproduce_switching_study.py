@@ -25,7 +25,9 @@ def test_first_reach_and_stay_of_a_constraint_curve() -> None:
 def test_the_fits_recover_known_lines_and_tell_shapes_apart() -> None:
     x = np.array([0.1, 0.2, 0.5, 0.9])
     fit = fit_shape(x, 0.02 + 0.3 * x)
-    assert fit["a"] == pytest.approx(0.02) and fit["c"] == pytest.approx(0.3) and fit["r2"] == pytest.approx(1.0)
+    assert (
+        fit["a"] == pytest.approx(0.02) and fit["c"] == pytest.approx(0.3) and fit["r2"] == pytest.approx(1.0)
+    )
     # G following the paper's 1 / (|ln(1 - r)| n) exactly: that fit is perfect, the other is not
     table = {
         f"m{m}": {"switching": {"avg-G": {"mean": 0.01 + 0.5 / (abs(math.log(1 - m / 10)) * 10), "sd": 0.0}}}
@@ -38,7 +40,9 @@ def test_the_fits_recover_known_lines_and_tell_shapes_apart() -> None:
 
 def test_quick_study_times_come_from_the_runs_and_the_page_renders_from_its_json(tmp_path: Path) -> None:
     out, runs = tmp_path / "out", tmp_path / "runs"
-    assert main(["reproduce", "switching-study", "--quick", "--out", str(out), "--results-dir", str(runs)]) == 0
+    assert (
+        main(["reproduce", "switching-study", "--quick", "--out", str(out), "--results-dir", str(runs)]) == 0
+    )
     result = json.loads((out / "switching-study-quick.json").read_text())
     alpha = result["studies"]["alpha"]
     label = "partial | switching alpha=100"
