@@ -88,7 +88,7 @@ def test_progress_line_of_a_run_without_an_averaged_model() -> None:
 
 
 def test_every_method_of_an_experiment_takes_the_same_gradient_evaluations() -> None:
-    for name in ("np-classification", "fair-classification", "safe-rl"):
+    for name in ("np-classification", "fair-classification", "safe-rl", "safe-rl-trpo"):
         exp = rep.experiment(name)
         for setting in exp.settings:
             configs = [rep.run_config(exp, setting, m, 0) for m in exp.methods]
@@ -141,3 +141,14 @@ def test_quick_np_classification_writes_tables_and_figures(tmp_path: Path) -> No
     assert table["full"]["switching alpha=100"]["avg-feasible-seeds"] == 2
     text = (docs / "np-classification-quick.md").read_text()
     assert "| switching alpha=100 |" in text and "![np-classification-quick-full]" in text
+
+
+def test_the_trpo_safe_rl_experiment_runs_valid_configs_with_trust_region_steps_and_the_fall_cost() -> None:
+    from hetfed.config import validate
+
+    exp = rep.experiment("safe-rl-trpo")
+    for setting in exp.settings:
+        for method in exp.methods:
+            cfg = validate(rep.run_config(exp, setting, method, 0))
+            assert (cfg["rl-trust-region"], cfg["rl-advantage"], cfg["rl-fall-cost"]) == (0.01, "gae", True)
+            assert cfg["switching-gamma"] * setting.local_steps == pytest.approx(cfg["switching-eta"])

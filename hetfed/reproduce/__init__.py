@@ -15,6 +15,7 @@ EXPERIMENTS = {
     "np-classification": "hetfed.reproduce.switching",
     "fair-classification": "hetfed.reproduce.switching",
     "safe-rl": "hetfed.reproduce.switching",
+    "safe-rl-trpo": "hetfed.reproduce.switching",
     "switching-study": "hetfed.reproduce.switching_study",
     "pflsa": "hetfed.reproduce.pflsa",
     "pflsa-communication": "hetfed.reproduce.pflsa_communication",

@@ -324,7 +324,32 @@ SAFE_RL = Experiment(
 )
 
 
-EXPERIMENTS = {e.name: e for e in (NP_CLASSIFICATION, FAIR_CLASSIFICATION, SAFE_RL)}
+# The paper's safe-RL setting: TRPO-style client updates (natural gradient, mean KL <= 0.01 per
+# local step) on GAE advantages over a fitted value baseline, and the cost that also counts the
+# steps after a fall, so falling early no longer lowers it.
+SAFE_RL_TRPO = replace(
+    SAFE_RL,
+    name="safe-rl-trpo",
+    title="Federated safe RL with TRPO-style updates and the fall cost (CartPole CMDPs, 4 clients)",
+    base={
+        **SAFE_RL.base,
+        "rl-trust-region": 0.01,
+        "rl-advantage": "gae",
+        "rl-gae-lambda": 0.95,
+        "rl-fall-cost": True,
+    },
+    notes=(
+        "As safe-rl.md, but every client's local step is TRPO's: the natural gradient of its "
+        "objective (conjugate gradient on Fisher-vector products) scaled to a mean KL divergence "
+        "of 0.01 between the old and new policy, halved until it stays within it, with GAE "
+        "(lambda = 0.95) advantages over a value baseline fitted by least squares on each batch; "
+        "the cost also counts the steps after a fall (`rl-fall-cost = true`). gamma = eta/E only "
+        "normalises the update, so the server averages the clients' end points."
+    ),
+    discussion="",
+)
+
+EXPERIMENTS = {e.name: e for e in (NP_CLASSIFICATION, FAIR_CLASSIFICATION, SAFE_RL, SAFE_RL_TRPO)}
 
 
 def experiment(name: str, quick: bool = False) -> Experiment:
