@@ -52,3 +52,10 @@ def test_the_floor_fit_recovers_a_known_power_law() -> None:
     curved = fit_floor(x, 0.8 * x**1.5)
     assert curved["slope"] == pytest.approx(1.5) and curved["r2-free"] == pytest.approx(1.0)
     assert curved["r2-proportional"] < 0.9 and curved["ratio-max"] / curved["ratio-min"] > 2
+
+
+def test_the_committed_page_is_what_its_json_renders(tmp_path: Path) -> None:
+    committed = Path(__file__).resolve().parents[1] / "docs" / "results"
+    (tmp_path / "pflsa-theory.json").write_bytes((committed / "pflsa-theory.json").read_bytes())
+    render(tmp_path)
+    assert (tmp_path / "pflsa-theory.md").read_text() == (committed / "pflsa-theory.md").read_text()
