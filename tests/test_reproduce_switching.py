@@ -151,4 +151,5 @@ def test_the_trpo_safe_rl_experiment_runs_valid_configs_with_trust_region_steps_
         for method in exp.methods:
             cfg = validate(rep.run_config(exp, setting, method, 0))
             assert (cfg["rl-trust-region"], cfg["rl-advantage"], cfg["rl-fall-cost"]) == (0.01, "gae", True)
+            assert cfg["rl-gae-lambda"] == 1.0
             assert cfg["switching-gamma"] * setting.local_steps == pytest.approx(cfg["switching-eta"])

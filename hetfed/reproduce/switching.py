@@ -335,15 +335,18 @@ SAFE_RL_TRPO = replace(
         **SAFE_RL.base,
         "rl-trust-region": 0.01,
         "rl-advantage": "gae",
-        "rl-gae-lambda": 0.95,
+        "rl-gae-lambda": 1.0,
         "rl-fall-cost": True,
     },
     notes=(
         "As safe-rl.md, but every client's local step is TRPO's: the natural gradient of its "
         "objective (conjugate gradient on Fisher-vector products) scaled to a mean KL divergence "
-        "of 0.01 between the old and new policy, halved until it stays within it, with GAE "
-        "(lambda = 0.95) advantages over a value baseline fitted by least squares on each batch; "
-        "the cost also counts the steps after a fall (`rl-fall-cost = true`). gamma = eta/E only "
+        "of 0.01 between the old and new policy, halved until it stays within it, with advantages "
+        "over a value baseline fitted by least squares on each batch (GAE with lambda = 1: the "
+        "reward-to-go minus the baseline, unbiased; at lambda = 0.95 the bootstrapped advantages "
+        "inherit the fitted baseline's error at the fall step, where the cost jumps by the steps "
+        "left, and in trial runs the constrained methods then stalled far above the budget); the "
+        "cost also counts the steps after a fall (`rl-fall-cost = true`). gamma = eta/E only "
         "normalises the update, so the server averages the clients' end points."
     ),
     discussion="",
