@@ -69,3 +69,15 @@ def test_bad_budgets_are_refused_by_name(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["reproduce", "pflsa", "--quick", "--runs", "0", "--out", str(tmp_path)]) == 2
     assert "--runs must be >= 1" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_the_committed_page_is_what_its_json_renders() -> None:
+    from hetfed.reproduce.pflsa import markdown
+
+    committed = Path(__file__).resolve().parents[1] / "docs" / "results"
+    result = json.loads((committed / "pflsa.json").read_text())
+    assert (committed / "pflsa.md").read_text() == markdown(result)
+    # Fig. 1's runs agree with the exact expectation at every level and method (5 runs: within 35%)
+    for row in result["fig1"]["levels"]:
+        for m in row["methods"].values():
+            assert m["error-last-10pct"] == pytest.approx(m["expected-last-10pct"], rel=0.35)
