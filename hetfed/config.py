@@ -299,15 +299,15 @@ CONSTRAINED_TASK_KEYS: dict[str, Key] = {
     "rl-heterogeneity": Key(0.5, "Safe RL: spread of the clients' physics", low=0.0, high=1.5),
     "rl-hidden": Key(0, "Safe RL: policy hidden units (0 = linear)", low=0),
     "rl-eval-episodes": Key(32, "Safe RL: evaluation episodes per client", low=1),
-    "rl-fall-cost": Key(False, "Safe RL: a fall also costs the steps left to the horizon"),
+    "rl-fall-cost": Key(True, "Safe RL: a fall also costs the steps left to the horizon"),
     "rl-advantage": Key(
-        "reward-to-go",
+        "gae",
         "Safe RL: policy-gradient weights (reward-to-go, or gae: advantages over a fitted value baseline)",
         choices=("reward-to-go", "gae"),
     ),
-    "rl-gae-lambda": Key(0.95, "Safe RL: lambda of the generalised advantage estimate", low=0.0, high=1.0),
+    "rl-gae-lambda": Key(1.0, "Safe RL: lambda of the generalised advantage estimate", low=0.0, high=1.0),
     "rl-trust-region": Key(
-        0.0, "Safe RL: KL radius of a natural-gradient local step (TRPO's); 0 = plain gradient steps", low=0.0
+        0.01, "Safe RL: KL radius of a natural-gradient local step (TRPO's); 0 = plain steps", low=0.0
     ),
     "quadratic-dim": Key(3, "Quadratic test problem: dimension of w", low=1),
 }

@@ -75,10 +75,11 @@ class SafeRLConfig:
     heterogeneity: float = 0.5
     hidden: int = 0  # 0: linear softmax policy; > 0: one tanh hidden layer of this width
     eval_episodes: int = 32
-    fall_cost: bool = False  # a fall costs the steps left to the horizon
-    advantage: str = "reward-to-go"  # or "gae" (advantages over a fitted value baseline)
-    gae_lambda: float = 0.95
-    trust_region: float = 0.0  # KL radius of a natural-gradient local step; 0: plain gradient steps
+    # Defaults: the paper's TRPO-based setting, which hetfed reproduce safe-rl-trpo evaluates.
+    fall_cost: bool = True  # a fall costs the steps left to the horizon
+    advantage: str = "gae"  # or "reward-to-go" (plain REINFORCE weights)
+    gae_lambda: float = 1.0  # 1: reward-to-go minus the fitted baseline, without bootstrapping bias
+    trust_region: float = 0.01  # KL radius of a natural-gradient local step; 0: plain gradient steps
     instance_seed: int | None = None
 
     def __post_init__(self) -> None:

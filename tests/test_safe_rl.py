@@ -60,7 +60,7 @@ def test_client_physics_change_the_dynamics_as_the_equations_say() -> None:
 
 
 def test_rollout_structure_and_documented_cost() -> None:
-    task = sr.load_client(2, N, seed=0, horizon=60, x_safe=0.05, theta_safe=0.03)
+    task = sr.load_client(2, N, seed=0, horizon=60, x_safe=0.05, theta_safe=0.03, fall_cost=False)
     model = task.make_model()
     ep = task.sample_batch(np.random.default_rng(0), 12, model)
     mask = ep.mask.numpy()
@@ -85,7 +85,7 @@ def test_fall_cost_charges_a_fall_the_steps_left_to_the_horizon() -> None:
     """Same episodes (same rng) with and without ``fall_cost``: only the last step of an episode
     that fell before the horizon costs more, by H minus its length; the evaluation's cost with it."""
     params = {"horizon": 40, "x_safe": 0.5, "theta_safe": 0.1}
-    plain = sr.load_client(1, N, seed=0, **params)
+    plain = sr.load_client(1, N, seed=0, fall_cost=False, **params)
     falls = sr.load_client(1, N, seed=0, fall_cost=True, **params)
     model = plain.make_model()
     a = plain.sample_batch(np.random.default_rng(3), 16, model)
@@ -120,7 +120,7 @@ def _tiny_episodes() -> sr.Episodes:
 
 @pytest.mark.parametrize("which", ["f", "g"])
 def test_surrogate_gradient_matches_explicit_policy_gradient_sum(which) -> None:
-    task = sr.load_client(0, N, seed=0, horizon=5, budget=0.1)
+    task = sr.load_client(0, N, seed=0, horizon=5, budget=0.1, advantage="reward-to-go")
     model = task.make_model().double()
     ep = _tiny_episodes()
     ep = sr.Episodes(
@@ -152,7 +152,7 @@ def test_surrogate_gradient_matches_explicit_policy_gradient_sum(which) -> None:
 
 
 def test_surrogate_gradient_for_hidden_layer_policy_is_the_sum_of_logprob_gradients() -> None:
-    task = sr.load_client(0, N, seed=0, horizon=4, hidden=3)
+    task = sr.load_client(0, N, seed=0, horizon=4, hidden=3, advantage="reward-to-go")
     model = task.make_model()
     ep = _tiny_episodes()
     params = list(model.parameters())
