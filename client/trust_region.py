@@ -42,6 +42,15 @@ def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.cat([t.reshape(-1) for t in tensors])
 
 
+def _assign(params: Sequence[torch.nn.Parameter], start: Sequence[torch.Tensor], step: torch.Tensor) -> None:
+    """``params <- start - step``, ``step`` flat over the parameters in order."""
+    with torch.no_grad():
+        offset = 0
+        for p, p0 in zip(params, start, strict=True):
+            p.copy_(p0 - step[offset : offset + p.numel()].view_as(p))
+            offset += p.numel()
+
+
 def natural_step(
     params: Sequence[torch.nn.Parameter],
     loss: torch.Tensor,
@@ -52,10 +61,11 @@ def natural_step(
 ) -> float:
     """One step of the module docs on ``params`` (in place); returns the mean KL it moved by."""
     grad = _flat(torch.autograd.grad(loss, params)).detach()
+    # d KL / d w with its graph, once: each Fisher-vector product differentiates it again.
+    kl_grad = _flat(torch.autograd.grad(kl(), params, create_graph=True))
 
     def fisher(v: torch.Tensor) -> torch.Tensor:
-        first = _flat(torch.autograd.grad(kl(), params, create_graph=True))
-        return _flat(torch.autograd.grad(first @ v, params)).detach() + damping * v
+        return _flat(torch.autograd.grad(kl_grad @ v, params, retain_graph=True)).detach() + damping * v
 
     direction = conjugate_gradient(fisher, grad)
     curvature = float(direction @ fisher(direction))
@@ -64,15 +74,10 @@ def natural_step(
     full = (2.0 * radius / curvature) ** 0.5 * direction
     start = [p.detach().clone() for p in params]
     for k in range(backtracks):
+        _assign(params, start, 0.5**k * full)
         with torch.no_grad():
-            offset = 0
-            for p, p0 in zip(params, start, strict=True):
-                p.copy_(p0 - 0.5**k * full[offset : offset + p.numel()].view_as(p))
-                offset += p.numel()
             moved = float(kl())
         if moved <= radius:
             return moved
-    with torch.no_grad():
-        for p, p0 in zip(params, start, strict=True):
-            p.copy_(p0)
+    _assign(params, start, torch.zeros_like(full))
     return 0.0

@@ -249,8 +249,7 @@ def value_baseline(episodes: Episodes, to_go: torch.Tensor, horizon: int) -> tor
 def gae(per_step: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, lam: float) -> torch.Tensor:
     """``A_t = sum_l lam^l (x_{t+l} + V_{t+l+1} - V_{t+l})`` per episode (undiscounted; V = 0 after
     the episode's last step)."""
-    next_values = torch.cat([values[1:], torch.zeros_like(values[:1])]) * mask.roll(-1, 0) * mask
-    next_values[-1] = 0.0
+    next_values = torch.cat([values[1:] * mask[1:], torch.zeros_like(values[:1])])
     delta = (per_step + next_values - values) * mask
     advantages = torch.zeros_like(delta)
     running = torch.zeros_like(delta[0])
@@ -266,7 +265,7 @@ def score_function_estimate(
     per_step: torch.Tensor,
     horizon: int,
     advantage: str = "reward-to-go",
-    lam: float = 0.95,
+    lam: float = 1.0,
 ) -> torch.Tensor:
     """Value ``sum_t per_step_t / H`` averaged over episodes, with the policy gradient of the module
     docs (weights: reward-to-go, or GAE over a fitted value baseline).
