@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from hetfed.cli import main
-from hetfed.reproduce.switching_study import first_feasible, fit_shape, participation_fit, render
+from hetfed.reproduce.common import fit_line
+from hetfed.reproduce.switching_study import first_feasible, participation_fit, render
 
 
 def test_first_reach_and_stay_of_a_constraint_curve() -> None:
@@ -24,7 +25,7 @@ def test_first_reach_and_stay_of_a_constraint_curve() -> None:
 
 def test_the_fits_recover_known_lines_and_tell_shapes_apart() -> None:
     x = np.array([0.1, 0.2, 0.5, 0.9])
-    fit = fit_shape(x, 0.02 + 0.3 * x)
+    fit = fit_line(x, 0.02 + 0.3 * x)
     assert (
         fit["a"] == pytest.approx(0.02) and fit["c"] == pytest.approx(0.3) and fit["r2"] == pytest.approx(1.0)
     )

@@ -118,6 +118,18 @@ def run_many(
     return [done[i] for i in range(len(configs))]
 
 
+def fit_line(x: Any, y: Any) -> dict[str, float]:
+    """Least squares ``y = a + c x``: intercept a, slope c and R^2."""
+    import numpy as np
+
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    design = np.column_stack([np.ones_like(x), x])
+    (a, c), *_ = np.linalg.lstsq(design, y, rcond=None)
+    resid = y - design @ np.array([a, c])
+    total = float(np.sum((y - y.mean()) ** 2))
+    return {"a": float(a), "c": float(c), "r2": 1.0 - float(np.sum(resid**2)) / total if total else 1.0}
+
+
 def mean_std(values: Iterable[float]) -> tuple[float, float]:
     """Mean and sample standard deviation (0 for one value) of the finite values."""
     xs = [float(v) for v in values if v is not None and math.isfinite(float(v))]

@@ -43,8 +43,8 @@ class LSAMoments:
         n, d = self.n, self.d
         self.theta_star = np.array([a.theta_star for a in agents])  # [N, d]
         self.W = np.kron(beta * np.eye(n) + (1.0 - beta) / n * np.ones((n, n)), np.eye(d))
-        self.A_bar = block_diag(*[a.A_bar for a in agents])
-        self.M = self.W @ self.A_bar
+        self.A_bars = np.array([a.A_bar for a in agents])
+        self.M = self.W @ block_diag(*self.A_bars)
         k, x, c = [], [], []
         for agent in agents:
             p, a, b = agent.transitions()
@@ -54,11 +54,20 @@ class LSAMoments:
             x.append(np.einsum("k,kij,kl->ijl", p, a, eps))  # E[A_ij eps_l]
             c.append(np.einsum("k,ki,kj->ij", p, eps, eps))
         self.K, self.X, self.C = np.array(k), np.array(x), np.array(c)
-        self.A_bars = np.array([a.A_bar for a in agents])
+
+    def _moduli(self) -> np.ndarray:
+        return np.abs(np.linalg.eigvals(np.eye(self.n * self.d) - self.eta * self.M))
 
     def spectral_radius(self) -> float:
         """rho(I - eta M): the mean contracts iff < 1, by this factor per iteration in the long run."""
-        return float(np.max(np.abs(np.linalg.eigvals(np.eye(self.n * self.d) - self.eta * self.M))))
+        return float(self._moduli().max())
+
+    def contraction(self) -> float:
+        """The largest |eigenvalue| of I - eta M below 1: the rate at which the mean reaches its
+        limit. It is the spectral radius when that is < 1; at beta = 0 the consensus directions
+        (eigenvalue 1) keep their value, and this is the rate of the others."""
+        moduli = self._moduli()
+        return float(moduli[moduli < 1.0 - 1e-9].max())
 
     def _diag_blocks(self, s: np.ndarray) -> np.ndarray:
         n, d = self.n, self.d

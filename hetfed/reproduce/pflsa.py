@@ -319,11 +319,19 @@ def figure1(runner: Runner, budget: Budget) -> dict[str, Any]:
     return {"N": n, "T": T, "runs": budget.fig1_runs, "levels": table}
 
 
+def shared_limit(agents: list[Any]) -> np.ndarray:
+    """``theta_lim = (sum_c A_bar_c)^{-1} sum_c b_bar_c``: FedLSA's (H = 1) noise-free limit."""
+    return np.linalg.solve(sum(a.A_bar for a in agents), sum(a.b_bar for a in agents))
+
+
+def mean_sq_distance(thetas: np.ndarray, targets: np.ndarray) -> float:
+    """``(1/N) sum_c ||thetas_c - targets_c||^2`` (``targets`` [N, d], or one [d] for every c)."""
+    return float(np.mean(np.sum((thetas - targets) ** 2, axis=-1)))
+
+
 def dispersion(agents: list[Any]) -> float:
     """``(1/N) sum_c ||theta_lim - theta_c*||^2``: FedLSA's (H = 1) noise-free error."""
-    a_bar = sum(a.A_bar for a in agents)
-    lim = np.linalg.solve(a_bar, sum(a.b_bar for a in agents))
-    return float(np.mean([np.sum((lim - a.theta_star) ** 2) for a in agents]))
+    return mean_sq_distance(np.array([a.theta_star for a in agents]), shared_limit(agents))
 
 
 def figure2(runner: Runner, budget: Budget) -> dict[str, Any]:

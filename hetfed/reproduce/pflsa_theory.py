@@ -30,8 +30,19 @@ from typing import Any
 
 import numpy as np
 
+from hetfed.reproduce.common import fit_line
 from hetfed.reproduce.lsa_moments import LSAMoments
-from hetfed.reproduce.pflsa import ETA_SINGLE, OUT, Runner, fmt, iterations_to, level_name
+from hetfed.reproduce.pflsa import (
+    ETA_SINGLE,
+    OUT,
+    Runner,
+    dispersion,
+    fmt,
+    iterations_to,
+    level_name,
+    mean_sq_distance,
+    shared_limit,
+)
 from problems.garnet import make_agents
 
 
@@ -107,15 +118,14 @@ def fit_floor(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     """
     lx, ly = np.log(x), np.log(y)
     total = float(np.sum((ly - ly.mean()) ** 2))
-    slope, intercept = np.polyfit(lx, ly, 1)
-    free_r2 = 1.0 - float(np.sum((ly - (intercept + slope * lx)) ** 2)) / total
+    free = fit_line(lx, ly)
     log_k = float(np.mean(ly - lx))
     prop_r2 = 1.0 - float(np.sum((ly - log_k - lx) ** 2)) / total
     ratio = y / (np.exp(log_k) * x)
     return {
-        "slope": float(slope),
-        "k-free": float(np.exp(intercept)),
-        "r2-free": free_r2,
+        "slope": free["c"],
+        "k-free": float(np.exp(free["a"])),
+        "r2-free": free["r2"],
         "k": float(np.exp(log_k)),
         "r2-proportional": prop_r2,
         "ratio-min": float(ratio.min()),
@@ -187,18 +197,14 @@ def beta_study(runner: Runner, budget: Budget) -> dict[str, Any]:
     every agent applies the same averaged update); PF-LSA's ``pflsa-beta = 0`` means 1/N.
     """
     agents = make_agents(BETA_N, runner.seed, *BETA_LEVEL)
-    a_sum = sum(a.A_bar for a in agents)
-    theta_lim = np.linalg.solve(a_sum, sum(a.b_bar for a in agents))
+    theta_lim = shared_limit(agents)
     star = np.array([a.theta_star for a in agents])
     horizon = max(budget.beta_horizons)
     every = 100
     rows = []
     for beta in budget.beta_values:
         moments = LSAMoments(agents, BETA_ETA, beta)
-        # At beta = 0 the mean keeps the consensus directions (eigenvalue 1 of I - eta M): its
-        # time constant is the one of the modes that do contract.
-        moduli = np.abs(np.linalg.eigvals(np.eye(BETA_N * moments.d) - BETA_ETA * moments.M))
-        rho = float(moduli[moduli < 1.0 - 1e-9].max())
+        rho = moments.contraction()  # at beta = 0 the mean keeps its consensus directions
         curve = moments.curve(horizon, every)
         # The limit of E theta_c^t, computed (not assumed): the mean after 50 time constants.
         limit = moments.mean_path(int(50 * time_constant(rho)))
@@ -210,18 +216,18 @@ def beta_study(runner: Runner, budget: Budget) -> dict[str, Any]:
             "expected": {str(t): float(curve[t // every]) for t in budget.beta_horizons},
             "mean-to-own": {},
             "mean-to-shared": {},
-            "limit-to-own": float(np.mean(np.sum((limit - star) ** 2, axis=1))),
-            "limit-to-shared": float(np.mean(np.sum((limit - theta_lim) ** 2, axis=1))),
+            "limit-to-own": mean_sq_distance(limit, star),
+            "limit-to-shared": mean_sq_distance(limit, theta_lim),
             "curve": curve.tolist(),
         }
         for t in budget.beta_horizons:
             mean = moments.mean_path(t)
-            row["mean-to-own"][str(t)] = float(np.mean(np.sum((mean - star) ** 2, axis=1)))
-            row["mean-to-shared"][str(t)] = float(np.mean(np.sum((mean - theta_lim) ** 2, axis=1)))
+            row["mean-to-own"][str(t)] = mean_sq_distance(mean, star)
+            row["mean-to-shared"][str(t)] = mean_sq_distance(mean, theta_lim)
         if beta in budget.beta_checks:
-            strategy, eta = ("fedlsa", BETA_ETA) if beta == 0 else ("pflsa", BETA_ETA)
+            strategy = "fedlsa" if beta == 0 else "pflsa"
             runs = runner.curve(
-                strategy, BETA_N, budget.beta_iterations, BETA_LEVEL, eta, budget.runs, CADENCE, beta
+                strategy, BETA_N, budget.beta_iterations, BETA_LEVEL, BETA_ETA, budget.runs, CADENCE, beta
             )
             exact = moments.curve(budget.beta_iterations, CADENCE)
             row["check"] = {
@@ -239,7 +245,7 @@ def beta_study(runner: Runner, budget: Budget) -> dict[str, Any]:
         "zeta_ker": BETA_LEVEL[0],
         "zeta_rew": BETA_LEVEL[1],
         "every": every,
-        "dispersion": float(np.mean(np.sum((theta_lim - star) ** 2, axis=1))),
+        "dispersion": dispersion(agents),
         "rows": rows,
     }
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from hetfed.reproduce.common import fit_line
 from hetfed.reproduce.switching import (
     NP_CLASSIFICATION,
     REPO,
@@ -120,15 +121,6 @@ def feasibility_times(runs: list[dict[str, Any]], eps: float, key: str) -> dict[
     return out
 
 
-def fit_shape(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
-    """Least squares ``y = a + c x``: a, c and R^2."""
-    design = np.column_stack([np.ones_like(x), x])
-    (a, c), *_ = np.linalg.lstsq(design, y, rcond=None)
-    resid = y - design @ np.array([a, c])
-    total = float(np.sum((y - y.mean()) ** 2))
-    return {"a": float(a), "c": float(c), "r2": 1.0 - float(np.sum(resid**2)) / total if total else 1.0}
-
-
 def participation_fit(table: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The averaged model's G against r = m/n, fitted to the paper's and the finite-population shape
     (over r < 1: at r = 1 the paper's shape is 0)."""
@@ -143,8 +135,8 @@ def participation_fit(table: dict[str, dict[str, Any]]) -> dict[str, Any]:
         y = np.array([p["G"] for p in partial])
         paper = np.array([1.0 / (abs(math.log(1.0 - p["r"])) * N) for p in partial])
         population = np.array([math.sqrt((1.0 - p["r"]) / p["m"]) for p in partial])
-        out["paper"] = fit_shape(paper, y)
-        out["finite-population"] = fit_shape(population, y)
+        out["paper"] = fit_line(paper, y)
+        out["finite-population"] = fit_line(population, y)
     return out
 
 
