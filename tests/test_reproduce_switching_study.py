@@ -78,3 +78,13 @@ def test_the_committed_study_renders_from_its_json_and_repeats_the_committed_np_
     ]
     for key in ("avg-F", "avg-G", "F", "G"):
         assert ours[key]["mean"] == pytest.approx(theirs[key]["mean"], rel=1e-5)
+
+
+def test_bad_options_are_refused_by_name_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for option in ("--seeds", "--workers"):
+        args = ["reproduce", "switching-study", "--quick", option, "0", "--out", str(tmp_path / "o")]
+        assert main([*args, "--results-dir", str(tmp_path / "r")]) == 2
+        assert f"{option}: must be >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists() and not (tmp_path / "o").exists()

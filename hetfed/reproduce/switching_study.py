@@ -141,6 +141,9 @@ def participation_fit(table: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    for name, value in (("--seeds", args.seeds), ("--workers", args.workers)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name}: must be >= 1, got {value}")
     exps = sweeps(args.quick)
     results = Path(args.results_dir) if args.results_dir else REPO / "results" / "reproduce"
     out = (
