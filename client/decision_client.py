@@ -59,18 +59,22 @@ class CalibrationError(ValueError):
     """The client's data cannot calibrate lam0 (zero costs or a zero-radius feasible set)."""
 
 
-def calibrate(data: DecisionClientData, alpha: float, norm: str = "mean") -> dict[str, float]:
+def calibrate(
+    data: DecisionClientData, alpha: float, norm: str = "mean", fixed: float = 0.0
+) -> dict[str, float]:
     """``lam0 = s_i(||c_i||_2) / R``, ``lr0 = alpha lam0 / 4`` from the client's training costs, with
-    ``s`` the mean (the paper) or the median (``norm``: a few extreme days cannot inflate it)."""
+    ``s`` the mean (the paper) or the median (``norm``: a few extreme days cannot inflate it); a
+    ``fixed`` lam0 > 0 (the paper's shortest-path setting: 2) replaces the data's scale."""
     radius = data.polytope.radius()
-    norms = data.train.c.norm(dim=1)
-    scale = float(norms.mean() if norm == "mean" else norms.quantile(0.5))
     if not radius > 0:
         raise CalibrationError(
             f"{data.name}: its feasible set has radius {radius:g} (a single point), so lam0 = mean||c|| / R "
             "is undefined; this client cannot take part in FedRSPO+"
         )
-    lam0 = scale / radius
+    if fixed > 0:
+        return {"lam0": fixed, "lr0": alpha * fixed / 4, "radius": radius}
+    norms = data.train.c.norm(dim=1)
+    lam0 = float(norms.mean() if norm == "mean" else norms.quantile(0.5)) / radius
     if not (math.isfinite(lam0) and lam0 > 0):
         raise CalibrationError(f"{data.name}: lam0 = {lam0:g} (its training costs are all zero)")
     return {"lam0": lam0, "lr0": alpha * lam0 / 4, "radius": radius}
@@ -261,7 +265,8 @@ class DecisionClient:
 
     def calibration(self) -> dict[str, float]:
         """This client's ``lam0_j``, ``lr0_j`` and radius, from its own data (they stay here)."""
-        return calibrate(self.data, self.settings["rspo-alpha"], self.settings["calibration-norm"])
+        s = self.settings
+        return calibrate(self.data, s["rspo-alpha"], s["calibration-norm"], s["fixed-lam0"])
 
     def step_sizes(self, config: ConfigRecord, loss: str) -> tuple[float, float]:
         """(lam, lr) of a training message: the message's when it carries them, else this client's

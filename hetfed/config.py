@@ -108,6 +108,11 @@ DECISION_KEYS: dict[str, Key] = {
         "Scale of lam0_j = s(||c_i||) / R_j: mean (the paper) or median (robust to price spikes)",
         choices=("mean", "median"),
     ),
+    "fixed-lam0": Key(
+        0.0,
+        "lam0 for every client instead of its calibration (0 = calibrate; paper's shortest path: 2)",
+        low=0.0,
+    ),
     "anneal": Key(True, "RSPO+ personalization: inverse-time schedules and freezing"),
     "kappa-lam": Key(1.0, "lam_t = lam0 / (1 + kappa_lam (t - 1))", low=0.0),
     "kappa-lr": Key(0.1, "lr_t = lr0 / (1 + kappa_lr (t - 1))", low=0.0),
@@ -254,8 +259,10 @@ ENERGY_KEYS: dict[str, Key] = {
         0, "Energy: train on only the last K days of the training split (cold start); 0 = all", low=0
     ),
     "energy-quota": Key(
-        0, "Energy: every zone buys this many hours a day (equal demands); 0 = D_j = 4 + (5 k mod 9)",
-        low=0, high=24,
+        0,
+        "Energy: every zone buys this many hours a day (equal demands); 0 = D_j = 4 + (5 k mod 9)",
+        low=0,
+        high=24,
     ),
 }
 

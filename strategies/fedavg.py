@@ -28,6 +28,7 @@ DECISION_CLIENT_KEYS = (
     "rspo-alpha",
     "rspo-alpha-personal",
     "calibration-norm",
+    "fixed-lam0",
     "personal-rounds",
     "personal-epochs",
     "anneal",

@@ -74,6 +74,9 @@ def test_calibration_is_mean_cost_norm_over_radius() -> None:
     assert calibrate(data, alpha=0.01, norm="median")["lam0"] == pytest.approx(np.median(spiked) / radius)
     assert calibrate(data, alpha=0.01)["lam0"] > 10 * cal["lam0"]  # the mean explodes, the median
     assert calibrate(data, alpha=0.01, norm="median")["lam0"] < 2 * median["lam0"]  # shifts by ranks
+    # A fixed lam0 (the paper's shortest-path setting) ignores the data's scale, not the radius.
+    fixed = calibrate(data, alpha=0.01, norm="median", fixed=2.0)
+    assert fixed == {"lam0": 2.0, "lr0": 0.01 * 2.0 / 4, "radius": pytest.approx(radius, rel=1e-12)}
 
 
 def test_each_silo_deploys_the_model_better_on_its_own_validation_data(tmp_path: Path) -> None:
@@ -196,6 +199,15 @@ def test_shared_calibration_is_the_mean_and_other_losses_keep_their_lr(tmp_path:
         observers=[lambda ins, reply: seen.append((ins, reply))],
     )
     assert {i.content["config"]["lr"] for i, _ in seen if i.metadata.message_type == "train"} == {0.003}
+    seen.clear()  # with a fixed lam0 every client holds lam0 = 2, lr0 = alpha 2 / 4: so does their mean
+    run_inline(
+        {**cfg, "run-name": "f", "fixed-lam0": 2.0, "rspo-alpha": 0.02},
+        node_configs(4),
+        observers=[lambda ins, reply: seen.append((ins, reply))],
+    )
+    trains = [i.content["config"] for i, _ in seen if i.metadata.message_type == "train"]
+    assert trains and all(c["lam"] == pytest.approx(2.0, abs=1e-11) for c in trains)
+    assert all(c["lr"] == pytest.approx(0.02 * 2.0 / 4, abs=1e-11) for c in trains)
 
 
 def test_a_client_missing_from_the_masked_mean_fails_the_run_in_one_line(tmp_path: Path) -> None:

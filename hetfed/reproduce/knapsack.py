@@ -186,7 +186,7 @@ def pooled(run_config: Mapping[str, Any], clients: int) -> dict[str, float]:
     spec = get_problem(cfg["problem"])
     assert spec.model_dims is not None  # a decision problem
     data = [spec.load_client(cfg, j, clients, None) for j in range(clients)]
-    cal = [calibrate(d, cfg["rspo-alpha"], cfg["calibration-norm"]) for d in data]
+    cal = [calibrate(d, cfg["rspo-alpha"], cfg["calibration-norm"], cfg["fixed-lam0"]) for d in data]
     lr = sum(c["lr0"] for c in cal) / clients if loss == "rspo+" else cfg["lr"]
     in_dim, out_dim = spec.model_dims(cfg)
     model = make_mlp(in_dim, cfg["hidden"], out_dim, seed=seed)
