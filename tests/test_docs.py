@@ -370,7 +370,7 @@ def energy_claims() -> list[tuple[str, str]]:
 
 
 def shortest_path_claims() -> list[tuple[str, str]]:
-    d = results("shortest-path")
+    d = results("shortest-path")["heterogeneity"]
     t = d["tables"]
 
     def pair(row: str, loss: str) -> str:
@@ -647,7 +647,7 @@ def test_the_orderings_the_write_ups_state_hold_in_the_json() -> None:
 
     # shortest paths: "RSPO+ is the best loss in every setting"; with identical clients
     # "personalization does not help"
-    sp = results("shortest-path")["tables"]
+    sp = results("shortest-path")["heterogeneity"]["tables"]
     for row, losses in sp.items():
         for stage in ("fed", "per"):
             best = min(losses, key=lambda loss, s=stage: losses[loss][s]["mean"])

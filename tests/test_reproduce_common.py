@@ -34,6 +34,17 @@ def test_completed_runs_are_reused_changed_or_interrupted_ones_run_again(tmp_pat
     assert completed_run(tmp_path / "missing", configs[0]) is None
 
 
+def test_a_run_named_twice_runs_once_and_two_configs_cannot_share_a_name(tmp_path: Path) -> None:
+    lines: list[str] = []
+    a = {**BASE, "run-name": "a"}
+    out = run_many(
+        [a, {**BASE, "run-name": "b", "seed": 2}, dict(a)], nodes=3, results_dir=tmp_path, log=lines.append
+    )
+    assert len(lines) == 2 and out[2] == out[0] and out[1] != out[0]  # "a" ran once, reported twice
+    with pytest.raises(ValueError, match="share the run name 'a'"):
+        run_many([a, {**a, "seed": 3}], nodes=3, results_dir=tmp_path, log=lines.append)
+
+
 def test_mean_std_and_fmt() -> None:
     mean, std = mean_std([1.0, 2.0, 4.0, float("nan"), None])
     assert mean == pytest.approx(7 / 3) and std == pytest.approx(((16 + 1 + 25) / 9 / 2) ** 0.5)

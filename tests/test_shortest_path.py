@@ -14,7 +14,7 @@ from hetfed.config import validate
 from problems.polytope import PROJECTION_ACCURACY, GridFlowPolytope
 from problems.registry import get_problem
 from problems.shortest_path import ShortestPathParams, load_client, route_law
-from tests.conftest import reproduce_quick
+from tests.conftest import hetfed_cli, reproduce_quick
 from tests.test_polytope import kkt_residual, reference_projection
 
 
@@ -200,27 +200,75 @@ def test_bad_parameters_are_refused(bad: dict) -> None:
         ShortestPathParams(**bad)
 
 
-def test_quick_reproduction_writes_tables_json_and_plots(tmp_path: Path) -> None:
+def test_quick_reproduction_writes_every_part_and_a_part_run_alone_keeps_the_others(tmp_path: Path) -> None:
+    from hetfed.reproduce.shortest_path import paired
+
     out = reproduce_quick("shortest-path", tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     doc = (tmp_path / "out" / "shortest-path.md").read_text()
-    assert "Optimality gap % (Fed / +P)" in doc and "PyEPO" in doc
+    assert "The paper's settings (Table 8)" in doc and "Warcraft" in doc and "PyEPO" in doc
     data = json.loads((tmp_path / "out" / "shortest-path.json").read_text())
+    runs = tmp_path / "runs"
+
+    def gap(run: str, stage: str) -> float:
+        """A run's gap: the mean over its clients of their relative regrets, in %."""
+        summary = json.loads((runs / run / "summary.json").read_text())
+        return 100 * float(np.mean([m[f"{stage}-relative-regret"] for m in summary["clients"].values()]))
+
+    def config(run: str) -> dict:
+        return json.loads((runs / run / "config.json").read_text())["config"]
+
+    # Table 8's settings reach the runs: fraction 0.5, 2 personalization epochs, lam0 = 2 for all
+    t8 = data["table8"]
+    cfg = config("t8-k5-rspo+-s42")
+    assert (cfg["fraction"], cfg["personal-epochs"], cfg["fixed-lam0"], cfg["grid-size"]) == (0.5, 2, 2.0, 5)
+    for loss in ("mse", "pfyl", "dpo", "spo+", "rspo+"):
+        for stage in ("fed", "per"):
+            cell = t8["tables"]["5"][loss][stage]
+            assert cell["seeds"] == [42] and cell["values"] == [
+                pytest.approx(gap(f"t8-k5-{loss}-s42", stage))
+            ]
+    spo, rspo = t8["tables"]["5"]["spo+"]["per"], t8["tables"]["5"]["rspo+"]["per"]
+    assert paired(spo, rspo)["values"] == pytest.approx([spo["values"][0] - rspo["values"][0]])
+    # the sweep's points change only what they name, and say so in the run's name
+    d1 = config("t8-k5-spo+-degree=1-hidden=0-s42")
+    assert (d1["degree"], d1["hidden"], d1["fixed-lam0"], d1["fraction"]) == (1, 0, 2.0, 0.5)
+    assert data["sweep"]["tables"]["degree-model"]["d1-linear"]["spo+"]["per"]["values"] == [
+        pytest.approx(gap("t8-k5-spo+-degree=1-hidden=0-s42", "per"))
+    ]
+    assert config("t8-k5-rspo+-kappa-lam=0-s42")["kappa-lam"] == 0.0
+    # the heterogeneity rows keep the knapsack protocol (calibrated lam0, fraction 0.4)
     for row in ("corners-t0", "random-t0.5"):
-        for loss in ("mse", "pfyl", "dpo", "spo+", "rspo+"):
-            for stage in ("fed", "per"):
-                cell = data["tables"][row][loss][stage]
-                assert cell["seeds"] == [42] and cell["mean"] == cell["values"][0]
-        # a run's gap is the mean over its clients of their relative regrets, in %
-        summary = json.loads((tmp_path / "runs" / f"k5-{row}-rspo+-s42" / "summary.json").read_text())
-        per_client = [m["per-relative-regret"] for m in summary["clients"].values()]
-        assert data["tables"][row]["rspo+"]["per"]["mean"] == pytest.approx(
-            100 * np.mean(per_client), rel=1e-12
-        )
+        cfg = config(f"k5-{row}-rspo+-s42")
+        assert "fixed-lam0" not in cfg and "fraction" not in cfg  # the defaults: calibrated, 0.4
+        assert data["heterogeneity"]["tables"][row]["rspo+"]["per"]["values"] == [
+            pytest.approx(gap(f"k5-{row}-rspo+-s42", "per"))
+        ]
         # decision-focused RSPO+ beats the MSE baseline after personalization even on the short schedule
-        assert data["tables"][row]["rspo+"]["per"]["mean"] < data["tables"][row]["mse"]["per"]["mean"]
-    for name in ("shortest-path-gap.png", "shortest-path-regret-per-round.png"):
-        assert (tmp_path / "out" / name).stat().st_size > 10_000
+        losses = data["heterogeneity"]["tables"][row]
+        assert losses["rspo+"]["per"]["mean"] < losses["mse"]["per"]["mean"]
+    for name in ("gap", "regret-per-round", "sweep", "heterogeneity"):
+        assert (tmp_path / "out" / f"shortest-path-{name}.png").stat().st_size > 10_000
+
+    # one part again (its runs are on disk, so nothing trains): the other parts' entries stay as they are
+    path = tmp_path / "out" / "shortest-path.json"
+    data["heterogeneity"]["marker"] = "kept"
+    path.write_text(json.dumps(data))
+    again = hetfed_cli(
+        "reproduce",
+        "shortest-path",
+        "--quick",
+        "--part",
+        "sweep",
+        "--results-dir",
+        str(runs),
+        "--out",
+        str(tmp_path / "out"),
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    after = json.loads(path.read_text())
+    assert after["heterogeneity"] == data["heterogeneity"] and after["table8"] == data["table8"]
+    assert after["sweep"]["tables"] == data["sweep"]["tables"]
 
 
 def test_the_committed_report_is_what_its_json_renders_and_says_it_is_not_warcraft() -> None:

@@ -82,7 +82,8 @@ def run_many(
     log: Callable[[str], None] = print,
     describe: Callable[[Mapping[str, Any]], str] = lambda summary: "",
 ) -> list[dict[str, Any]]:
-    """Run every config (each with a unique ``run-name``) and return their summaries in order.
+    """Run every config and return their summaries in order; configs with the same ``run-name``
+    must be equal and run once (a study's point may be another table's run).
 
     Inline runs go to ``workers`` processes; the simulation and deployment engines run one at a
     time (they use every core already). A run of the same config that already completed under
@@ -91,7 +92,13 @@ def run_many(
     """
     configs = [dict(c) for c in configs]
     todo, done = [], {}
+    first: dict[str, int] = {}  # run name -> the index of its first config
     for i, cfg in enumerate(configs):
+        j = first.setdefault(cfg["run-name"], i)
+        if j != i:
+            if cfg != configs[j]:
+                raise ValueError(f"two different configs share the run name {cfg['run-name']!r}")
+            continue
         summary = completed_run(Path(results_dir) / cfg["run-name"], cfg)
         if summary is None:
             todo.append(i)
@@ -115,7 +122,7 @@ def run_many(
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
-    return [done[i] for i in range(len(configs))]
+    return [done[first[cfg["run-name"]]] for cfg in configs]
 
 
 def fit_line(x: Any, y: Any) -> dict[str, float]:
