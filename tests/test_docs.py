@@ -370,6 +370,11 @@ def energy_claims() -> list[tuple[str, str]]:
 
 
 def shortest_path_claims() -> list[tuple[str, str]]:
+    t8, settings = (results("shortest-path")["table8"][k] for k in ("tables", "settings"))
+
+    def t8_pair(k: str, loss: str) -> str:
+        return f"{t8[k][loss]['fed']['mean']:.1f} / {t8[k][loss]['per']['mean']:.1f}"
+
     d = results("shortest-path")["heterogeneity"]
     t = d["tables"]
 
@@ -378,6 +383,10 @@ def shortest_path_claims() -> list[tuple[str, str]]:
 
     terrain = d["rows"]["random-t0.5"].split("t = ")[1]
     return [
+        ("README.md", f"Table 8 settings** (client fraction {settings['fraction']}, 2 personalization"),
+        ("README.md", f"RSPO+ {t8_pair('12', 'rspo+')} against SPO+ {t8_pair('12', 'spo+')}"),
+        ("README.md", f"(MSE {t8_pair('12', 'mse')}), on 5 x 5"),
+        ("README.md", f"on 5 x 5 RSPO+ {t8_pair('5', 'rspo+')} against SPO+ {t8_pair('5', 'spo+')}"),
         ("README.md", f"{pair('random-t0.5', 'rspo+')} against SPO+ {pair('random-t0.5', 'spo+')}"),
         ("README.md", f"terrain (t = {terrain})"),
         ("README.md", f"personalization does not help ({pair('corners-t0', 'rspo+')})"),
@@ -425,6 +434,7 @@ def switching_claims() -> list[tuple[str, str]]:
             f"{avg_f(fair, 'partial', 'switching alpha=10')})",
         ),
     ]
+
 
 STUDIES = ("alpha", "clients", "combined", "compositions", "data-heterogeneity", "linear", "rounds")
 STUDIES += ("schedule",)
@@ -527,16 +537,25 @@ def pilot_claims() -> list[tuple[str, str]]:
     return [
         ("README.md", f"(Fed {fed:.1f}, +P {per:.1f} in `energy.json`;"),
         ("README.md", f"(a lam0 about {sum(lam) / len(lam):.0f}x smaller, like the clean split's)"),
-        ("README.md", f"the federated model is at {m('as-is', 'rspo+ median', 'fed')} against "
-                      f"{m('as-is', 'rspo+ mean', 'fed')} with the paper's mean"),
-        ("README.md", f"the deployed models at {m('as-is', 'rspo+ median', 'dep')} against "
-                      f"{m('as-is', 'rspo+ mean', 'dep')};"),
+        (
+            "README.md",
+            f"the federated model is at {m('as-is', 'rspo+ median', 'fed')} against "
+            f"{m('as-is', 'rspo+ mean', 'fed')} with the paper's mean",
+        ),
+        (
+            "README.md",
+            f"the deployed models at {m('as-is', 'rspo+ median', 'dep')} against "
+            f"{m('as-is', 'rspo+ mean', 'dep')};",
+        ),
         (
             "README.md",
             f"(Fed {m('no-storm', 'rspo+ median', 'fed')} and {m('no-storm', 'rspo+ mean', 'fed')})",
         ),
-        ("README.md", f"the deployed models are at {m('as-is', 'rspo+ mean', 'dep')} against +P "
-                      f"{m('as-is', 'rspo+ mean', 'per')} and Fed {m('as-is', 'rspo+ mean', 'fed')}."),
+        (
+            "README.md",
+            f"the deployed models are at {m('as-is', 'rspo+ mean', 'dep')} against +P "
+            f"{m('as-is', 'rspo+ mean', 'per')} and Fed {m('as-is', 'rspo+ mean', 'fed')}.",
+        ),
         ("README.md", f"correlates {min(corr):.2f} to {max(corr):.2f} with its test gain"),
         ("README.md", f"picks the better test model in {min(picks):.0%} to {max(picks):.0%} of the cases"),
     ]
@@ -653,6 +672,28 @@ def test_the_orderings_the_write_ups_state_hold_in_the_json() -> None:
             best = min(losses, key=lambda loss, s=stage: losses[loss][s]["mean"])
             assert best == "rspo+", (row, stage)
     assert sp["corners-t0"]["rspo+"]["per"]["mean"] > sp["corners-t0"]["rspo+"]["fed"]["mean"]
+    # Table 8's settings: "RSPO+ stays ahead and personalization makes it worse"
+    t8 = results("shortest-path")["table8"]["tables"]
+    for losses in t8.values():
+        for stage in ("fed", "per"):
+            assert min(losses, key=lambda loss, s=stage: losses[loss][s]["mean"]) == "rspo+", stage
+        assert losses["rspo+"]["per"]["mean"] > losses["rspo+"]["fed"]["mean"]
+    sweep = results("shortest-path")["sweep"]["tables"]
+    step = sweep["spo-step"]
+
+    def lead(point: str, stage: str) -> float:  # SPO+ - RSPO+, paired by seed
+        spo, rspo = (step[point][loss][stage]["values"] for loss in ("spo+", "rspo+"))
+        return sum(x - y for x, y in zip(spo, rspo, strict=True)) / len(spo)
+
+    for k in ("k5", "k12"):  # "at RSPO+'s step SPO+'s federated model is level with RSPO+'s"
+        assert abs(lead(f"{k}-lr", "fed")) < 0.25 * lead(k, "fed")
+    assert lead("k5-rounds", "per") < 0  # "SPO+ overtakes after personalization with 30 warm-start rounds
+    for point in ("d1-mlp", "d2-mlp"):  # or a near-linear cost law"
+        x = sweep["degree-model"][point]
+        assert x["spo+"]["per"]["mean"] < x["rspo+"]["per"]["mean"]
+    for point, x in sweep["clients"].items():  # "with clients that differ personalization cuts both"
+        if point != "corners-t0":
+            assert all(x[m]["per"]["mean"] < x[m]["fed"]["mean"] for m in ("spo+", "rspo+"))
 
     # NP classification
     npc = results("np-classification")

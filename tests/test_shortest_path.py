@@ -240,7 +240,7 @@ def test_quick_reproduction_writes_every_part_and_a_part_run_alone_keeps_the_oth
     # the heterogeneity rows keep the knapsack protocol (calibrated lam0, fraction 0.4)
     for row in ("corners-t0", "random-t0.5"):
         cfg = config(f"k5-{row}-rspo+-s42")
-        assert "fixed-lam0" not in cfg and "fraction" not in cfg  # the defaults: calibrated, 0.4
+        assert (cfg["fixed-lam0"], cfg["fraction"], cfg["personal-epochs"]) == (0.0, 0.4, 1)  # calibrated
         assert data["heterogeneity"]["tables"][row]["rspo+"]["per"]["values"] == [
             pytest.approx(gap(f"k5-{row}-rspo+-s42", "per"))
         ]

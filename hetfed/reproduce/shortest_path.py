@@ -90,9 +90,9 @@ SWEEP: dict[
     "rspo-schedule": (
         ("rspo+",),
         [
+            ("kappa1", "kappa_lam 1 (the Table 8 runs)", {}),  # first: the reference of the others
             ("kappa0", "kappa_lam 0 (lam stays 2)", {"kappa-lam": 0.0}),
             ("kappa0.5", "kappa_lam 0.5", {"kappa-lam": 0.5}),
-            ("kappa1", "kappa_lam 1 (the Table 8 runs)", {}),
             ("kappa2", "kappa_lam 2", {"kappa-lam": 2.0}),
             ("calibrated", "lam0_j = mean ||c|| / R_j (calibrated)", {"fixed-lam0": 0.0}),
             (
@@ -408,7 +408,7 @@ def sweep_findings(d: dict[str, Any]) -> list[str]:
             f"{change(x['spo+']):+.0f}% and RSPO+'s by {change(x['rspo+']):+.0f}%."
         )
     sched = t.get("rspo-schedule", {})
-    if sched:
+    if {"kappa0", "kappa2", "calibrated", "personal-lr"} <= set(sched):
         base = sched["kappa1"]["rspo+"]["per"]
         moves = {p: paired(x["rspo+"]["per"], base)["mean"] for p, x in sched.items() if p != "kappa1"}
         kappas = [abs(v) for p, v in moves.items() if p.startswith("kappa")]
