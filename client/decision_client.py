@@ -432,6 +432,9 @@ class DecisionClient:
                     f"r{t}-val-relative-regret": val["relative-regret"],
                 }
             )
+            if cfg["personal-trace"]:  # a diagnosis: the test metrics the evaluation reports, per round
+                test = decision_metrics(model, self.data.test, self.data.polytope)
+                metrics.update({f"r{t}-test-{k}": test[k] for k in ("absolute-regret", "relative-regret")})
             if state.directory is not None:  # on disk every round: a restarted node resumes here
                 self.save_personal(state, model, optimizer, sched.position())
                 state.set_values("personal-log", path)

@@ -86,3 +86,15 @@ class PersonalSchedule:
         """Continue from a kept :meth:`position` (a restarted node)."""
         self.round, self.frozen_at = int(position["round"]), int(position["frozen-at"])
         self.lam, self.lr = float(position["lam"]), float(position["lr"])
+
+    def replay(self, freeze_stats: Mapping[int, float]) -> dict[int, tuple[float, float]]:
+        """``{t: (lam_t, lr_t)}`` of a fresh schedule given the rounds' statistics U_t: the path a
+        client took, rebuilt from its lam0, lr0 and what its rounds reported."""
+        path = {}
+        for t in sorted(freeze_stats):
+            if not self.trains(t):
+                break
+            self.begin(t)
+            path[t] = (self.lam, self.lr)
+            self.end(t, freeze_stats[t])
+        return path

@@ -119,6 +119,9 @@ DECISION_KEYS: dict[str, Key] = {
     "coupled-lr": Key(False, "The paper's coupled schedule lr_t = alpha lam_t / 4 instead of kappa-lr"),
     "freeze-tau": Key(0.01, "Freeze lam and lr once U_t <= tau (energy: 0.03)", low=0.0),
     "freeze-extra-rounds": Key(3, "Rounds a frozen client still trains before it stops", low=0),
+    "personal-trace": Key(
+        False, "Diagnosis: each personalization round also reports the personal model's test regret"
+    ),
     "monitor-size": Key(8, "Validation samples of the freeze statistic U_t", low=1),
     "proximal-mu": Key(0.0, "FedProx: (mu/2)||theta - theta_global||^2 added to every batch loss", low=0.0),
     "ditto-mu": Key(

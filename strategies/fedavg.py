@@ -37,6 +37,7 @@ DECISION_CLIENT_KEYS = (
     "coupled-lr",
     "freeze-tau",
     "freeze-extra-rounds",
+    "personal-trace",
     "monitor-size",
     "perturb-eps",
     "perturb-samples",

@@ -240,8 +240,27 @@ def test_quick_energy_reproduction_writes_tables_json_and_plots(ercot_dir: Path,
     assert set(cold["local"]) == {"7", "0"} and set(cold["federated"]) == {"as-is", "no-storm"}
     for zone, evidence in data["storm"]["zones"].items():
         assert evidence["storm-days-in-train"] == 9 and evidence["lam0"] > 3 * evidence["lam0-no-storm"], zone
-    for name in ("energy-prices.png", "energy-regret-per-round.png", "energy-cold-start.png"):
-        assert (tmp_path / "out" / name).stat().st_size > 10_000
+    # the personalization diagnosis: per zone and seed, from the traced full runs
+    assert "Why personalization hurts" in doc
+    for variant, block in data["personalization-trace"].items():
+        summary = json.loads(
+            (tmp_path / "runs" / f"ablation-{variant}-rspo+-full-s42" / "summary.json").read_text()
+        )
+        assert set(block["cases"]) == set(summary["clients"]) and block["rounds"]["1"]["cases"] == 4
+        for zone, by_seed in block["cases"].items():
+            case, m = by_seed["42"], summary["clients"][zone]
+            # after its last round the personal model is the one evaluated: the trace ends at +P
+            assert case["test"][-1] == pytest.approx(m["per-absolute-regret"], rel=1e-12)
+            assert case["fed-test"] == m["fed-absolute-regret"] and len(case["lam"]) == case["rounds-trained"]
+            lam0 = data["storm"]["zones"][zone]["lam0" if variant == "as-is" else "lam0-no-storm"]
+            assert case["lam"][0] == pytest.approx(
+                lam0, rel=1e-12
+            )  # lam_1 = lam0_j (round 1 is not annealed)
+            if case["frozen-at"] != 1:  # kappa_lam = 1: lam_2 = lam0 / 2
+                assert case["lam"][1] == pytest.approx(lam0 / 2, rel=1e-12)
+            assert case["lr"][0] == pytest.approx(0.001 * lam0 / 4, rel=1e-12)  # personalization alpha 0.001
+    for name in ("prices", "regret-per-round", "cold-start", "personalization"):
+        assert (tmp_path / "out" / f"energy-{name}.png").stat().st_size > 10_000
 
 
 # --- one SuperNode per zone -----------------------------------------------------------------------------

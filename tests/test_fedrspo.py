@@ -14,6 +14,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from client.app import app as client_app
 from client.decision_client import CalibrationError, calibrate, proximal_term
+from client.personalization import PersonalSchedule
 from hetfed.config import ConfigError, validate
 from hetfed.engines.inline import InlineGrid, node_configs, run_inline
 from hetfed.records import to_numpy
@@ -291,6 +292,38 @@ def test_freeze_statistic_is_the_qp_lp_gap_of_an_independent_solver() -> None:
     qp = (c * data.polytope.project(-c / lam, backend="daqp")).sum(1)
     expected = float((qp - z).mean() / (z.abs().mean() + 1e-8))
     assert m["r2-freeze-stat"] == pytest.approx(expected, abs=1e-8)  # solver tolerances, not a bug margin
+
+
+def test_the_lam_lr_path_is_rebuilt_from_lam0_lr0_and_the_reported_freeze_statistics() -> None:
+    m = personalize({"personal-rounds": 12, "freeze-tau": 0.05})
+    rounds = int(m["rounds-trained"])
+    assert 0 < int(m["frozen-at"]) < rounds  # a path with annealing, a freeze and the extra rounds
+    sched = PersonalSchedule.from_settings(validate({**SMALL, "freeze-tau": 0.05}), "rspo+", 0.8, 0.002)
+    path = sched.replay({t: m[f"r{t}-freeze-stat"] for t in range(1, rounds + 1)})
+    assert path == {t: (m[f"r{t}-lam"], m[f"r{t}-lr"]) for t in range(1, rounds + 1)}
+    assert sched.frozen_at == m["frozen-at"]
+
+
+def test_the_personal_trace_reports_every_rounds_test_regret_and_changes_nothing(tmp_path: Path) -> None:
+    over = {"personal-rounds": 5, "freeze-tau": 0.05}
+    plain = run(tmp_path, name="a", **over)
+    traced = run(tmp_path, name="b", **over, **{"personal-trace": True})
+    assert traced["clients"] == plain["clients"]  # the trace only reads the personal model
+    personal = [
+        r for r in rows(tmp_path, "b") if r["exchange"] == "train.personalize" and r["status"] == "ok"
+    ]
+    assert len(personal) == 4
+    for r in personal:
+        last, client = int(float(r["rounds-trained"])), traced["clients"][r["client"]]
+        assert all(r[f"r{t}-test-relative-regret"] for t in range(1, last + 1))
+        # after its last round the personal model is the one the evaluation reports
+        assert float(r[f"r{last}-test-relative-regret"]) == pytest.approx(
+            client["per-relative-regret"], rel=1e-12
+        )
+        assert float(r[f"r{last}-test-absolute-regret"]) == pytest.approx(
+            client["per-absolute-regret"], rel=1e-12
+        )
+    assert not [k for r in rows(tmp_path, "a") for k, v in r.items() if "-test-" in k and v]
 
 
 def test_other_losses_do_not_anneal_or_freeze() -> None:

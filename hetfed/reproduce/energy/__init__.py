@@ -31,6 +31,7 @@ from hetfed.reproduce.energy.analysis import (
     ladder_steps,
     learning_check,
     more_tables,
+    personalization_trace,
     predictions,
     storm_evidence,
     zone_similarity,
@@ -43,7 +44,7 @@ from hetfed.reproduce.energy.plan import (
     cold_local_jobs,
     more_jobs,
 )
-from hetfed.reproduce.energy.plots import plot
+from hetfed.reproduce.energy.plots import plot, plot_personalization
 from hetfed.reproduce.energy.report import markdown
 
 
@@ -80,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
         "storm": storm_evidence(plan),
         "similarity": zone_similarity(plan),
         "predictions": predictions(plan, results_dir, ablation),
+        "personalization-trace": personalization_trace(plan, results_dir, ablation),
     }
     wall = sum(s["wall-time-s"] for s in ablation_runs + fed_runs + local_runs + more_runs)
     out = Path(args.out)
@@ -105,5 +107,6 @@ def run(args: argparse.Namespace) -> int:
         markdown(plan, table, learning, cold, steps, others, evidence, wall, args.quick, args.engine)
     )
     plot(plan, results_dir, ablation, cold, out)
+    plot_personalization(evidence["personalization-trace"], out)
     print((out / "energy.md").read_text())
     return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import json
 from pathlib import Path
 from typing import Any
 
@@ -411,4 +413,76 @@ def cold_personalized(plan: Plan, results_dir: Path, fed: list[Job]) -> dict[str
                 "mean": stat([float(np.mean([by_zone[z][s] for z in plan.targets])) for s in seeds], seeds),
             }
         }
+    return out
+
+
+def personalization_trace(plan: Plan, results_dir: Path, jobs: list[Job]) -> dict[str, Any]:
+    """Why personalization hurts, per zone and seed, from the full FedRSPO+ runs (which run with
+    ``personal-trace``): the federated model's validation and test regret, the personal model's
+    after every personalization round, the freeze round and the lam_t, lr_t path (rebuilt from the
+    zone's lam0_j, lr0_j, computed here from its data as the client does, and the U_t it reported).
+
+    ``{variant: {"cases": {zone: {seed: case}}, "rounds": {t: mean over the cases still training},
+    "zones": {zone: means over seeds}}}``; regrets: validation relative %, test absolute $."""
+    from client.decision_client import calibrate
+    from client.personalization import PersonalSchedule
+    from hetfed.config import validate
+
+    out: dict[str, Any] = {}
+    for variant, extra in VARIANTS.items():
+        cases: dict[str, dict[str, Any]] = {}
+        for job in (j for j in jobs if j.key[1:] == (variant, "rspo+-full")):
+            run_dir = results_dir / job.config["run-name"]
+            summary = json.loads((run_dir / "summary.json").read_text())
+            cfg: dict[str, Any] = validate(job.config)
+            with open(run_dir / "rounds.csv", newline="") as f:
+                rows = [
+                    r
+                    for r in csv.DictReader(f)
+                    if r["exchange"] == "train.personalize" and r["status"] == "ok"
+                ]
+            for row in rows:
+                zone, m = row["client"], summary["clients"][row["client"]]
+                trained = int(float(row["rounds-trained"]))
+                cal = calibrate(_zone_data(zone, **extra), cfg["rspo-alpha"], cfg["calibration-norm"])
+                sched = PersonalSchedule.from_settings(cfg, "rspo+", cal["lam0"], cal["lr0"])
+                stats = {t: float(row[f"r{t}-freeze-stat"]) for t in range(1, trained + 1)}
+                path = sched.replay(stats)
+                cases.setdefault(zone, {})[str(job.seed)] = {
+                    "fed-val-%": 100 * m["fed-val-relative-regret"],
+                    "fed-test": m["fed-absolute-regret"],
+                    "per-test": m["per-absolute-regret"],
+                    "frozen-at": int(float(row["frozen-at"])),
+                    "rounds-trained": trained,
+                    "val-%": [100 * float(row[f"r{t}-val-relative-regret"]) for t in range(1, trained + 1)],
+                    "test": [float(row[f"r{t}-test-absolute-regret"]) for t in range(1, trained + 1)],
+                    "lam": [path[t][0] for t in range(1, trained + 1)],
+                    "lr": [path[t][1] for t in range(1, trained + 1)],
+                }
+        flat = [c for by_seed in cases.values() for c in by_seed.values()]
+        rounds = {}
+        for t in range(1, max((c["rounds-trained"] for c in flat), default=0) + 1):
+            live = [c for c in flat if c["rounds-trained"] >= t]
+            rounds[str(t)] = {
+                "cases": len(live),
+                "test-minus-fed": float(np.mean([c["test"][t - 1] - c["fed-test"] for c in live])),
+                "val-minus-fed-points": float(np.mean([c["val-%"][t - 1] - c["fed-val-%"] for c in live])),
+                "worse-on-test": sum(c["test"][t - 1] > c["fed-test"] for c in live),
+            }
+        zones = {
+            zone: {
+                "fed-test": float(np.mean([c["fed-test"] for c in by_seed.values()])),
+                "per-test": float(np.mean([c["per-test"] for c in by_seed.values()])),
+                "first-round-test": float(np.mean([c["test"][0] for c in by_seed.values()])),
+                "val-change-points": float(
+                    np.mean([c["val-%"][-1] - c["fed-val-%"] for c in by_seed.values()])
+                ),
+                "frozen-at": [c["frozen-at"] for c in by_seed.values()],
+                "lam0": by_seed[next(iter(by_seed))]["lam"][0],
+                "lr0": by_seed[next(iter(by_seed))]["lr"][0],
+                "lam-last": float(np.mean([c["lam"][-1] for c in by_seed.values()])),
+            }
+            for zone, by_seed in cases.items()
+        }
+        out[variant] = {"cases": cases, "rounds": rounds, "zones": zones}
     return out

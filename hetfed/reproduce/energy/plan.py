@@ -22,7 +22,7 @@ RUNS: dict[str, dict[str, Any]] = {  # run key -> overrides
     "spo+": {"loss": "spo+"},
     "rspo+-shared": {"loss": "rspo+", "per-client-calibration": False, "anneal": False},
     "rspo+-per-client": {"loss": "rspo+", "anneal": False},
-    "rspo+-full": {"loss": "rspo+"},
+    "rspo+-full": {"loss": "rspo+", "personal-trace": True},  # the personalization diagnosis reads it
 }
 # Table 5 rows: label -> (run key, stage); then rows the paper's table does not have.
 ABLATION = {

@@ -85,3 +85,39 @@ def plot(plan: Plan, results_dir: Path, jobs: list[Job], cold: dict[str, Any], o
     fig.tight_layout()
     fig.savefig(out / "energy-cold-start.png", dpi=110)
     plt.close(fig)
+
+
+def plot_personalization(trace: dict[str, Any], out: Path) -> None:
+    """Personal minus federated model per personalization round: test regret ($) and validation
+    relative regret (points); thin lines per zone (mean over its seeds), thick the mean of all."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(trace), figsize=(11, 6.5), sharex=True, squeeze=False)
+    for col, (variant, block) in enumerate(trace.items()):
+        for row, (key, fed, label) in enumerate(
+            (
+                ("test", "fed-test", "test regret, personal - Fed ($)"),
+                ("val-%", "fed-val-%", "validation, personal - Fed (points)"),
+            )
+        ):
+            ax = axes[row][col]
+            for by_seed in block["cases"].values():
+                n = max(len(c[key]) for c in by_seed.values())
+                diffs = [[c[key][t] - c[fed] for c in by_seed.values() if len(c[key]) > t] for t in range(n)]
+                ax.plot(range(1, n + 1), [np.mean(d) for d in diffs], color="grey", lw=0.6, alpha=0.7)
+            mean_key = "test-minus-fed" if key == "test" else "val-minus-fed-points"
+            ts = [int(t) for t in block["rounds"]]
+            ax.plot(ts, [block["rounds"][str(t)][mean_key] for t in ts], color="C3", lw=2, label="mean")
+            ax.axhline(0, color="black", lw=0.8)
+            ax.set(ylabel=label)
+            if row == 0:
+                ax.set_title(VARIANT_LABELS[variant])
+            else:
+                ax.set_xlabel("personalization round")
+    axes[0][0].legend()
+    fig.tight_layout()
+    fig.savefig(out / "energy-personalization.png", dpi=110)
+    plt.close(fig)

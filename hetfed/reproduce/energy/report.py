@@ -129,6 +129,7 @@ def markdown(
     lines += storm_section(evidence["storm"], learning)
     lines += models_section(evidence)
     lines += learning_section(learning)
+    lines += personalization_section(evidence["personalization-trace"])
     lines += cold_section(plan, cold)
     lines += more_section(more)
     lines += per_zone_section(table)
@@ -389,6 +390,56 @@ def more_section(more: dict[str, Any]) -> list[str]:
             cells = [fmt(more["t15"][v][loss][setting]) for v in variants]
             lines.append(f"| {loss} | {setting} | " + " | ".join(cells) + " |")
     return lines + [""]
+
+
+def personalization_section(trace: dict[str, Any]) -> list[str]:
+    """Per zone and round: what personalization does to the federated model, and the schedule."""
+    lines = [
+        "## Why personalization hurts: every zone, seed and round",
+        "",
+        "The full FedRSPO+ runs of Table 5 run with `personal-trace = true`: after every "
+        "personalization round each zone also reports its personal model's test regret (the trace "
+        "reads the model and changes nothing; tests/test_fedrspo.py). Per zone and seed "
+        "(`personalization-trace` in energy.json): the federated model's validation and test regret, "
+        "the personal model's after each round, the freeze round, and the lam_t, lr_t path rebuilt "
+        "from the zone's lam0_j, lr0_j and the U_t it reported (the schedule's own replay, tested "
+        "against a client's kept path).",
+        "",
+        "![personal minus federated model per round](energy-personalization.png)",
+        "",
+    ]
+    for variant, block in trace.items():
+        rounds = block["rounds"]
+        lines += [
+            f"### {VARIANT_LABELS[variant]}",
+            "",
+            "Personal minus federated model, mean over the zone-seed cases still training in that round:",
+            "",
+            "| round | cases | test regret ($) | zone-seeds worse on test | validation (points) |",
+            "|---|---|---|---|---|",
+        ]
+        for t, r in rounds.items():
+            lines.append(
+                f"| {t} | {r['cases']} | {r['test-minus-fed']:+.1f} | {r['worse-on-test']} "
+                f"| {r['val-minus-fed-points']:+.2f} |"
+            )
+        lines += [
+            "",
+            "Per zone, mean over seeds (test: absolute regret $; validation: change of the relative "
+            "regret in points after the last round; frozen at: per seed, 0 = never):",
+            "",
+            "| zone | Fed test | +P test after round 1 | +P test | validation change | frozen at | "
+            "lam0 -> last lam | lr0 |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for zone, z in block["zones"].items():
+            lines.append(
+                f"| {zone} | {z['fed-test']:.1f} | {z['first-round-test']:.1f} | {z['per-test']:.1f} "
+                f"| {z['val-change-points']:+.2f} | {', '.join(map(str, z['frozen-at']))} "
+                f"| {z['lam0']:.3g} -> {z['lam-last']:.3g} | {z['lr0']:.2g} |"
+            )
+        lines.append("")
+    return lines
 
 
 def per_zone_section(table: dict[str, Any]) -> list[str]:
