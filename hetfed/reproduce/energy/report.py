@@ -392,6 +392,30 @@ def more_section(more: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def trace_findings(block: dict[str, Any]) -> list[str]:
+    """When the personal model goes wrong, and whether validation saw it."""
+    cases = [c for by_seed in block["cases"].values() for c in by_seed.values()]
+    if not cases:
+        return []
+    first, last = block["rounds"]["1"], block["rounds"][str(max(map(int, block["rounds"])))]
+    n = len(cases)
+    val_better = [c["val-%"][-1] < c["fed-val-%"] for c in cases]
+    test_worse = [c["test"][-1] > c["fed-test"] for c in cases]
+    frozen = [c["frozen-at"] for c in cases if c["frozen-at"]]
+    return [
+        f"- After round 1 (lam_1 = lam0_j: no annealing yet) the personal model's test regret is "
+        f"{first['test-minus-fed']:+.1f} $ against the federated model's ({first['worse-on-test']} of "
+        f"{first['cases']} zone-seeds worse); after the last round {last['test-minus-fed']:+.1f} $ "
+        f"({last['worse-on-test']} of {last['cases']} still training worse; all cases at their end: "
+        f"{sum(test_worse)} of {n} worse).",
+        f"- On the zone's validation days the personal model ends better than the federated one in "
+        f"{sum(val_better)} of {n} zone-seeds; on the test days it ends worse in {sum(test_worse)}; "
+        f"{sum(v and w for v, w in zip(val_better, test_worse, strict=True))} are both.",
+        f"- {len(frozen)} of {n} zone-seeds froze (U_t <= tau)"
+        + (f", at rounds {min(frozen)}-{max(frozen)}." if frozen else "."),
+    ]
+
+
 def personalization_section(trace: dict[str, Any]) -> list[str]:
     """Per zone and round: what personalization does to the federated model, and the schedule."""
     lines = [
@@ -412,6 +436,8 @@ def personalization_section(trace: dict[str, Any]) -> list[str]:
         rounds = block["rounds"]
         lines += [
             f"### {VARIANT_LABELS[variant]}",
+            "",
+            *trace_findings(block),
             "",
             "Personal minus federated model, mean over the zone-seed cases still training in that round:",
             "",
