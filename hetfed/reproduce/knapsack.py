@@ -246,14 +246,15 @@ def curves(run_dir: Path) -> dict[str, Any]:
     }
 
 
+def personalization_rows(run_dir: Path) -> list[dict[str, str]]:
+    """A run's rounds.csv rows of the clients' completed personalization (one per client)."""
+    with open(run_dir / "rounds.csv", newline="") as f:
+        return [r for r in csv.DictReader(f) if r["exchange"] == "train.personalize" and r["status"] == "ok"]
+
+
 def frozen_at(run_dir: Path) -> dict[str, int]:
     """Per client of a run: the personalization round at which it froze (0 = never)."""
-    with open(run_dir / "rounds.csv", newline="") as f:
-        return {
-            r["client"]: int(float(r["frozen-at"] or 0))
-            for r in csv.DictReader(f)
-            if r["exchange"] == "train.personalize" and r["status"] == "ok"
-        }
+    return {r["client"]: int(float(r["frozen-at"] or 0)) for r in personalization_rows(run_dir)}
 
 
 def plot_warm_then_personal(ax: Any, run_dir: Path, label: str) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 from typing import Any
@@ -11,7 +10,7 @@ import numpy as np
 
 from hetfed.reproduce.common import stat
 from hetfed.reproduce.energy.plan import ABLATION, ENERGY, EXTRA, OPTNET_MULTS, RUNS, VARIANTS, Job, Plan
-from hetfed.reproduce.knapsack import curves
+from hetfed.reproduce.knapsack import curves, personalization_rows
 
 
 def ablation_table(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -435,16 +434,11 @@ def personalization_trace(plan: Plan, results_dir: Path, jobs: list[Job]) -> dic
             run_dir = results_dir / job.config["run-name"]
             summary = json.loads((run_dir / "summary.json").read_text())
             cfg: dict[str, Any] = validate(job.config)
-            with open(run_dir / "rounds.csv", newline="") as f:
-                rows = [
-                    r
-                    for r in csv.DictReader(f)
-                    if r["exchange"] == "train.personalize" and r["status"] == "ok"
-                ]
-            for row in rows:
+            for row in personalization_rows(run_dir):
                 zone, m = row["client"], summary["clients"][row["client"]]
                 trained = int(float(row["rounds-trained"]))
-                cal = calibrate(_zone_data(zone, **extra), cfg["rspo-alpha"], cfg["calibration-norm"])
+                data = _zone_data(zone, **extra)  # the client's calibration, from the same settings
+                cal = calibrate(data, cfg["rspo-alpha"], cfg["calibration-norm"], cfg["fixed-lam0"])
                 sched = PersonalSchedule.from_settings(cfg, "rspo+", cal["lam0"], cal["lr0"])
                 stats = {t: float(row[f"r{t}-freeze-stat"]) for t in range(1, trained + 1)}
                 path = sched.replay(stats)
