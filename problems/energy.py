@@ -28,7 +28,13 @@ import numpy as np
 import torch
 
 from hetfed.config import ConfigError
-from problems.base import DecisionClientData, DecisionSplit, standardize
+from problems.base import (
+    DecisionClientData,
+    DecisionSplit,
+    Standardization,
+    chronological_split_sizes,
+    standardized_splits,
+)
 from problems.datafile import DataFileError, at, empty_file, finite, missing_columns, row_length
 from problems.ercot import ErcotData, load_ercot
 
@@ -83,8 +89,9 @@ class ClientSamples:
         """Chronological 50/10/40 splits (x z-scored on train) and the polytope {0<=w<=1, sum w = quota}."""
         from problems.polytope import QuotaPolytope  # lazy: the polytope module pulls in the solvers
 
-        train, val, test = split_and_standardize(self.x, self.c, dtype)
-        return DecisionClientData(self.name, partition_id, train, val, test, QuotaPolytope(HOURS, self.quota))
+        (train, val, test), scaling = _splits(self.x, self.c, dtype)
+        polytope = QuotaPolytope(HOURS, self.quota)
+        return DecisionClientData(self.name, partition_id, train, val, test, polytope, scaling)
 
 
 # ----------------------------------------------------------------------------- quotas, calendar
@@ -238,22 +245,22 @@ def zone_samples(data: ErcotData, zone: str) -> ClientSamples:
 # ----------------------------------------------------------------------------- splits, clients
 def split_sizes(n: int) -> tuple[int, int, int]:
     """Chronological split sizes: floor(0.5 n) train, floor(0.1 n) validation, the rest test."""
-    n_train, n_val = int(SPLIT[0] * n), int(SPLIT[1] * n)
-    if min(n_train, n_val, n - n_train - n_val) < 1:
-        raise ValueError(f"need at least 10 samples for a 50/10/40 split; got n={n}")
-    return n_train, n_val, n - n_train - n_val
+    return chronological_split_sizes(n, *SPLIT)
 
 
 def split_and_standardize(
     x: np.ndarray, c: np.ndarray, dtype: torch.dtype = torch.float64
 ) -> tuple[DecisionSplit, DecisionSplit, DecisionSplit]:
     """Train/val/test splits of time-ordered samples; x z-scored with the training rows' mean and std."""
+    return _splits(x, c, dtype)[0]
+
+
+def _splits(
+    x: np.ndarray, c: np.ndarray, dtype: torch.dtype
+) -> tuple[tuple[DecisionSplit, DecisionSplit, DecisionSplit], Standardization]:
     n_train, n_val, _ = split_sizes(len(x))
     cut = (slice(0, n_train), slice(n_train, n_train + n_val), slice(n_train + n_val, None))
-    xs = standardize(*(torch.as_tensor(x[s], dtype=dtype) for s in cut))
-    splits = (DecisionSplit(xi, torch.as_tensor(c[s], dtype=dtype)) for xi, s in zip(xs, cut, strict=True))
-    train, val, test = splits
-    return train, val, test
+    return standardized_splits([x[s] for s in cut], [c[s] for s in cut], dtype)
 
 
 def _zone_of(partition_id: int, num_partitions: int, zones: Sequence[str] | None) -> str:

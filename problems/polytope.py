@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -69,6 +70,22 @@ def _check_positive_scalar(value: Any, name: str, owner: object) -> float:
     return out
 
 
+def highspy_ok() -> Any:
+    """HiGHS's ``kOk`` status (highspy imported on first use: it is a solver dependency)."""
+    import highspy
+
+    return highspy.HighsStatus.kOk
+
+
+@dataclass(frozen=True)
+class PolytopeLabels:
+    """Names of a polytope's variables and rows, so that its messages name them (a user's LP file)."""
+
+    variables: Sequence[str]
+    ub_rows: Sequence[str]
+    eq_rows: Sequence[str]
+
+
 def _row_range(A: np.ndarray, lb: np.ndarray, ub: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(min, max)`` of each row ``A_i w`` over the box ``lb <= w <= ub`` (may be infinite)."""
     with np.errstate(invalid="ignore"):  # 0 * inf in the branch np.where discards
@@ -93,9 +110,11 @@ class Polytope:
         b_eq: Any = None,
         lb: Any = None,
         ub: Any = None,
+        labels: PolytopeLabels | None = None,
     ) -> None:
         dim = self._infer_dim(A_ub, A_eq, lb, ub)
         self.dim = dim
+        self.labels = labels  # names for messages (a user's LP file); None: indices
         self.A_ub, self.b_ub = self._rows(A_ub, b_ub, "A_ub", "b_ub", dim)
         self.A_eq, self.b_eq = self._rows(A_eq, b_eq, "A_eq", "b_eq", dim)
         self.lb = self._bound(lb, "lb", -np.inf, dim)
@@ -108,7 +127,10 @@ class Polytope:
         bad = np.flatnonzero(self.lb > self.ub)
         if bad.size:
             i = int(bad[0])
-            raise ValueError(f"{self!r} is empty: lb[{i}] = {self.lb[i]} > ub[{i}] = {self.ub[i]}")
+            raise ValueError(
+                f"{self!r} is empty: {self._var(i)} has lower bound {self.lb[i]:.6g} "
+                f"> upper bound {self.ub[i]:.6g}"
+            )
         self._check_nonempty_and_bounded()
 
     # ------------------------------------------------------------------ construction helpers
@@ -159,17 +181,21 @@ class Polytope:
         min_eq, max_eq = _row_range(self.A_eq, self.lb, self.ub)
         for i in np.flatnonzero(min_ub > self.b_ub):
             raise ValueError(
-                f"{self!r} is empty: row {i} of A_ub w <= b_ub needs at least {min_ub[i]:.6g} "
-                f"within the bounds but b_ub[{i}] = {self.b_ub[i]:.6g}"
+                f"{self!r} is empty: {self._row('ub', i)} needs at least {min_ub[i]:.6g} "
+                f"within the bounds but its right-hand side is {self.b_ub[i]:.6g}"
             )
         for i in np.flatnonzero((self.b_eq < min_eq) | (self.b_eq > max_eq)):
             raise ValueError(
-                f"{self!r} is empty: row {i} of A_eq w = b_eq ranges over [{min_eq[i]:.6g}, {max_eq[i]:.6g}] "
-                f"within the bounds but b_eq[{i}] = {self.b_eq[i]:.6g}"
+                f"{self!r} is empty: {self._row('eq', i)} ranges over [{min_eq[i]:.6g}, {max_eq[i]:.6g}] "
+                f"within the bounds but its right-hand side is {self.b_eq[i]:.6g}"
             )
         status = self._highs().feasibility()
         if status != "optimal":
-            raise ValueError(f"{self!r} is empty: the constraints are jointly infeasible (HiGHS: {status})")
+            culprits = self._highs().infeasible_rows()
+            named = f": {', '.join(self._row(*r) for r in culprits)} cannot all hold" if culprits else ""
+            raise ValueError(
+                f"{self!r} is empty: the constraints are jointly infeasible (HiGHS: {status}){named}"
+            )
         if not (np.isfinite(self.lb).all() and np.isfinite(self.ub).all()):
             self.bounding_box()  # raises if some coordinate is unbounded
 
@@ -178,6 +204,16 @@ class Polytope:
             f"{type(self).__name__}(dim={self.dim}, {self.A_ub.shape[0]} inequalities, "
             f"{self.A_eq.shape[0]} equalities)"
         )
+
+    def _var(self, i: int) -> str:
+        """Coordinate ``i`` as a message names it: its variable name, or ``w[i]``."""
+        return f"variable {self.labels.variables[i]!r}" if self.labels else f"w[{i}]"
+
+    def _row(self, kind: str, i: int) -> str:
+        """Row ``i`` of ``A_ub`` (``kind`` 'ub') or ``A_eq`` ('eq') as a message names it."""
+        if self.labels:
+            return f"row {(self.labels.ub_rows if kind == 'ub' else self.labels.eq_rows)[i]!r}"
+        return f"row {i} of A_ub w <= b_ub" if kind == "ub" else f"row {i} of A_eq w = b_eq"
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -353,6 +389,7 @@ class _Highs:
             h.passHessian(hessian)
             h.setOptionValue("qp_regularization_value", 0.0)  # default 1e-7 perturbs w by ~1e-7; H = I is PD
         self._h, self._idx, self._repr = h, np.arange(poly.dim, dtype=np.int32), repr(poly)
+        self._n_ub = poly.A_ub.shape[0]
 
     def _run(self, cost: np.ndarray) -> Any:
         self._h.changeColsCost(cost.size, self._idx, cost)
@@ -362,6 +399,15 @@ class _Highs:
     def feasibility(self) -> str:
         status = self._run(np.zeros(self._idx.size))
         return "optimal" if status == self._status.kOptimal else self._h.modelStatusToString(status)
+
+    def infeasible_rows(self) -> list[tuple[str, int]]:
+        """An irreducible infeasible subset of the rows (HiGHS's IIS), as ``("ub" | "eq", index)``."""
+        self._h.setOptionValue("iis_strategy", 2)  # the default strategy returns no rows for LPs
+        status, iis = self._h.getIis()
+        if status != highspy_ok() or not iis.valid_:
+            return []
+        m_ub = self._n_ub
+        return [("ub", int(r)) if r < m_ub else ("eq", int(r) - m_ub) for r in iis.row_index_]
 
     def solve(self, q: np.ndarray) -> np.ndarray:
         """Minimisers for each row of the costs ``q [B, d]``."""
@@ -387,7 +433,7 @@ class _Highs:
                 if status != self._status.kOptimal:
                     side = "-inf" if sign > 0 else "+inf"
                     raise ValueError(
-                        f"{poly!r} is unbounded: w[{i}] can go to {side}; a polytope must be bounded"
+                        f"{poly!r} is unbounded: {poly._var(i)} can go to {side}; a polytope must be bounded"
                     )
                 target[i] = self._h.getSolution().col_value[i]
         return lo, hi
