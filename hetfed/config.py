@@ -75,6 +75,7 @@ PROBLEMS = (
     "fair-classification",
     "safe-rl",
     "quadratic",
+    "lp",
 )
 ENGINES = ("", "inline", "simulation", "deployment")
 DECISION_LOSSES = ("mse", "spo+", "rspo+", "pfyl", "dpo", "mse->spo+", "optnet")
@@ -281,6 +282,27 @@ SHORTEST_PATH_KEYS: dict[str, Key] = {
     "sp-noise": Key(0.5, "Shortest path: multiplicative noise U[1 - w, 1 + w], w < 1", low=0.0, high=0.99),
 }
 
+# A silo's own LP and samples (problems/lp.py): the model's inputs and outputs, the same on every silo.
+LP_KEYS: dict[str, Key] = {
+    "lp-features": Key("", "Own LP: comma-separated feature columns of samples.csv (the model's inputs)"),
+    "lp-variables": Key("", "Own LP: comma-separated variables of the LP file (the model's outputs)"),
+    "lp-relax-integers": Key(False, "Own LP: relax integer/binary variables to their bounds (else refused)"),
+    "lp-train-fraction": Key(
+        0.5,
+        "Own LP: share of the rows (file order) that train when samples.csv has no split column",
+        low=0.0,
+        high=1.0,
+        low_open=True,
+    ),
+    "lp-val-fraction": Key(
+        0.1,
+        "Own LP: share of the rows that validate when samples.csv has no split column (the rest test)",
+        low=0.0,
+        high=1.0,
+        low_open=True,
+    ),
+}
+
 # Garnet MDPs for federated TD(0) (ALGORITHMS.md 3).
 GARNET_KEYS: dict[str, Key] = {
     "garnet-seed": Key(-1, "Seed of the Garnet MDPs; -1 = seed (fix it to vary only the samples)", low=-1),
@@ -347,7 +369,13 @@ RUN_KEYS: dict[str, Key] = {
 }
 
 PROBLEM_SCHEMA: dict[str, Key] = (
-    DATA_KEYS | KNAPSACK_KEYS | ENERGY_KEYS | SHORTEST_PATH_KEYS | GARNET_KEYS | CONSTRAINED_TASK_KEYS
+    DATA_KEYS
+    | KNAPSACK_KEYS
+    | ENERGY_KEYS
+    | SHORTEST_PATH_KEYS
+    | LP_KEYS
+    | GARNET_KEYS
+    | CONSTRAINED_TASK_KEYS
 )
 # Every key: the run's, each method's (in registry order), then the problems'.
 METHOD_SCHEMA: dict[str, Key] = {k: v for method in METHODS.values() for k, v in method.keys.items()}

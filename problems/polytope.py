@@ -29,7 +29,7 @@ import scipy.linalg
 import scipy.sparse as sp
 import torch
 
-LP_BACKENDS = ("auto", "highs")
+LP_BACKENDS = ("auto", "highs", "highs-cold")
 PROJECTION_BACKENDS = ("auto", "exact", "daqp", "highs", "osqp", "qpth")
 
 #: Max abs error per coordinate each projection backend is held to (checked by the tests on
@@ -205,14 +205,14 @@ class Polytope:
             f"{self.A_eq.shape[0]} equalities)"
         )
 
-    def _var(self, i: int) -> str:
+    def _var(self, i: int | np.integer) -> str:
         """Coordinate ``i`` as a message names it: its variable name, or ``w[i]``."""
-        return f"variable {self.labels.variables[i]!r}" if self.labels else f"w[{i}]"
+        return f"variable {self.labels.variables[int(i)]!r}" if self.labels else f"w[{i}]"
 
-    def _row(self, kind: str, i: int) -> str:
+    def _row(self, kind: str, i: int | np.integer) -> str:
         """Row ``i`` of ``A_ub`` (``kind`` 'ub') or ``A_eq`` ('eq') as a message names it."""
         if self.labels:
-            return f"row {(self.labels.ub_rows if kind == 'ub' else self.labels.eq_rows)[i]!r}"
+            return f"row {(self.labels.ub_rows if kind == 'ub' else self.labels.eq_rows)[int(i)]!r}"
         return f"row {i} of A_ub w <= b_ub" if kind == "ub" else f"row {i} of A_eq w = b_eq"
 
     def __getstate__(self) -> dict[str, Any]:
@@ -253,7 +253,9 @@ class Polytope:
         """Minimisers ``w*(c) = argmin_{w in S} c'w`` (any minimiser when several exist).
 
         ``backend="auto"`` uses the exact structured oracle when the set has one, HiGHS otherwise;
-        ``"highs"`` forces the persistent HiGHS model.
+        ``"highs"`` forces the persistent HiGHS model (warm started from the previous row);
+        ``"highs-cold"`` solves each row from a cold start, so that among tied minimisers the one
+        returned depends on that row's costs only (``hetfed decide``).
         """
         if backend not in LP_BACKENDS:
             raise ValueError(f"backend must be one of {LP_BACKENDS}; got {backend!r}")
@@ -261,7 +263,7 @@ class Polytope:
         cb = cb.detach()
         w = self._lp_structured(cb) if backend == "auto" else None
         if w is None:
-            w = torch.from_numpy(self._highs().solve(cb.numpy()))
+            w = torch.from_numpy(self._highs().solve(cb.numpy(), cold=backend == "highs-cold"))
         return w[0] if single else w
 
     def _lp_structured(self, c: torch.Tensor) -> torch.Tensor | None:
@@ -409,10 +411,13 @@ class _Highs:
         m_ub = self._n_ub
         return [("ub", int(r)) if r < m_ub else ("eq", int(r) - m_ub) for r in iis.row_index_]
 
-    def solve(self, q: np.ndarray) -> np.ndarray:
-        """Minimisers for each row of the costs ``q [B, d]``."""
+    def solve(self, q: np.ndarray, cold: bool = False) -> np.ndarray:
+        """Minimisers for each row of the costs ``q [B, d]``; ``cold``: each row from HiGHS's cold
+        start, so that among tied minimisers the one returned depends on that row's costs only."""
         out = np.empty_like(q)
         for i, qi in enumerate(q):
+            if cold:
+                self._h.clearSolver()
             status = self._run(qi)
             if status != self._status.kOptimal:
                 raise RuntimeError(f"HiGHS failed on {self._repr}: {self._h.modelStatusToString(status)}")

@@ -124,6 +124,45 @@ def pjm_dims(cfg: RunConfig) -> tuple[int, int]:
     return len(energy.PJM_FEATURES), energy.HOURS
 
 
+# --- a silo's own LP and samples (problems.lp) ----------------------------------------------------
+def lp_names(cfg: RunConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(lp-features, lp-variables)``: the model's inputs and outputs, checked (the server's and every
+    silo's view: the model's size comes from these keys, never from a silo's data)."""
+    from problems.lp import parse_names
+
+    if cfg["lp-train-fraction"] + cfg["lp-val-fraction"] >= 1:
+        raise ValueError(
+            "run config 'lp-val-fraction': lp-train-fraction + lp-val-fraction must be < 1 "
+            "(the rest is the test split)"
+        )
+    return parse_names(cfg["lp-features"], "lp-features"), parse_names(cfg["lp-variables"], "lp-variables")
+
+
+def lp_client(cfg: RunConfig, pid: int, n: int, path: Path | None) -> DecisionClientData:
+    """Silo ``pid``'s own LP file and samples.csv, in the folder of its node's ``data-path``."""
+    if path is None:
+        raise ValueError(
+            "problem 'lp' needs a node data-path: a folder with problem.lp (or .mps) and samples.csv"
+        )
+    from problems import lp
+
+    features, variables = lp_names(cfg)
+    return lp.load_client(
+        path,
+        pid,
+        features,
+        variables,
+        cfg["lp-relax-integers"],
+        cfg["lp-train-fraction"],
+        cfg["lp-val-fraction"],
+    )
+
+
+def lp_dims(cfg: RunConfig) -> tuple[int, int]:
+    features, variables = lp_names(cfg)
+    return len(features), len(variables)
+
+
 def knapsack_client(cfg: RunConfig, pid: int, n: int, path: Path | None) -> DecisionClientData:
     """Partition ``pid`` of the generated knapsack task."""
     from problems import knapsack
@@ -235,6 +274,7 @@ PROBLEMS: dict[str, ProblemSpec] = {
         load_client=shortest_path_client,
         model_dims=lambda cfg: (cfg["num-features"], shortest_path_params(cfg).num_edges),
     ),
+    "lp": ProblemSpec(name="lp", family="decision", load_client=lp_client, model_dims=lp_dims),
     "garnet": ProblemSpec(
         name="garnet",
         family="lsa",
