@@ -45,14 +45,20 @@ from hetfed.records import scalar, to_record
 from hetfed.secure_mean import masked, new_key_pair
 from problems.base import DecisionClientData, DecisionSplit
 from problems.metrics import qp_lp_gap
-from problems.models import load_record, make_mlp, model_record
+from problems.models import load_record, make_mlp, model_manifest, model_record
 
 # Random streams of a client (ALGORITHMS.md 1.5: separate streams for batches, noise, monitor).
 BATCHES, NOISE, MONITOR, LOCAL_INIT = 2, 3, 4, 5
 
 
 DEPLOYED = "deployed"  # the client-state group of the model this silo deploys (evaluate)
+FEDERATED = "federated"  # the federated model as this silo received it for its final evaluation
+SCALING = "scaling"  # the feature standardisation this silo trained with (mean, std)
+MANIFEST = "manifest"  # what the kept models take and return, and what the silo's problem was read from
 SECURE_MEAN = "secure-mean"  # the client-state group holding this client's private key of the mean
+
+
+MODEL_NAMES = {"fed": "federated", "per": "personal"}  # evaluate's metric prefixes -> state groups
 
 
 class CalibrationError(ValueError):
@@ -249,16 +255,18 @@ class DecisionClient:
 
     # --- handlers --------------------------------------------------------------------------
     def query_info(self, content: RecordDict) -> RecordDict:
-        """Who this client is: its partition and sample count (scalars only)."""
+        """Who this client is: its partition and sample count (scalars only), and the silo's notes on
+        its own files (ignored columns, relaxed integer variables), which the run records."""
+        info: dict[str, Any] = {
+            "name": self.data.name,
+            "partition-id": self.pid,
+            "num-partitions": self.session.num_partitions,
+        }
+        if self.data.source.get("notes"):
+            info["notes"] = list(self.data.source["notes"])
         return RecordDict(
             {
-                "info": ConfigRecord(
-                    {
-                        "name": self.data.name,
-                        "partition-id": self.pid,
-                        "num-partitions": self.session.num_partitions,
-                    }
-                ),
+                "info": ConfigRecord(info),
                 "metrics": MetricRecord({"num-examples": len(self.data.train)}),
             }
         )
@@ -514,16 +522,46 @@ class DecisionClient:
                 metrics.update({f"{prefix}-{k}": v for k, v in tested[prefix].items()})
                 val[prefix] = decision_metrics(model, self.data.val, poly)["relative-regret"]
                 metrics[f"{prefix}-val-relative-regret"] = val[prefix]
+        chosen = next(iter(tested))  # the only model, when there is one
         if len(tested) == 2:  # this silo deploys whichever model is better on its own validation days
             chosen = "per" if val["per"] < val["fed"] else "fed"
             metrics.update({f"dep-{k}": v for k, v in tested[chosen].items()})
             metrics["dep-val-relative-regret"] = val[chosen]
             metrics["dep-personal"] = int(chosen == "per")
+        if tested:
             deployed = models[chosen]
             assert deployed is not None  # tested holds only the models that exist
             state.set_arrays(DEPLOYED, deployed.state_dict())
             state.set_values(DEPLOYED, {"model": "personal" if chosen == "per" else "federated"})
+            if "fed" in models:
+                state.set_arrays(FEDERATED, models["fed"].state_dict())  # type: ignore[union-attr]
+            self.save_inference(state, content, deployed, kept=[MODEL_NAMES[p] for p in tested])
         if self.settings["interp-dffl"] and not self.settings["own-model"]:
             metrics.update({f"interp-{k}": v for k, v in self.interp_dffl(fed).items()})
         metrics["num-examples"] = len(test)
         return RecordDict({"metrics": MetricRecord(metrics)})
+
+    def save_inference(
+        self, state: ClientState, content: RecordDict, model: torch.nn.Module, kept: list[str]
+    ) -> None:
+        """Everything ``hetfed decide`` needs on this silo, beside the kept models: the feature
+        standardisation (``scaling``) and the manifest (names, layers, run, method, loss, the
+        problem file's sha256). Nothing of it leaves the silo."""
+        data = self.data
+        if data.scaling is not None:
+            state.set_arrays(SCALING, data.scaling.arrays())
+        arrays = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+        source = {k: v for k, v in data.source.items() if k != "notes"}
+        about = {
+            "run": str(content.config_records["config"]["run-name"]),
+            "method": str(self.settings.get("method", "")),
+            "loss": str(self.settings["loss"]),
+            "client": data.name,
+            "partition-id": self.pid,
+            "features": list(data.feature_names),
+            "variables": list(data.variable_names),
+            "models": kept,
+            "standardized": data.scaling is not None,
+            **source,
+        }
+        state.set_values(MANIFEST, model_manifest(arrays, **about))

@@ -70,10 +70,10 @@ class ClientSession:
             ) from None
         if not 0 <= pid < n:
             raise NodeConfigError(f"{where}: partition-id {pid} is outside [0, num-partitions={n})")
-        data_path = Path(str(nc["data-path"])) if nc.get("data-path") else None
+        data_path = _node_path(nc.get("data-path") or cfg["node-data-path"], pid)
         if data_path is not None and not data_path.exists():
             raise NodeConfigError(f"partition {pid} of {n}: data-path '{data_path}' does not exist")
-        state_dir = Path(str(nc["state-dir"])) if nc.get("state-dir") else None
+        state_dir = _node_path(nc.get("state-dir") or cfg["node-state-dir"], pid)
         return cls(ProblemConfig(cfg), pid, n, data_path, state_dir, context.node_id, cfg_json)
 
     def data(self) -> Any:
@@ -92,6 +92,11 @@ class ClientSession:
     def state(self, context: Context, run_key: str) -> ClientState:
         """This client's persistent state for the run ``run_key``."""
         return ClientState(context, f"{run_key}-p{self.partition_id}", self.state_dir)
+
+
+def _node_path(value: Any, partition_id: int) -> Path | None:
+    """A node's path from its node config or, for a simulated node, the run config's pattern."""
+    return Path(str(value).replace("{partition}", str(partition_id))) if value else None
 
 
 @functools.lru_cache(maxsize=16)

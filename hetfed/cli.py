@@ -21,10 +21,18 @@ RUN_DEFAULTS: dict[str, Any] = {
     "engine": "inline",
     "nodes": 4,
     "data_path": None,
+    "state_dir": None,
     "federation_dir": ".hetfed/federation",
     "timeout": 3600.0,
 }
-SET_BY_RUN = {"engine": "--engine", "results-dir": "--results-dir", "resume": "--resume", "launch": "--nodes"}
+SET_BY_RUN = {
+    "engine": "--engine",
+    "results-dir": "--results-dir",
+    "resume": "--resume",
+    "launch": "--nodes",
+    "node-data-path": "--data-path",
+    "node-state-dir": "--state-dir",
+}
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -55,6 +63,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 federation_dir=Path(settings["federation_dir"]),
                 timeout=settings["timeout"],
                 data_path=settings["data_path"],
+                state_dir=settings["state_dir"],
             )
     except RunInterrupted as exc:
         print(f"hetfed: {exc.describe(run_dir)}", file=sys.stderr)
@@ -110,6 +119,7 @@ def resume_settings(
         "engine": engine if engine in ENGINES else None,
         "nodes": launch.get("nodes") or config.get("num-clients") or None,
         "data_path": launch.get("data-path") or None,
+        "state_dir": launch.get("state-dir") or None,
         "federation_dir": launch.get("federation-dir") or None,
         "timeout": launch.get("timeout"),
     }
@@ -137,7 +147,7 @@ def resume_settings(
 
 
 def _same(key: str, given: Any, known: Any) -> bool:
-    if key in ("federation_dir", "data_path"):
+    if key in ("federation_dir", "data_path", "state_dir"):
         return str(Path(str(given)).resolve()) == str(Path(str(known)).resolve())
     return bool(given == known)
 
@@ -162,26 +172,33 @@ def check_run_args(settings: dict[str, Any], overrides: dict[str, Any], results_
     fed_dir = settings["federation_dir"]
     if engine != "deployment" and fed_dir != RUN_DEFAULTS["federation_dir"]:
         raise ConfigError(f"--federation-dir {fed_dir}: only for --engine deployment")
-    data_path = settings["data_path"]
-    if data_path is not None:
-        if engine != "inline":
+    for flag, key in (("--data-path", "data_path"), ("--state-dir", "state_dir")):
+        pattern = settings[key]
+        if pattern is None:
+            continue
+        if engine == "deployment":
             raise ConfigError(
-                f"--data-path: only for --engine inline ({engine}: give each node's data to "
-                "`hetfed federation up --data-path`)"
-                if engine == "deployment"
-                else "--data-path: only for --engine inline (Flower's simulated nodes hold no data path)"
+                f"{flag}: only for --engine inline or simulation (deployment: give each node's "
+                f"{flag[2:]} to `hetfed federation up {flag}`)"
             )
         try:
-            paths = [Path(data_path.format(partition=i)) for i in range(nodes)]
+            paths = [Path(pattern.format(partition=i)) for i in range(nodes)]
         except (KeyError, IndexError, ValueError):
-            raise ConfigError(f"--data-path {data_path}: only {{partition}} may appear in braces") from None
-        missing = [i for i, p in enumerate(paths) if not p.exists()]
-        if missing:
-            raise ConfigError(
-                f"--data-path {data_path}: {paths[missing[0]]} does not exist "
-                f"(partition {', '.join(map(str, missing[:10]))}{', ...' if len(missing) > 10 else ''} "
-                f"of {nodes})"
-            )
+            raise ConfigError(f"{flag} {pattern}: only {{partition}} may appear in braces") from None
+        if key == "data_path":
+            missing = [i for i, p in enumerate(paths) if not p.exists()]
+            if missing:
+                raise ConfigError(
+                    f"{flag} {pattern}: {paths[missing[0]]} does not exist "
+                    f"(partition {', '.join(map(str, missing[:10]))}{', ...' if len(missing) > 10 else ''} "
+                    f"of {nodes})"
+                )
+        for path in paths if key == "state_dir" else []:  # made on first use: its parent must be writable
+            if path.exists() and not path.is_dir():
+                raise ConfigError(f"{flag} {pattern}: {path} exists and is not a folder")
+            parent = next(p for p in [path.resolve(), *path.resolve().parents] if p.exists())
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise ConfigError(f"{flag} {pattern}: {parent} is not a writable folder")
 
 
 def cmd_config(args: argparse.Namespace) -> int:
@@ -272,7 +289,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--data-path",
         metavar="PATH",
-        help="(inline) each node's data; {partition} is replaced by the partition id; must exist",
+        help="(inline, simulation) each node's data; {partition} is replaced by the partition id; must exist",
+    )
+    run.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="(inline, simulation) each node's client state (its models, standardisation, manifest: what "
+        "`hetfed decide` reads); {partition} is replaced by the partition id; default: kept in memory only",
     )
     run.add_argument(
         "--federation-dir", help="(deployment) where `hetfed federation up` ran (default .hetfed/federation)"

@@ -303,6 +303,13 @@ LP_KEYS: dict[str, Key] = {
     ),
 }
 
+# Simulated nodes have no node config of their own beyond their partition: `hetfed run --engine
+# simulation --data-path/--state-dir` gives every node its paths through these ({partition} = its id).
+SIMULATED_NODE_KEYS: dict[str, Key] = {
+    "node-data-path": Key("", "Simulated nodes: data-path of each ({partition} = its id), from hetfed run"),
+    "node-state-dir": Key("", "Simulated nodes: state-dir of each ({partition} = its id), from hetfed run"),
+}
+
 # Garnet MDPs for federated TD(0) (ALGORITHMS.md 3).
 GARNET_KEYS: dict[str, Key] = {
     "garnet-seed": Key(-1, "Seed of the Garnet MDPs; -1 = seed (fix it to vary only the samples)", low=-1),
@@ -374,6 +381,7 @@ PROBLEM_SCHEMA: dict[str, Key] = (
     | ENERGY_KEYS
     | SHORTEST_PATH_KEYS
     | LP_KEYS
+    | SIMULATED_NODE_KEYS
     | GARNET_KEYS
     | CONSTRAINED_TASK_KEYS
 )

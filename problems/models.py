@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -58,3 +59,25 @@ def mlp_from_arrays(arrays: dict[str, np.ndarray]) -> nn.Sequential:
     hidden, in_dim = arrays["0.weight"].shape
     out_dim = arrays["2.weight"].shape[0]
     return load_record(make_mlp(in_dim, hidden, out_dim, seed=0), to_record(arrays))
+
+
+def hetfed_version() -> str:
+    """The installed hetfed version ("unknown" outside an installed checkout)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("hetfed")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def model_manifest(arrays: Mapping[str, np.ndarray], **about: Any) -> dict[str, Any]:
+    """What a saved model of :func:`make_mlp` takes and returns, beside its ``.npz``: the hetfed
+    version, the layers (``name:shape``), the activation, and ``about`` (run, method, loss, feature
+    and variable names, ...). Plain JSON values only (no pickle anywhere)."""
+    return {
+        "hetfed-version": hetfed_version(),
+        "layers": [f"{name}:{'x'.join(map(str, a.shape))}" for name, a in arrays.items()],
+        "activation": "relu" if "2.weight" in arrays else "none (linear)",
+        **about,
+    }

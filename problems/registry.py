@@ -158,6 +158,12 @@ def lp_client(cfg: RunConfig, pid: int, n: int, path: Path | None) -> DecisionCl
     )
 
 
+def model_io_names(cfg: RunConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The names of a run's model inputs and outputs where the run config gives them (problem
+    ``lp``), else empty: a manifest records them."""
+    return lp_names(cfg) if cfg.get("problem") == "lp" else ((), ())
+
+
 def lp_dims(cfg: RunConfig) -> tuple[int, int]:
     features, variables = lp_names(cfg)
     return len(features), len(variables)

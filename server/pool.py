@@ -95,22 +95,26 @@ class ClientPool:
             seen.update(new)
             self._discover(new, run_name, found)
         self.left_out = found.left_out()
-        if found.approved:
+        if found.reports:
             self.store.path.mkdir(parents=True, exist_ok=True)
             (self.store.path / "silos.json").write_text(
                 json.dumps(
                     {
                         "run-name": run_name,
                         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                        "silos": {f"partition-{pid}": v for pid, v in sorted(found.approved.items())},
+                        "silos": {f"partition-{pid}": v for pid, v in sorted(found.reports.items())},
                     },
                     indent=2,
                 )
             )
         for (pid, node), (name, reason) in zip(found.bad_keys(), self.left_out.items(), strict=True):
             self.store.add_row(  # also when the run cannot go on: each refusal is in rounds.csv
-                round=0, exchange="query.info", **{"partition-id": "" if pid is None else pid},
-                client=name, status="failed", error=reason,
+                round=0,
+                exchange="query.info",
+                **{"partition-id": "" if pid is None else pid},
+                client=name,
+                status="failed",
+                error=reason,
             )
             self.log(f"{name} is left out (node {node}): {reason}")
         expected = found.expected(self.required)
@@ -178,10 +182,12 @@ class ClientPool:
                     found.num_partitions.add(n)
                     refusal = _REFUSED.search(reason)
                     if refusal:  # the silo's SuperNode refused the app build and said what it approves
-                        found.approved[pid] = {
-                            "approved-apps": [h.strip() for h in refusal[1].split(",")],
-                            "reported-by": "SuperNode refusal (hash prefixes)",
-                        }
+                        found.reports.setdefault(pid, {}).update(
+                            {
+                                "approved-apps": [h.strip() for h in refusal[1].split(",")],
+                                "reported-by": "SuperNode refusal (hash prefixes)",
+                            }
+                        )
                 continue
             info, metrics = reply.content.config_records["info"], reply.content.metric_records["metrics"]
             pid = int(scalar(info["partition-id"]))
@@ -199,10 +205,14 @@ class ClientPool:
             found.num_partitions.add(int(scalar(info["num-partitions"])))
             found.bad.pop(pid, None)  # a node that failed before and now answers
             if "approved-apps" in info:  # the silo's allow-list, read on the silo
-                found.approved[pid] = {
-                    "approved-apps": [str(h) for h in info["approved-apps"]],  # type: ignore[union-attr]
-                    "reported-by": "ClientApp query.info",
-                }
+                found.reports.setdefault(pid, {}).update(
+                    {
+                        "approved-apps": [str(h) for h in info["approved-apps"]],  # type: ignore[union-attr]
+                        "reported-by": "ClientApp query.info",
+                    }
+                )
+            if "notes" in info:  # what the silo noticed in its own files (ignored columns, relaxations)
+                found.reports.setdefault(pid, {})["notes"] = [str(n) for n in info["notes"]]  # type: ignore[union-attr]
         found.infos.update(infos)
         if len(found.num_partitions) > 1:
             raise FederationError(f"nodes disagree on num-partitions: {sorted(found.num_partitions)}")
@@ -322,7 +332,8 @@ class _Discovery:
     bad: dict[int, tuple[int, str]] = field(default_factory=dict)  # partition -> (node, reason)
     lost: dict[int, str] = field(default_factory=dict)  # node (partition unknown) -> reason
     num_partitions: set[int] = field(default_factory=set)
-    approved: dict[int, dict[str, Any]] = field(default_factory=dict)  # partition -> its approved builds
+    # partition -> what its silo says of itself: the app builds it approves, notes on its own files
+    reports: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def expected(self, required: int) -> int:
         """How many usable clients the run needs (0 while no node has told its num-partitions)."""

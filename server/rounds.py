@@ -88,9 +88,29 @@ def run_rounds(
     models = strategy.final_models()
     if models:
         np.savez(store.path / "models.npz", **models)  # type: ignore[arg-type]  # numpy's stub: **kwds may be allow_pickle
+        store.write_json("models.json", models_manifest(models, strategy.method, store))
     if pool.left_out:  # clients left out at discovery (bad data): failed from the start
         summary = {**summary, "failed": {**pool.left_out, **summary.get("failed", {})}}
     return summary
+
+
+def models_manifest(models: Mapping[str, np.ndarray], method: str, store: RunStore) -> dict[str, Any]:
+    """``models.json``: each final model's manifest (problems.models.model_manifest), as a silo's
+    state has it: the run, method, loss, and the feature and variable names the run config gives."""
+    from problems.models import model_manifest
+    from problems.registry import model_io_names
+
+    cfg = store.read_config()["config"]
+    features, variables = model_io_names(cfg)
+    by_model: dict[str, dict[str, np.ndarray]] = {}
+    for key, array in models.items():
+        name, _, part = key.partition("/")
+        by_model.setdefault(name, {})[part] = array
+    about = {"run": store.run_name, "method": method, "loss": cfg.get("loss", ""), "problem": cfg["problem"]}
+    return {
+        name: model_manifest(arrays, **about, features=list(features), variables=list(variables))
+        for name, arrays in by_model.items()
+    }
 
 
 def _server_row(store: RunStore, server_round: int, metrics: Mapping[str, float]) -> None:

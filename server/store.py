@@ -307,6 +307,10 @@ class RunStore:
         with open(path, newline="") as f:
             return [{k: v for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
 
+    def write_json(self, name: str, obj: Any) -> None:
+        """Write ``name`` (JSON) into the run folder atomically."""
+        self._write_json(name, obj)
+
     def _write_json(self, name: str, obj: Any) -> None:
         self._write_text(name, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 

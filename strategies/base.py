@@ -67,6 +67,7 @@ class FederatedStrategy(Strategy):
 
     family: ClassVar[str] = ""  # the kind of problem it solves: decision, constrained or lsa
     client_handler: ClassVar[str] = ""  # the client class that serves this strategy (client/app.py)
+    method: str = ""  # the run-config strategy name it was built for (strategies.registry.build_strategy)
     client_keys: ClassVar[tuple[str, ...]] = ()  # run-config keys its handlers read
     # Constructor keyword -> the run-config key it comes from (merged along the class hierarchy
     # by :meth:`config_map`); ``build`` maps a run config onto the constructor with it.
@@ -123,7 +124,7 @@ class FederatedStrategy(Strategy):
     # --- what subclasses provide ---------------------------------------------------------
     def client_settings(self) -> dict[str, Any]:
         """What every message to a client carries besides the exchange's own values."""
-        return {"client": self.client_handler, **self.client_options}
+        return {"client": self.client_handler, "method": self.method, **self.client_options}
 
     @property
     def num_rounds(self) -> int:

@@ -41,4 +41,6 @@ def build_strategy(cfg: Mapping[str, Any]) -> FederatedStrategy:
             f"run config 'problem': strategy {name!r} needs a {cls.family} problem, "
             f"but {spec.name!r} is a {spec.family} problem"
         )
-    return cls.build(cfg)
+    strategy = cls.build(cfg)
+    strategy.method = name  # recorded by the clients with the models they keep
+    return strategy

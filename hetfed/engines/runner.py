@@ -108,10 +108,13 @@ def run_experiment(
     timeout: float = 3600,
     echo: Any = print,
     data_path: str | None = None,
+    state_dir: str | None = None,
 ) -> dict[str, Any]:
     """Run one experiment; returns its summary (summary.json). Raises RunFailed if it failed.
 
-    How the run was launched (nodes, data path, federation dir, timeout) is recorded in its
+    ``data_path`` / ``state_dir`` (inline, simulation): each node's data and client state, with
+    ``{partition}`` replaced by its partition id (a deployment's nodes have their own node config).
+    How the run was launched (nodes, data path, state dir, federation dir, timeout) is recorded in its
     config (key ``launch``, kept in config.json), from which ``hetfed run --resume`` continues it.
     A resumed run (``resume = true``) passes the ``launch`` it recorded.
     """
@@ -126,7 +129,8 @@ def run_experiment(
         if nodes and nodes != info.nodes:
             echo(f"note: the running federation has {info.nodes} SuperNodes (not {nodes})")
         nodes = info.nodes
-    launch = {"nodes": nodes, "data-path": data_path or "", "timeout": timeout}
+    data_path, state_dir = (str(Path(p).resolve()) if p else "" for p in (data_path, state_dir))
+    launch = {"nodes": nodes, "data-path": data_path, "state-dir": state_dir, "timeout": timeout}
     if engine == "deployment":
         launch["federation-dir"] = str(Path(federation_dir).resolve())
     overrides.setdefault("launch", json.dumps(launch))
@@ -136,11 +140,14 @@ def run_experiment(
         from hetfed.engines.inline import node_configs, run_inline
 
         configs = node_configs(nodes)
-        if data_path:
+        for key, pattern in (("data-path", data_path), ("state-dir", state_dir)):
             for c in configs:
-                c["data-path"] = str(Path(data_path.format(partition=c["partition-id"])).resolve())
+                if pattern:
+                    c[key] = pattern.replace("{partition}", str(c["partition-id"]))
         return run_inline(run_config, configs)
     if engine == "simulation":
+        # Flower's simulated nodes have no node config beyond their partition: the run config carries it.
+        run_config.update({"node-data-path": data_path, "node-state-dir": state_dir})
         with tempfile.TemporaryDirectory(prefix="hetfed-sim-") as tmp:
             flower = LocalFlower(Path(tmp), simulation=True)
             try:
