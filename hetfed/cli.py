@@ -201,6 +201,24 @@ def check_run_args(settings: dict[str, Any], overrides: dict[str, Any], results_
                 raise ConfigError(f"{flag} {pattern}: {parent} is not a writable folder")
 
 
+def cmd_decide(args: argparse.Namespace) -> int:
+    """``hetfed decide``: a silo's decisions on new features, from its own state, offline."""
+    from hetfed.decide import decide, summary_line
+
+    out = Path(args.out)
+    sidecar = decide(
+        Path(args.state_dir),
+        args.run,
+        Path(args.features),
+        out,
+        model=args.model,
+        problem=Path(args.problem) if args.problem else None,
+        partition=args.partition,
+    )
+    print(summary_line(sidecar, out))
+    return 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     if args.sync_pyproject:
         from hetfed.config import sync_pyproject
@@ -308,6 +326,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_reproduce_parsers(sub)
 
+    dec = sub.add_parser(
+        "decide",
+        help="a silo's decisions on new features from its trained model (offline, problem lp)",
+        description="On a silo, offline: standardise new features with the statistics the silo trained "
+        "with, predict the costs with its kept model, solve its LP (the recorded file, refused if it "
+        "changed, or --problem), check feasibility (max violation <= 1e-7) and write one row per id: "
+        "id, one column per variable, cost:<variable> (predicted), objective (predicted); plus a JSON "
+        "sidecar (run, model, LP sha256, hetfed version) beside it.",
+    )
+    dec.add_argument("--state-dir", required=True, help="the silo's state dir (its node's state-dir)")
+    dec.add_argument("--run", required=True, help="the run name whose model to use")
+    dec.add_argument("--features", required=True, help="CSV: optional id, the model's feature columns")
+    dec.add_argument("--out", required=True, help="decisions CSV to write (sidecar: same name, .json)")
+    dec.add_argument(
+        "--model",
+        choices=("deployed", "personal", "federated"),
+        default="deployed",
+        help="which kept model (default deployed: the one the silo chose on its validation data)",
+    )
+    dec.add_argument(
+        "--problem", help="another LP/MPS file with the same variable names (default: the recorded one)"
+    )
+    dec.add_argument(
+        "--partition", type=int, help="the partition, if the state dir holds several (inline runs)"
+    )
+    dec.set_defaults(func=cmd_decide)
+
     data = sub.add_parser("data", help="fetch and cache a real data set (ERCOT prices, UCI Adult)")
     data.add_argument("dataset", choices=("ercot", "adult"))
     data.add_argument("--cache-dir", help="default: $HETFED_DATA_DIR or ~/.cache/hetfed")
@@ -327,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (ConfigError, FileNotFoundError, RuntimeError, ValueError) as exc:  # StoreError is a ValueError
+    except (ConfigError, OSError, RuntimeError, ValueError) as exc:  # StoreError, DecideError: ValueErrors
         print(f"hetfed: error: {exc}", file=sys.stderr)
         return 2
 

@@ -1,0 +1,202 @@
+"""``hetfed decide``: a silo turns its trained model into decisions on new data, offline.
+
+Everything it needs is in the silo's own client state (``<state-dir>/<run>-p<partition>/``, kept by
+the final evaluation, client/decision_client.py ``save_inference``): the models (``deployed``,
+``personal``, ``federated``; ``.npz``), the feature standardisation (``scaling.npz``) and the
+manifest (``manifest.json``: feature and variable names, the LP file and its sha256). For each
+row of the new features it computes
+
+    c_hat = model((x - mean) / std),   w = argmin_{w in S} c_hat'w  (max for a Maximize file),
+
+on the silo's LP (problems/lp.py), checks that ``w`` is feasible (max violation <= 1e-7) and writes
+one row per id: the decision, the predicted costs and the predicted objective ``c_hat'w``.
+Each row is solved from HiGHS's cold start, so among tied minimisers the one written depends on
+that row's predicted costs only (not on the other rows or their order).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+MODELS = ("deployed", "personal", "federated")
+FEASIBILITY_TOL = 1e-7
+
+
+class DecideError(ValueError):
+    """The state, the features or the LP cannot give decisions; one line says which and why."""
+
+
+@dataclass(frozen=True)
+class SiloModel:
+    """One model a silo kept for a run, with what it takes and returns."""
+
+    directory: Path
+    manifest: dict[str, Any]
+    model: torch.nn.Module
+    mean: np.ndarray
+    std: np.ndarray
+
+    @property
+    def features(self) -> list[str]:
+        return list(self.manifest["features"])
+
+    @property
+    def variables(self) -> list[str]:
+        return list(self.manifest["variables"])
+
+    def predict(self, x: np.ndarray) -> torch.Tensor:
+        """``model((x - mean) / std)`` for raw features ``x [n, p]``."""
+        with torch.no_grad():
+            return self.model(torch.from_numpy((x - self.mean) / self.std))
+
+
+def state_folder(state_dir: Path, run: str, partition: int | None = None) -> Path:
+    """The folder of ``run`` in a silo's state dir (``<run>-p<partition>``)."""
+    if not state_dir.is_dir():
+        raise DecideError(f"--state-dir {state_dir}: no such folder")
+    found = sorted(p for p in state_dir.glob(f"{run}-p*") if (p / "manifest.json").is_file())
+    if partition is not None:
+        found = [p for p in found if p.name == f"{run}-p{partition}"]
+    if not found:
+        runs = sorted({p.parent.name.rsplit("-p", 1)[0] for p in state_dir.glob("*/manifest.json")})
+        hint = f"; runs with a kept model there: {', '.join(runs)}" if runs else "; no run kept a model there"
+        raise DecideError(f"--state-dir {state_dir}: run {run!r} kept no model here{hint}")
+    if len(found) > 1:
+        raise DecideError(
+            f"--state-dir {state_dir}: run {run!r} has state for several partitions "
+            f"({', '.join(p.name for p in found)}); name one with --partition"
+        )
+    return found[0]
+
+
+def load_silo_model(folder: Path, which: str) -> SiloModel:
+    """Model ``which`` of a silo's run folder, its manifest and standardisation (NumPy, no pickle)."""
+    from problems.models import mlp_from_arrays
+
+    manifest = json.loads((folder / "manifest.json").read_text())
+    if not manifest.get("variables") or not manifest.get("problem-file"):
+        raise DecideError(
+            f"{folder}: this run's problem was not a silo's own LP (problem 'lp'), so there is no LP "
+            "file to decide on"
+        )
+    path = folder / f"{which}.npz"
+    if not path.is_file():
+        kept = [m for m in MODELS if (folder / f"{m}.npz").is_file()]
+        raise DecideError(f"{folder}: no {which} model (kept: {', '.join(kept) or 'none'})")
+    with np.load(path, allow_pickle=False) as stored:
+        model = mlp_from_arrays({k: stored[k] for k in stored.files})
+    if not (folder / "scaling.npz").is_file():
+        raise DecideError(
+            f"{folder}: scaling.npz (the standardisation the model was trained with) is missing"
+        )
+    with np.load(folder / "scaling.npz", allow_pickle=False) as scaling:
+        mean, std = scaling["mean"], scaling["std"]
+    return SiloModel(folder, manifest, model.eval(), mean, std)
+
+
+def decide(
+    state_dir: Path,
+    run: str,
+    features_file: Path,
+    out: Path,
+    *,
+    model: str = "deployed",
+    problem: Path | None = None,
+    partition: int | None = None,
+) -> dict[str, Any]:
+    """Write ``out`` (one decision per input id) and ``out`` with suffix ``.json`` (the sidecar);
+    returns the sidecar's contents."""
+    from problems.lp import file_sha256, read_lp, read_samples
+
+    silo = load_silo_model(state_folder(state_dir, run, partition), model)
+    manifest = silo.manifest
+    recorded = Path(manifest["problem-file"])
+    lp_path = problem or recorded
+    if problem is None:
+        if not recorded.is_file():
+            raise DecideError(f"the LP file this silo trained on, {recorded}, is gone; pass --problem FILE")
+        if file_sha256(recorded) != manifest["problem-sha256"]:
+            raise DecideError(
+                f"{recorded} changed since run {run!r} trained on it (sha256 differs from the manifest's); "
+                "pass --problem FILE to decide on a changed LP"
+            )
+    lp = read_lp(lp_path, silo.variables, relax_integers=bool(manifest.get("relaxed-integers")))
+    rows = read_samples(features_file, silo.features, ())
+    c_hat = silo.predict(rows.x)
+    w = lp.decisions(lp.minimisation_set.solve_lp(c_hat, backend="highs-cold"))
+    violation = lp.feasible_set.max_violation(w)
+    worst = int(torch.argmax(violation))
+    if float(violation[worst]) > FEASIBILITY_TOL:
+        raise DecideError(
+            f"the decision for id {rows.ids[worst]!r} violates {lp_path} by {float(violation[worst]):.3g} "
+            f"(> {FEASIBILITY_TOL:g})"
+        )
+    objective = (c_hat * w).sum(dim=1)
+    write_decisions(out, rows.ids, silo.variables, w.numpy(), c_hat.numpy(), objective.numpy())
+    sidecar = {
+        "run": run,
+        "model": model,
+        "state": str(silo.directory.resolve()),
+        "method": manifest.get("method", ""),
+        "loss": manifest.get("loss", ""),
+        "trained-with-hetfed": manifest.get("hetfed-version", ""),
+        "hetfed-version": _version(),
+        "problem-file": str(lp_path.resolve()),
+        "problem-sha256": file_sha256(lp_path),
+        "trained-problem-sha256": manifest["problem-sha256"],
+        "sense": "maximize" if lp.maximize else "minimize",
+        "features-file": str(features_file.resolve()),
+        "features-sha256": file_sha256(features_file),
+        "rows": len(rows.ids),
+        "max-violation": float(violation.max()) if len(rows.ids) else 0.0,
+        "ignored-columns": list(rows.ignored),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    out.with_suffix(".json").write_text(json.dumps(sidecar, indent=2) + "\n")
+    return sidecar
+
+
+def write_decisions(
+    out: Path,
+    ids: tuple[str, ...],
+    variables: list[str],
+    w: np.ndarray,
+    c_hat: np.ndarray,
+    objective: np.ndarray,
+) -> None:
+    """``id``, one column per variable, ``cost:<variable>`` (predicted), ``objective`` (predicted)."""
+    from problems.lp import COST_PREFIX
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", *variables, *(COST_PREFIX + v for v in variables), "objective"])
+        for i, ident in enumerate(ids):
+            writer.writerow(
+                [ident, *map(repr, w[i].tolist()), *map(repr, c_hat[i].tolist()), repr(float(objective[i]))]
+            )
+    tmp.replace(out)
+
+
+def _version() -> str:
+    from problems.models import hetfed_version
+
+    return hetfed_version()
+
+
+def summary_line(sidecar: Mapping[str, Any], out: Path) -> str:
+    return (
+        f"{sidecar['rows']} decisions of run {sidecar['run']} ({sidecar['model']} model, "
+        f"{sidecar['sense']} over {Path(sidecar['problem-file']).name}, max violation "
+        f"{sidecar['max-violation']:.1e}) in {out}; sidecar {out.with_suffix('.json')}"
+    )
