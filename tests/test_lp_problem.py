@@ -139,22 +139,22 @@ def test_a_free_variable_bounded_by_rows_and_an_mps_twin(tmp_path: Path) -> None
 
 
 def test_the_pilot_files_read_by_name(tmp_path: Path) -> None:
-    """The worked pilot's three files: silo-b writes its variables in a scrambled order (HiGHS's column
-    order is not h01..h24) and is a Maximize file, silo-c is MPS; all read onto h01..h24."""
+    """The worked pilot's three files: silo-1 writes its variables in a scrambled order (HiGHS's column
+    order is not h01..h24) and is a Maximize file, silo-2 is MPS; all read onto h01..h24."""
     pilot = Path(__file__).resolve().parents[1] / "examples" / "pilot"
     names = [f"h{h:02d}" for h in range(1, 25)]
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
-    h.readModel(str(pilot / "silo-b" / "problem.lp"))
+    h.readModel(str(pilot / "silo-1" / "problem.lp"))
     assert list(h.getLp().col_names_) != names  # position would be wrong
-    b = read_lp(pilot / "silo-b" / "problem.lp", names)
+    b = read_lp(pilot / "silo-1" / "problem.lp", names)
     assert b.maximize
-    # silo-b's fuel row reads as sum(w) <= 30 and its ramp rows keep the right neighbours
+    # silo-1's fuel row reads as sum(w) <= 30 and its ramp rows keep the right neighbours
     fuel = b.feasible_set.A_ub[np.isclose(b.feasible_set.b_ub, 30.0)]
     np.testing.assert_array_equal(fuel, np.ones((1, 24)))
     ramps = b.feasible_set.A_ub[np.isclose(b.feasible_set.b_ub, 0.6)]
     assert all(sorted(np.flatnonzero(r)) in ([i, i + 1] for i in range(23)) for r in ramps)
-    c = read_lp(pilot / "silo-c" / "problem.mps", names)
+    c = read_lp(pilot / "silo-2" / "problem.mps", names)
     assert not c.maximize and c.feasible_set.A_eq.shape[0] == 1
 
 

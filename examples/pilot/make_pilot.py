@@ -1,7 +1,7 @@
 """Regenerate the pilot example: three silos, each with its own LP over 24 hourly variables and ERCOT data.
 
 Run from the repository root: ``.venv/bin/python examples/pilot/make_pilot.py [--ercot-dir DIR] [--out DIR]``.
-Writes ``silo-{a,b,c}/`` (samples.csv, new-days.csv, problem.lp or problem.mps) and checks every
+Writes ``silo-{0,1,2}/`` (samples.csv, new-days.csv, problem.lp or problem.mps) and checks every
 problem file with HiGHS: it reads, is feasible, all variables are bounded, its columns are h01..h24.
 """
 
@@ -156,9 +156,9 @@ class Silo:
 
 
 SILOS: tuple[Silo, ...] = (
-    Silo("silo-a", "Houston retailer", "LZ_HOUSTON", houston_retailer, "id+split"),
-    Silo("silo-b", "West producer", "LZ_WEST", west_producer, "plain+note"),
-    Silo("silo-c", "North buyer with storage", "LZ_NORTH", north_buyer, "id", mps=True),
+    Silo("silo-0", "Houston retailer", "LZ_HOUSTON", houston_retailer, "id+split"),
+    Silo("silo-1", "West producer", "LZ_WEST", west_producer, "plain+note"),
+    Silo("silo-2", "North buyer with storage", "LZ_NORTH", north_buyer, "id", mps=True),
 )
 
 
