@@ -20,4 +20,5 @@ EXPERIMENTS = {
     "pflsa": "hetfed.reproduce.pflsa",
     "pflsa-communication": "hetfed.reproduce.pflsa_communication",
     "pflsa-theory": "hetfed.reproduce.pflsa_theory",
+    "lp-pilot": "hetfed.reproduce.lp_pilot",
 }

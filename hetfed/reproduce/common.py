@@ -57,7 +57,7 @@ def completed_run(folder: Path, cfg: Mapping[str, Any]) -> dict[str, Any] | None
     return summary if same and summary.get("status") == "completed" else None
 
 
-def _run_one(job: tuple[str, Mapping[str, Any], int, str]) -> dict[str, Any]:
+def _run_one(job: tuple[str, Mapping[str, Any], int, str, str | None]) -> dict[str, Any]:
     import logging
 
     import torch
@@ -67,9 +67,11 @@ def _run_one(job: tuple[str, Mapping[str, Any], int, str]) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     logging.getLogger("flwr").setLevel(logging.WARNING)  # the parent prints one line per run
-    engine, cfg, nodes, results_dir = job
+    engine, cfg, nodes, results_dir, data_path = job
     shutil.rmtree(Path(results_dir) / cfg["run-name"], ignore_errors=True)  # an interrupted or outdated run
-    return run_experiment(engine, cfg, nodes=nodes, results_dir=Path(results_dir), echo=lambda _: None)
+    return run_experiment(
+        engine, cfg, nodes=nodes, results_dir=Path(results_dir), echo=lambda _: None, data_path=data_path
+    )
 
 
 def run_many(
@@ -81,6 +83,7 @@ def run_many(
     workers: int = 1,
     log: Callable[[str], None] = print,
     describe: Callable[[Mapping[str, Any]], str] = lambda summary: "",
+    data_path: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run every config and return their summaries in order; configs with the same ``run-name``
     must be equal and run once (a study's point may be another table's run).
@@ -88,7 +91,8 @@ def run_many(
     Inline runs go to ``workers`` processes; the simulation and deployment engines run one at a
     time (they use every core already). A run of the same config that already completed under
     ``results_dir`` is not run again, so an interrupted reproduction continues where it stopped.
-    ``describe(summary)`` adds to the progress line of each finished run.
+    ``describe(summary)`` adds to the progress line of each finished run; ``data_path`` is each
+    node's data (``{partition}`` = its id; inline and simulation).
     """
     configs = [dict(c) for c in configs]
     todo, done = [], {}
@@ -105,7 +109,7 @@ def run_many(
         else:
             done[i] = summary
     started = time.time()
-    jobs = [(engine, configs[i], nodes, str(results_dir)) for i in todo]
+    jobs = [(engine, configs[i], nodes, str(results_dir), data_path) for i in todo]
     parallel = workers > 1 and engine == "inline" and len(jobs) > 1
     if parallel:
         pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
