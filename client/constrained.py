@@ -13,7 +13,10 @@ on the same harness. Per round k:
   and returns the normalised update ``u_i = (w_k - w_{k,E}) / (gamma E)``;
 - ``evaluate`` carries the iterate (``arrays``) and, once there is one, the averaged
   model (``average``); the client returns ``f``, ``g`` and its task's other metrics on
-  its whole training data (``avg-`` prefixed for the average).
+  its whole training data (``avg-`` prefixed for the average). A task whose features were
+  standardised with the silo's own statistics (``scaling``: problem ``tabular``) also keeps
+  both models (``last``, ``average``), ``scaling`` and a ``manifest`` in the client's state,
+  overwritten at each evaluation, so the state holds the run's final models for ``hetfed predict``.
 
 All batch randomness comes from ``default_rng([seed, stream, partition, round])``,
 so every engine draws the same batches.
@@ -32,10 +35,14 @@ from client.session import ClientSession
 from client.state import ClientState
 from client.trust_region import natural_step
 from hetfed.records import scalar, to_numpy, to_record
+from problems.base import Standardization
 from problems.constrained import ConstrainedClientTask
+from problems.models import model_manifest
 
 QUERY_STREAM, TRAIN_STREAM = 11, 12  # batch RNG streams of the two exchanges
 KEPT = "switching-w"  # ClientState group holding the w_k of the last query
+SCALING, MANIFEST = "scaling", "manifest"  # ClientState groups for hetfed predict (as the decision client's)
+MODEL_NAMES = {"arrays": "last", "average": "average"}  # evaluate's arrays -> the ClientState group kept
 OBJECTIVES = ("f", "g", "penalty", "lagrangian")
 
 Objective = Callable[[torch.nn.Module, Any], torch.Tensor]
@@ -135,16 +142,19 @@ class ConstrainedClient:
         self.context = context
 
     def query_info(self, content: RecordDict) -> RecordDict:
-        """Who this client is (scalars only)."""
+        """Who this client is (scalars only), and the silo's notes on its own file (ignored columns),
+        which the run records."""
+        info: dict[str, Any] = {
+            "name": self.task.name,
+            "partition-id": self.session.partition_id,
+            "num-partitions": self.session.num_partitions,
+        }
+        notes = dict(getattr(self.task, "about", {})).get("notes")
+        if notes:
+            info["notes"] = [str(n) for n in notes]
         return RecordDict(
             {
-                "info": ConfigRecord(
-                    {
-                        "name": self.task.name,
-                        "partition-id": self.session.partition_id,
-                        "num-partitions": self.session.num_partitions,
-                    }
-                ),
+                "info": ConfigRecord(info),
                 "metrics": MetricRecord({"num-examples": num_examples(self.task)}),
             }
         )
@@ -212,11 +222,41 @@ class ConstrainedClient:
         )
 
     def evaluate(self, content: RecordDict) -> RecordDict:
-        """The task's metrics (``f``, ``g``, ...) of the iterate and, if sent, of the averaged model."""
+        """The task's metrics (``f``, ``g``, ...) of the iterate and, if sent, of the averaged model;
+        a task with a ``scaling`` keeps both models for inference (:meth:`save_inference`)."""
         metrics: dict[str, MetricRecordValues] = {}
         arrays = content.array_records
+        models: dict[str, dict[str, np.ndarray]] = {}
         for name, prefix in (("arrays", ""), ("average", "avg-")):
             if name in arrays:
-                values = self.task.evaluate(self.model(arrays[name]))
+                models[MODEL_NAMES[name]] = to_numpy(arrays[name])
+                values = self.task.evaluate(self.model(models[MODEL_NAMES[name]]))
                 metrics.update({prefix + key: float(value) for key, value in values.items()})
+        scaling = getattr(self.task, "scaling", None)
+        if models and isinstance(scaling, Standardization):
+            self.save_inference(content.config_records["config"], models, scaling)
         return RecordDict({"metrics": MetricRecord(metrics)})
+
+    def save_inference(
+        self, config: ConfigRecord, models: Mapping[str, Mapping[str, np.ndarray]], scaling: Standardization
+    ) -> None:
+        """Everything ``hetfed predict`` needs on this silo: the evaluated models (``last``, and
+        ``average`` once there is one), the feature standardisation (``scaling``: mean, std of its
+        training rows) and the ``manifest`` (layers, run, method, round, the task's ``about``: features,
+        label, group column, constraint, samples file). Nothing of it leaves the silo."""
+        run = str(config["run-name"])
+        state = self.session.state(self.context, run)
+        for name, arrays in models.items():
+            state.set_arrays(name, arrays)
+        state.set_arrays(SCALING, scaling.arrays())
+        about = {
+            "run": run,
+            "method": str(self.settings.get("method", "")),
+            "client": self.task.name,
+            "partition-id": self.session.partition_id,
+            "round": int(scalar(config["server-round"])),
+            "models": list(models),
+            "standardized": True,
+            **dict(getattr(self.task, "about", {})),
+        }
+        state.set_values(MANIFEST, model_manifest(next(iter(models.values())), **about))

@@ -219,6 +219,18 @@ def cmd_decide(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_predict(args: argparse.Namespace) -> int:
+    """``hetfed predict``: a silo's per-row predictions on new features, from its own state, offline."""
+    from hetfed.predict import predict, summary_line
+
+    out = Path(args.out)
+    sidecar = predict(
+        Path(args.state_dir), args.run, Path(args.features), out, model=args.model, partition=args.partition
+    )
+    print(summary_line(sidecar, out))
+    return 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     if args.sync_pyproject:
         from hetfed.config import sync_pyproject
@@ -313,7 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--state-dir",
         metavar="DIR",
         help="(inline, simulation) each node's client state (its models, standardisation, manifest: what "
-        "`hetfed decide` reads); {partition} is replaced by the partition id; default: kept in memory only",
+        "`hetfed decide` and `hetfed predict` read); {partition} is replaced by the partition id; default: "
+        "kept in memory only",
     )
     run.add_argument(
         "--federation-dir", help="(deployment) where `hetfed federation up` ran (default .hetfed/federation)"
@@ -352,6 +365,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--partition", type=int, help="the partition, if the state dir holds several (inline runs)"
     )
     dec.set_defaults(func=cmd_decide)
+
+    pre = sub.add_parser(
+        "predict",
+        help="a silo's per-row predictions on new features from its trained model (offline, problem tabular)",
+        description="On a silo, offline: standardise new features with the statistics the silo trained "
+        "with, apply its kept model (the logit of P(label = 1)) and write one row per id: id, probability "
+        "(sigmoid of the logit), prediction (1 if probability > 0.5, else 0); plus a JSON sidecar (run, "
+        "model, round, features, hetfed version) beside it.",
+    )
+    pre.add_argument("--state-dir", required=True, help="the silo's state dir (its node's state-dir)")
+    pre.add_argument("--run", required=True, help="the run name whose model to use")
+    pre.add_argument("--features", required=True, help="CSV: optional id, the model's feature columns")
+    pre.add_argument("--out", required=True, help="predictions CSV to write (sidecar: same name, .json)")
+    pre.add_argument(
+        "--model",
+        choices=("average", "last"),
+        help="which kept model (default average: the method's output, the mean of the averaged rounds' "
+        "iterates; last when no round was averaged)",
+    )
+    pre.add_argument(
+        "--partition", type=int, help="the partition, if the state dir holds several (inline runs)"
+    )
+    pre.set_defaults(func=cmd_predict)
 
     data = sub.add_parser("data", help="fetch and cache a real data set (ERCOT prices, UCI Adult)")
     data.add_argument("dataset", choices=("ercot", "adult"))

@@ -76,6 +76,7 @@ PROBLEMS = (
     "safe-rl",
     "quadratic",
     "lp",
+    "tabular",
 )
 ENGINES = ("", "inline", "simulation", "deployment")
 DECISION_LOSSES = ("mse", "spo+", "rspo+", "pfyl", "dpo", "mse->spo+", "optnet")
@@ -303,6 +304,33 @@ LP_KEYS: dict[str, Key] = {
     ),
 }
 
+# A silo's own table for the constrained classification tasks (problems/tabular.py, ALGORITHMS.md 2):
+# the model's inputs and the constraint, the same on every silo.
+TABULAR_KEYS: dict[str, Key] = {
+    "tabular-features": Key(
+        "", "Tabular: comma-separated feature columns of each silo's samples.csv (the model's inputs)"
+    ),
+    "tabular-constraint": Key(
+        "fairness",
+        "Tabular: g_i = demographic-parity gap - tabular-delta (fairness, reads tabular-group) or the "
+        "class-1 logistic loss - tabular-r (neyman-pearson; f_i = the class-0 loss)",
+        choices=("fairness", "neyman-pearson"),
+    ),
+    "tabular-group": Key(
+        "", "Tabular, fairness: the 0/1 group column of samples.csv the parity gap reads (1 = protected)"
+    ),
+    "tabular-delta": Key(0.05, "Tabular, fairness: demographic-parity tolerance delta", low=0.0),
+    "tabular-r": Key(0.2, "Tabular, neyman-pearson: bound r on the class-1 logistic loss", low=0.0),
+    "tabular-hidden": Key(0, "Tabular: MLP hidden units (ReLU); 0 = logistic regression", low=0),
+    "tabular-test-fraction": Key(
+        0.2,
+        "Tabular: share of the rows (the last, file order) held out for test when samples.csv has no "
+        "split column (< 1)",
+        low=0.0,
+        high=0.99,
+    ),
+}
+
 # Simulated nodes have no node config of their own beyond their partition: `hetfed run --engine
 # simulation --data-path/--state-dir` gives every node its paths through these ({partition} = its id).
 SIMULATED_NODE_KEYS: dict[str, Key] = {
@@ -381,6 +409,7 @@ PROBLEM_SCHEMA: dict[str, Key] = (
     | ENERGY_KEYS
     | SHORTEST_PATH_KEYS
     | LP_KEYS
+    | TABULAR_KEYS
     | SIMULATED_NODE_KEYS
     | GARNET_KEYS
     | CONSTRAINED_TASK_KEYS

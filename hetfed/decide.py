@@ -94,13 +94,19 @@ def load_silo_model(folder: Path, which: str) -> SiloModel:
         raise DecideError(f"{folder}: no {which} model (kept: {', '.join(kept) or 'none'})")
     with np.load(path, allow_pickle=False) as stored:
         model = mlp_from_arrays({k: stored[k] for k in stored.files})
-    if not (folder / "scaling.npz").is_file():
+    mean, std = read_scaling(folder)
+    return SiloModel(folder, manifest, model.eval(), mean, std)
+
+
+def read_scaling(folder: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The recorded standardisation ``(mean, std)`` of a silo's run folder (NumPy, no pickle)."""
+    path = folder / "scaling.npz"
+    if not path.is_file():
         raise DecideError(
             f"{folder}: scaling.npz (the standardisation the model was trained with) is missing"
         )
-    with np.load(folder / "scaling.npz", allow_pickle=False) as scaling:
-        mean, std = scaling["mean"], scaling["std"]
-    return SiloModel(folder, manifest, model.eval(), mean, std)
+    with np.load(path, allow_pickle=False) as scaling:
+        return scaling["mean"], scaling["std"]
 
 
 def decide(

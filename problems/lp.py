@@ -243,6 +243,7 @@ class Samples:
     x: np.ndarray  # [n, p]
     c: np.ndarray  # [n, d], in the file's sense
     ignored: tuple[str, ...]  # columns that are neither id, split, a feature nor a cost
+    rows: tuple[int, ...] = ()  # each sample's row in the file (header = row 1), for messages
 
 
 def read_samples(path: str | Path, features: Sequence[str], variables: Sequence[str]) -> Samples:
@@ -263,6 +264,7 @@ def read_samples(path: str | Path, features: Sequence[str], variables: Sequence[
             ids: list[str] = []
             split: list[str] = []
             rows: list[list[float]] = []
+            file_rows: list[int] = []
             first_row: dict[str, int] = {}
             for cells in reader:
                 row = reader.line_num
@@ -271,6 +273,7 @@ def read_samples(path: str | Path, features: Sequence[str], variables: Sequence[
                 row_length(path, row, len(cells), len(header))
                 rec = dict(zip(header, cells, strict=True))
                 rows.append([finite(rec[col], path, row, col) for col in (*features, *costs)])
+                file_rows.append(row)
                 ident = rec["id"].strip() if "id" in rec else str(row)
                 if "id" in rec:
                     if not ident:
@@ -302,6 +305,7 @@ def read_samples(path: str | Path, features: Sequence[str], variables: Sequence[
         x=data[:, : len(features)],
         c=data[:, len(features) :],
         ignored=tuple(h for h in header if h not in known),
+        rows=tuple(file_rows),
     )
 
 

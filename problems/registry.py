@@ -160,7 +160,13 @@ def lp_client(cfg: RunConfig, pid: int, n: int, path: Path | None) -> DecisionCl
 
 def model_io_names(cfg: RunConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The names of a run's model inputs and outputs where the run config gives them (problem
-    ``lp``), else empty: a manifest records them."""
+    ``lp``; ``tabular``: its features, the output is the logit of ``label``), else empty: a manifest
+    records them."""
+    if cfg.get("problem") == "tabular":
+        from problems.lp import parse_names
+        from problems.tabular import LABEL
+
+        return parse_names(cfg["tabular-features"], "tabular-features"), (LABEL,)
     return lp_names(cfg) if cfg.get("problem") == "lp" else ((), ())
 
 
@@ -230,8 +236,20 @@ CONSTRAINED: dict[str, tuple[str, dict[str, str]]] = {
         },
     ),
     "quadratic": ("problems.quadratic", {"quadratic-dim": "dim"}),
+    "tabular": (
+        "problems.tabular",
+        {
+            "tabular-features": "features",
+            "tabular-constraint": "constraint",
+            "tabular-group": "group",
+            "tabular-delta": "delta",
+            "tabular-r": "r",
+            "tabular-hidden": "hidden",
+            "tabular-test-fraction": "test_fraction",
+        },
+    ),
 }
-DATA_DIR_PARAM = {"fair-classification": "data_dir"}  # tasks that read a node's data-path
+DATA_DIR_PARAM = {"fair-classification": "data_dir", "tabular": "data_dir"}  # tasks reading a data-path
 
 
 def constrained_params(name: str, cfg: RunConfig) -> dict[str, Any]:

@@ -399,7 +399,8 @@ class ConstrainedRounds(FederatedStrategy):
         return to_record({k: (v / self.count).astype(dtypes[k]) for k, v in self.total.items()})
 
     def _evaluate_messages(self, server_round: int) -> list[Message]:
-        config = ConfigRecord({"server-round": server_round})
+        # The run's name: a silo keeps its models for inference under it (client state).
+        config = ConfigRecord({"server-round": server_round, "run-name": self.pool.run_name})
         average = self.average()
         messages = []
         for pid in self.pool.partitions:  # a RecordDict each: a message owns its content
