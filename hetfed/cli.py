@@ -288,6 +288,17 @@ def add_reproduce_parsers(sub: argparse._SubParsersAction) -> None:
         parser.set_defaults(func=cmd_reproduce, experiment_module=module)
 
 
+def add_silo_state_arguments(parser: argparse.ArgumentParser, writes: str) -> None:
+    """The options of a command that applies a silo's kept model to new rows (decide, predict)."""
+    parser.add_argument("--state-dir", required=True, help="the silo's state dir (its node's state-dir)")
+    parser.add_argument("--run", required=True, help="the run name whose model to use")
+    parser.add_argument("--features", required=True, help="CSV: optional id, the model's feature columns")
+    parser.add_argument("--out", required=True, help=f"{writes} CSV to write (sidecar: same name, .json)")
+    parser.add_argument(
+        "--partition", type=int, help="the partition, if the state dir holds several (inline runs)"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hetfed", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -348,10 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
         "id, one column per variable, cost:<variable> (predicted), objective (predicted); plus a JSON "
         "sidecar (run, model, LP sha256, hetfed version) beside it.",
     )
-    dec.add_argument("--state-dir", required=True, help="the silo's state dir (its node's state-dir)")
-    dec.add_argument("--run", required=True, help="the run name whose model to use")
-    dec.add_argument("--features", required=True, help="CSV: optional id, the model's feature columns")
-    dec.add_argument("--out", required=True, help="decisions CSV to write (sidecar: same name, .json)")
+    add_silo_state_arguments(dec, "decisions")
     dec.add_argument(
         "--model",
         choices=("deployed", "personal", "federated"),
@@ -360,9 +368,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dec.add_argument(
         "--problem", help="another LP/MPS file with the same variable names (default: the recorded one)"
-    )
-    dec.add_argument(
-        "--partition", type=int, help="the partition, if the state dir holds several (inline runs)"
     )
     dec.set_defaults(func=cmd_decide)
 
@@ -374,18 +379,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(sigmoid of the logit), prediction (1 if probability > 0.5, else 0); plus a JSON sidecar (run, "
         "model, round, features, hetfed version) beside it.",
     )
-    pre.add_argument("--state-dir", required=True, help="the silo's state dir (its node's state-dir)")
-    pre.add_argument("--run", required=True, help="the run name whose model to use")
-    pre.add_argument("--features", required=True, help="CSV: optional id, the model's feature columns")
-    pre.add_argument("--out", required=True, help="predictions CSV to write (sidecar: same name, .json)")
+    add_silo_state_arguments(pre, "predictions")
     pre.add_argument(
         "--model",
         choices=("average", "last"),
         help="which kept model (default average: the method's output, the mean of the averaged rounds' "
         "iterates; last when no round was averaged)",
-    )
-    pre.add_argument(
-        "--partition", type=int, help="the partition, if the state dir holds several (inline runs)"
     )
     pre.set_defaults(func=cmd_predict)
 

@@ -18,31 +18,13 @@ import pytest
 from scipy.optimize import linprog
 
 from hetfed.engines.runner import run_experiment
+from hetfed.reproduce import lp_pilot
 from tests.conftest import REPO, hetfed_cli
 
 PILOT = REPO / "examples" / "pilot"
 SILOS = ("silo-0", "silo-1", "silo-2")
-FEATURES = [
-    "prev_mean",
-    "prev_max",
-    "prev_min",
-    "week_mean",
-    "dow_sin",
-    "dow_cos",
-    "off_peak_day",
-    "gas_last",
-]
-VARIABLES = [f"h{h:02d}" for h in range(1, 25)]
-PILOT_RUN = {
-    "problem": "lp",
-    "lp-features": ",".join(FEATURES),
-    "lp-variables": ",".join(VARIABLES),
-    "strategy": "fedrspo",
-    "loss": "rspo+",
-    "num-rounds": 4,
-    "personal-rounds": 2,
-    "fraction": 1.0,
-}
+FEATURES, VARIABLES = list(lp_pilot.FEATURES), list(lp_pilot.VARIABLES)
+PILOT_RUN = {**lp_pilot.BASE, "loss": "rspo+", "num-rounds": 4, "personal-rounds": 2}
 
 
 def read_table(path: Path) -> list[dict[str, str]]:

@@ -216,8 +216,8 @@ BAD_LP = {
         GOOD_LP.replace("End", "General\n y\nEnd"),
         r"problem\.lp: variable 'y' is integer or binary; .*set lp-relax-integers = true",
     ),
-    "empty": (
-        GOOD_LP.replace("End", "Subject To\n low: x + y >= 1.8\nEnd").replace("Bounds", "Bounds"),
+    "empty set": (
+        GOOD_LP.replace("End", "Subject To\n low: x + y >= 1.8\nEnd"),
         r"problem\.lp: the feasible set is empty: .*row 'cap', row 'low' cannot all hold",
     ),
     "missing variable": (
@@ -242,7 +242,7 @@ BAD_SAMPLES = {
         lambda t: changed(t, 6, "cost:x", "-inf"),
         r"samples\.csv row 6, column 'cost:x': '-inf' is not a finite",
     ),
-    "empty": (lambda t: changed(t, 7, "cost:y", ""), r"samples\.csv row 7, column 'cost:y': empty cell"),
+    "empty cell": (lambda t: changed(t, 7, "cost:y", ""), r"samples\.csv row 7, column 'cost:y': empty cell"),
     "duplicate id": (
         lambda t: changed(t, 9, "id", "d002"),
         r"samples\.csv rows 4 and 9: duplicated id 'd002'",
@@ -270,40 +270,32 @@ RUN = {
 }
 
 
-def run_with_bad_silo_1(tmp_path: Path, make_bad: object) -> dict:
-    """A real inline run of three silos whose partition 1 is ``make_bad(folder)``."""
-    folders = [silo(tmp_path / f"silo-{i}", samples_table(seed=i)) for i in (0, 2)]
-    bad = tmp_path / "silo-1"
-    make_bad(bad)  # type: ignore[operator]
+def bad_silo(case: str, folder: Path) -> Path:
+    """The silo folder of refusal ``case`` (a key of BAD_LP or BAD_SAMPLES)."""
+    if case in BAD_LP:
+        return silo(folder, lp_text=BAD_LP[case][0])
+    edit = BAD_SAMPLES[case][0]
+    return silo(folder, edit(samples_table()))  # type: ignore[operator]
+
+
+assert not set(BAD_LP) & set(BAD_SAMPLES)  # one name, one case
+
+
+@pytest.mark.parametrize("case", sorted(BAD_LP) + sorted(BAD_SAMPLES))
+def test_a_bad_silo_file_is_one_line_and_its_silo_is_left_out_of_a_run(tmp_path: Path, case: str) -> None:
+    message = (BAD_LP.get(case) or BAD_SAMPLES[case])[1]
+    with pytest.raises(DataFileError) as err:
+        load_client(bad_silo(case, tmp_path / "alone"), 0, FEATURES, VARIABLES)
+    assert "\n" not in str(err.value)
+    assert re.search(message, str(err.value)), str(err.value)
+    # A real inline run of three silos whose partition 1 has that file: the other two go on.
+    folders = [silo(tmp_path / "silo-0", samples_table(seed=0)), bad_silo(case, tmp_path / "silo-1")]
+    folders.append(silo(tmp_path / "silo-2", samples_table(seed=2)))
     configs = node_configs(3)
-    for c, folder in zip(configs, [folders[0], bad, folders[1]], strict=True):
+    for c, folder in zip(configs, folders, strict=True):
         c["data-path"] = str(folder)
-    return run_inline({**RUN, "results-dir": str(tmp_path / "results"), "run-name": "r"}, configs)
-
-
-@pytest.mark.parametrize("case", sorted(BAD_LP))
-def test_a_bad_lp_file_is_one_line_and_its_silo_is_left_out(tmp_path: Path, case: str) -> None:
-    text, message = BAD_LP[case]
-    bad = silo(tmp_path / "alone", lp_text=text)
-    with pytest.raises(DataFileError) as err:
-        load_client(bad, 0, FEATURES, VARIABLES)
-    assert "\n" not in str(err.value)
-    assert re.search(message, str(err.value)), str(err.value)
-    summary = run_with_bad_silo_1(tmp_path, lambda folder: silo(folder, lp_text=text))
+    summary = run_inline({**RUN, "results-dir": str(tmp_path / "results"), "run-name": "r"}, configs)
     assert summary["status"] == "completed" and summary["aggregate"]["clients-reporting"] == 2
-    assert re.search(message, summary["failed"]["partition-1"]), summary["failed"]
-
-
-@pytest.mark.parametrize("case", sorted(BAD_SAMPLES))
-def test_a_bad_samples_file_is_one_line_and_its_silo_is_left_out(tmp_path: Path, case: str) -> None:
-    edit, message = BAD_SAMPLES[case]
-    bad = silo(tmp_path / "alone", edit(samples_table()))  # type: ignore[operator]
-    with pytest.raises(DataFileError) as err:
-        load_client(bad, 0, FEATURES, VARIABLES)
-    assert "\n" not in str(err.value)
-    assert re.search(message, str(err.value)), str(err.value)
-    summary = run_with_bad_silo_1(tmp_path, lambda folder: silo(folder, edit(samples_table(seed=1))))  # type: ignore[operator]
-    assert summary["status"] == "completed"
     assert re.search(message, summary["failed"]["partition-1"]), summary["failed"]
 
 
