@@ -97,9 +97,10 @@ def check_projection(data: DecisionClientData, cfg: Mapping[str, Any]) -> None:
         try:
             data.polytope.project(torch.zeros(1, data.num_costs, dtype=torch.float64), backend=backend)
         except (ValueError, ImportError, NotImplementedError) as exc:
+            hint = "; set optnet-backend = 'qpth' (a QP layer for any polytope)" if backend == "exact" else ""
             raise ValueError(
                 f"{data.name}: loss {cfg['loss']!r} needs projections onto its "
-                f"{type(data.polytope).__name__}, which backend {backend!r} cannot do: {exc}"
+                f"{type(data.polytope).__name__}, which backend {backend!r} cannot do: {exc}{hint}"
             ) from None
 
 
