@@ -468,12 +468,15 @@ class _DaqpProjector:
         if exitflag < 0:
             raise RuntimeError(f"DAQP setup failed on {poly!r} (exitflag {exitflag})")
         self._fallback = fallback
+        self._sense = sense
 
     def project(self, v: np.ndarray) -> np.ndarray:
         out = np.empty_like(v)
         failed = np.zeros(v.shape[0], dtype=bool)
         for i, vi in enumerate(v):
-            self._model.update(f=-vi)
+            # Passing the constraint senses again clears the previous row's active set: starting
+            # from it took ~1.5x the iterations of a cold start (measured on the pilot's LPs).
+            self._model.update(f=-vi, sense=self._sense.copy())
             x, _, exitflag, _ = self._model.solve()
             failed[i] = exitflag < 1
             out[i] = x
