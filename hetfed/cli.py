@@ -13,6 +13,7 @@ from typing import Any
 from hetfed.config import SCHEMA, STRATEGIES, ConfigError, parse_assignments, to_toml, validate
 from hetfed.docker_cli import add_docker_parser
 from hetfed.federation_cli import add_federation_parser
+from problems.registry import get_problem
 
 ENGINES = ("inline", "simulation", "deployment")
 
@@ -51,6 +52,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         settings = {k: v if (v := getattr(args, k)) is not None else d for k, d in RUN_DEFAULTS.items()}
     check_run_args(settings, overrides, Path(args.results_dir))
     cfg = validate({**overrides, "engine": settings["engine"]})
+    model_dims = get_problem(str(cfg["problem"])).model_dims
+    if model_dims is not None:  # the problem's own keys (lp names, energy zones), before anything starts
+        model_dims(cfg)
     name = overrides.setdefault("run-name", cfg["run-name"] or default_run_name(cfg))
     run_dir = Path(args.results_dir).resolve() / name
     try:

@@ -47,14 +47,15 @@ class ProblemFileError(DataFileError):
     """A silo's LP/MPS file is unusable; the message names the file, the line or row, the culprit."""
 
 
-def parse_names(text: str, key: str) -> tuple[str, ...]:
-    """The comma-separated names of run-config ``key`` (``lp-features``, ``lp-variables``)."""
+def parse_names(text: str, key: str, variables: bool = False) -> tuple[str, ...]:
+    """The comma-separated names of run-config ``key`` (columns of samples.csv; with ``variables``,
+    names an LP or MPS file can hold)."""
     names = tuple(part.strip() for part in str(text).split(","))
     if not text.strip() or not all(names):
         raise ValueError(f"run config '{key}': needs comma-separated names, got {text!r}")
-    bad = [n for n in names if not _NAME.match(n)]
+    bad = [n for n in names if variables and not _NAME.match(n)]
     if bad:
-        raise ValueError(f"run config '{key}': {bad[0]!r} is not a variable or column name")
+        raise ValueError(f"run config '{key}': {bad[0]!r} is not a variable name of an LP file")
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise ValueError(f"run config '{key}': {twice[0]!r} appears twice")
@@ -133,13 +134,12 @@ def read_lp(path: str | Path, variables: Sequence[str], relax_integers: bool = F
     _check_integrality(path, lp, names, relax_integers)
     order = np.array([names.index(v) for v in variables])
     n_rows = int(lp.num_row_)
+    if lp.a_matrix_.format_ != highspy.MatrixFormat.kColwise:  # HiGHS's readers build it column-wise
+        raise ProblemFileError(f"{path}: HiGHS returned a row-wise matrix, which this reader does not expect")
     a = sp.csc_matrix(
         (np.asarray(lp.a_matrix_.value_), np.asarray(lp.a_matrix_.index_), np.asarray(lp.a_matrix_.start_)),
         shape=(n_rows, len(names)),
-    )
-    if lp.a_matrix_.format_ != highspy.MatrixFormat.kColwise:  # HiGHS's readers build it column-wise
-        raise ProblemFileError(f"{path}: HiGHS returned a row-wise matrix, which this reader does not expect")
-    a = a[:, order].toarray()
+    )[:, order].toarray()
     lower, upper = np.asarray(lp.row_lower_, dtype=float), np.asarray(lp.row_upper_, dtype=float)
     row_names = [str(n) for n in lp.row_names_] or [f"r{i}" for i in range(n_rows)]
     inf = highspy.kHighsInf

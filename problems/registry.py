@@ -135,7 +135,8 @@ def lp_names(cfg: RunConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
             "run config 'lp-val-fraction': lp-train-fraction + lp-val-fraction must be < 1 "
             "(the rest is the test split)"
         )
-    return parse_names(cfg["lp-features"], "lp-features"), parse_names(cfg["lp-variables"], "lp-variables")
+    features = parse_names(cfg["lp-features"], "lp-features")
+    return features, parse_names(cfg["lp-variables"], "lp-variables", variables=True)
 
 
 def lp_client(cfg: RunConfig, pid: int, n: int, path: Path | None) -> DecisionClientData:

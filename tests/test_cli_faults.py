@@ -189,6 +189,15 @@ BAD_ARGS = [
     (["--federation-dir", "/tmp"], "--federation-dir /tmp: only for --engine deployment"),
     (["--set", "resume=true"], "--set resume: set by `hetfed run`; use --resume"),
     (["--resume", "ghost"], "--resume ghost: no run folder"),
+    (["--set", "problem=lp", "--set", "lp-variables=x"], "'lp-features': needs comma-separated names"),
+    (
+        ["--set", "problem=lp", "--set", "lp-features=a,a", "--set", "lp-variables=x"],
+        "run config 'lp-features': 'a' appears twice",
+    ),
+    (
+        ["--set", "problem=lp", "--set", "lp-features=a b", "--set", "lp-variables=x y"],
+        "run config 'lp-variables': 'x y' is not a variable name of an LP file",
+    ),
 ]
 
 
