@@ -17,5 +17,5 @@ def test_a_refused_build_then_a_silent_node_are_both_recorded(task_identity) -> 
     pool._push_pull = lambda msgs: ([refused, None], {2: "timed out"})
     found = _Discovery()
     pool._discover([1, 2], "run", found)
-    assert found.bad[3][0] == 1 and found.approved[3]["approved-apps"] == ["abc"]
+    assert found.bad[3][0] == 1 and found.reports[3]["approved-apps"] == ["abc"]
     assert found.lost == {2: "no answer to the discovery query within 1 s (timed out)"}
