@@ -106,7 +106,8 @@ def models_manifest(models: Mapping[str, np.ndarray], method: str, store: RunSto
     for key, array in models.items():
         name, _, part = key.partition("/")
         by_model.setdefault(name, {})[part] = array
-    about = {"run": store.run_name, "method": method, "loss": cfg.get("loss", ""), "problem": cfg.get("problem", "")}
+    about = {"run": store.run_name, "method": method, "loss": cfg.get("loss", "")}
+    about["problem"] = cfg.get("problem", "")
     return {
         name: model_manifest(arrays, **about, features=list(features), variables=list(variables))
         for name, arrays in by_model.items()
