@@ -98,6 +98,8 @@ def handle(message: Message, context: Context) -> Message:
         raise ValueError(f"client {config['client']!r} has no handler for {kind!r}")
     client = client_cls(session, context, config)
     content = getattr(client, kind.replace(".", "_"))(message.content)
+    if "run-name" in config and (report := session.state_report(context, config)) is not None:
+        content["client-state"] = report  # server/pool.py: which clients hold state, and lost state
     if kind == "query.info" and "approved-apps" in context.node_config:
         content["info"]["approved-apps"] = approved_builds(str(context.node_config["approved-apps"]))
     return Message(content, reply_to=message)

@@ -170,7 +170,7 @@ class ConstrainedClient:
         return np.random.default_rng([int(self.cfg["seed"]), stream, self.session.partition_id, server_round])
 
     def state(self, config: ConfigRecord) -> ClientState:
-        return self.session.state(self.context, str(config["run-name"]))
+        return self.session.state(self.context, config)
 
     def query_fg(self, content: RecordDict) -> RecordDict:
         """f_i(w_k, xi), g_i(w_k, xi) on a fresh batch of ``batch-zeta``; keep w_k for the train exchange."""
@@ -245,7 +245,7 @@ class ConstrainedClient:
         training rows) and the ``manifest`` (layers, run, method, round, the task's ``about``: features,
         label, group column, constraint, samples file). Nothing of it leaves the silo."""
         run = str(config["run-name"])
-        state = self.session.state(self.context, run)
+        state = self.session.state(self.context, config)
         for name, arrays in models.items():
             state.set_arrays(name, arrays)
         state.set_arrays(SCALING, scaling.arrays())

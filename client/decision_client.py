@@ -229,7 +229,7 @@ class DecisionClient:
         return model
 
     def state(self, content: RecordDict) -> ClientState:
-        return self.session.state(self.context, str(content.config_records["config"]["run-name"]))
+        return self.session.state(self.context, content.config_records["config"])
 
     def gen(self, stream: int, server_round: int) -> torch.Generator:
         return batch_generator(self.cfg["seed"], stream, self.pid, server_round)

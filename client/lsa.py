@@ -141,7 +141,7 @@ class LSAClient:
         return self.agent.g(theta, rng, self.settings["lsa-batch"])
 
     def log(self, config: ConfigRecord) -> RoundLog:
-        state = self.session.state(self.context, str(config["run-name"]))
+        state = self.session.state(self.context, config)
         return RoundLog(state, self.settings["checkpoint-every"])
 
     @staticmethod
@@ -168,7 +168,7 @@ class LSAClient:
 
     def keep_final(self, config: ConfigRecord, theta: np.ndarray) -> None:
         """Keep the final parameter: for PF-LSA and single-agent LSA, the agent's personal model."""
-        self.session.state(self.context, str(config["run-name"])).set_arrays("final", {"theta": theta})
+        self.session.state(self.context, config).set_arrays("final", {"theta": theta})
 
 
 class PFLSAClient(LSAClient):

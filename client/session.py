@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flwr.app import Context
+from flwr.app import ConfigRecord, ConfigRecordValues, Context
 
-from client.state import ClientState
+from client.state import ClientState, run_key
 from hetfed.config import PROBLEM_KEYS, validate
 from problems.registry import get_problem
 
@@ -56,6 +57,7 @@ class ClientSession:
     state_dir: Path | None
     node_id: int
     cfg_json: str = ""  # the problem config as sorted JSON: the per-process data cache's key
+    opened: dict[str, ClientState] = field(default_factory=dict)  # this message's run states
 
     @classmethod
     def from_context(cls, context: Context) -> ClientSession:
@@ -89,9 +91,33 @@ class ClientSession:
             what = str(exc) if isinstance(exc, ValueError | OSError) else f"{type(exc).__name__}: {exc}"
             raise SiloDataError(f"partition {self.partition_id} of {self.num_partitions}: {what}") from exc
 
-    def state(self, context: Context, run_key: str) -> ClientState:
-        """This client's persistent state for the run ``run_key``."""
-        return ClientState(context, f"{run_key}-p{self.partition_id}", self.state_dir)
+    def state(self, context: Context, config: Mapping[str, ConfigRecordValues]) -> ClientState:
+        """This client's persistent state for the run the message's config names (``run-name``,
+        ``run-id``: client/state.py ``run_key``), opened once per message."""
+        name, run_id = str(config["run-name"]), str(config.get("run-id", ""))
+        key = run_key(name, run_id, self.partition_id)
+        if key not in self.opened:
+            about = {"run-name": name, "run-id": run_id, "partition-id": self.partition_id}
+            self.opened[key] = ClientState(context, key, self.state_dir, about)
+        return self.opened[key]
+
+    def state_report(self, context: Context, config: Mapping[str, ConfigRecordValues]) -> ConfigRecord | None:
+        """What the server learns of this client's state (``client-state`` in the reply): whether it
+        holds state for the run now (``kept``), and ``lost``: why the state the server expects
+        (``state-expected``: the client kept state in an earlier round) is not here. None when
+        the message opened no state and none was expected."""
+        expected = bool(config.get("state-expected", False))
+        if not self.opened and not expected:
+            return None
+        state = next(iter(self.opened.values())) if self.opened else self.state(context, config)
+        lost = ""
+        if expected and not state.found:
+            where = f"in {self.state_dir}" if self.state_dir else "in the SuperNode's memory (no state-dir)"
+            lost = (
+                f"partition {self.partition_id} holds no state of run {str(config.get('run-name', '?'))} "
+                f"{where}: it was lost (a restart without state-dir, a wiped or another state dir)"
+            )
+        return ConfigRecord({"kept": state.kept, "lost": lost})
 
 
 def _node_path(value: Any, partition_id: int) -> Path | None:

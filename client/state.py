@@ -9,13 +9,21 @@ and scalar values in ``context.state`` and, when the node config sets
 and restores from there when ``context.state`` is empty. Arrays are stored as NumPy
 (``.npz``), values as JSON, so a NumPy-only client never imports torch; only the optimizer
 helpers import it.
+
+The run key is ``<run-name>.<run-id>-p<partition>`` (:func:`run_key`): the run id is made once by
+the server when a run starts (config.json ``run-id``) and kept across resumes, so a new run that
+reuses a name never reads an earlier run's state. Each folder holds ``run.json`` (run name, id,
+partition, when it was made), which :func:`list_states` reads for ``hetfed federation state``
+and ``hetfed decide``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,19 +37,36 @@ if TYPE_CHECKING:
 
 _ARRAYS = "arrays:"
 _VALUES = "values:"
+RUN_FILE = "run.json"
+
+
+def run_key(run_name: str, run_id: str, partition_id: int) -> str:
+    """The key of one partition's state for one run: ``<run-name>.<run-id>-p<partition>``
+    (``<run-name>-p<partition>`` for a run recorded before runs had ids)."""
+    return f"{run_name}.{run_id}-p{partition_id}" if run_id else f"{run_name}-p{partition_id}"
 
 
 class ClientState:
     """Named groups of arrays (``ArrayRecord``) and values (``ConfigRecord``) of one client."""
 
-    def __init__(self, context: Context, run_key: str, state_dir: str | os.PathLike | None) -> None:
+    def __init__(
+        self,
+        context: Context,
+        run_key: str,
+        state_dir: str | os.PathLike | None,
+        about: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``about`` (run name, id, partition) is written to the folder's ``run.json`` with its
+        first group."""
         if not run_key or "/" in run_key or run_key.startswith("."):
             raise ValueError(f"client state: invalid run key {run_key!r}")
         self._state = context.state
         self._run_key = run_key
         self._dir = Path(state_dir) / run_key if state_dir else None
+        self._about = dict(about or {})
         if self._dir is not None and self._dir.is_dir() and not self._groups():
             self._restore()
+        self.found = bool(self._groups())  # whether this client held state for the run when opened
 
     @property
     def directory(self) -> Path | None:
@@ -61,6 +86,7 @@ class ClientState:
         self._state[f"{_ARRAYS}{self._run_key}:{name}"] = record
         plain = to_numpy(record)
         if self._dir is not None:
+            self._describe()
             _atomic_write(self._dir / f"{name}.npz", lambda f: np.savez(f, **plain))  # type: ignore[arg-type]  # numpy's stub: **kwds may be allow_pickle
 
     def values(self, name: str) -> dict[str, Any] | None:
@@ -73,7 +99,20 @@ class ClientState:
         plain = dict(values)
         self._state[f"{_VALUES}{self._run_key}:{name}"] = ConfigRecord(plain)
         if self._dir is not None:
+            self._describe()
             _atomic_write(self._dir / f"{name}.json", lambda f: f.write(json.dumps(plain).encode()))
+
+    @property
+    def kept(self) -> bool:
+        """Whether this client now holds state for the run."""
+        return bool(self._groups())
+
+    def _describe(self) -> None:
+        """Write ``run.json`` (which run this folder belongs to) once, before the first group."""
+        assert self._dir is not None
+        if not (self._dir / RUN_FILE).exists():
+            about = {**self._about, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            _atomic_write(self._dir / RUN_FILE, lambda f: f.write(json.dumps(about).encode()))
 
     def _groups(self) -> list[str]:
         marks = (f"{_ARRAYS}{self._run_key}:", f"{_VALUES}{self._run_key}:")
@@ -86,8 +125,43 @@ class ClientState:
                 self._state[f"{_ARRAYS}{self._run_key}:{path.stem}"] = to_record(
                     {k: data[k] for k in data.files}
                 )
-        for path in sorted(self._dir.glob("*.json")):
+        for path in sorted(p for p in self._dir.glob("*.json") if p.name != RUN_FILE):
             self._state[f"{_VALUES}{self._run_key}:{path.stem}"] = ConfigRecord(json.loads(path.read_text()))
+
+
+@dataclass(frozen=True)
+class StateFolder:
+    """One run's state of one partition in a silo's state dir."""
+
+    path: Path
+    run_name: str
+    run_id: str
+    partition_id: int | None
+    created: str
+    size: int  # bytes
+
+    @property
+    def key(self) -> str:
+        """``<run-name>.<run-id>``: names this run's state even when another run reused its name."""
+        return f"{self.run_name}.{self.run_id}" if self.run_id else self.run_name
+
+
+def list_states(state_dir: Path) -> list[StateFolder]:
+    """Every run state in ``state_dir`` (sorted by folder name), from each folder's ``run.json``;
+    a folder without one (kept before runs had ids) is named by its folder, ``<run>-p<i>``."""
+    out = []
+    for path in sorted(p for p in state_dir.iterdir() if p.is_dir()) if state_dir.is_dir() else []:
+        try:
+            about = json.loads((path / RUN_FILE).read_text())
+        except (OSError, ValueError):
+            about = {}
+        name, _, part = path.name.rpartition("-p")
+        partition = about.get("partition-id", int(part) if part.isdigit() else None)
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        modified = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(path.stat().st_mtime))
+        run_name, run_id = str(about.get("run-name", name)), str(about.get("run-id", ""))
+        out.append(StateFolder(path, run_name, run_id, partition, str(about.get("created", modified)), size))
+    return out
 
 
 def optimizer_to_state(optimizer: torch.optim.Optimizer) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

@@ -1,6 +1,7 @@
 """``hetfed decide``: a silo turns its trained model into decisions on new data, offline.
 
-Everything it needs is in the silo's own client state (``<state-dir>/<run>-p<partition>/``, kept by
+Everything it needs is in the silo's own client state
+(``<state-dir>/<run>.<run-id>-p<partition>/``, kept by
 the final evaluation, client/decision_client.py ``save_inference``): the models (``deployed``,
 ``personal``, ``federated``; ``.npz``), the feature standardisation (``scaling.npz``) and the
 manifest (``manifest.json``: feature and variable names, the LP file and its sha256). For each
@@ -60,22 +61,31 @@ class SiloModel:
 
 
 def state_folder(state_dir: Path, run: str, partition: int | None = None) -> Path:
-    """The folder of ``run`` in a silo's state dir (``<run>-p<partition>``)."""
+    """The folder of ``run`` (its name, or ``<name>.<run-id>`` when several runs used the name) in
+    a silo's state dir (client/state.py ``run_key``), among those that kept a model."""
+    from client.state import list_states
+
     if not state_dir.is_dir():
         raise DecideError(f"--state-dir {state_dir}: no such folder")
-    found = sorted(p for p in state_dir.glob(f"{run}-p*") if (p / "manifest.json").is_file())
-    if partition is not None:
-        found = [p for p in found if p.name == f"{run}-p{partition}"]
+    kept = [s for s in list_states(state_dir) if (s.path / "manifest.json").is_file()]
+    found = [s for s in kept if run in (s.run_name, s.key) and partition in (None, s.partition_id)]
     if not found:
-        runs = sorted({p.parent.name.rsplit("-p", 1)[0] for p in state_dir.glob("*/manifest.json")})
-        hint = f"; runs with a kept model there: {', '.join(runs)}" if runs else "; no run kept a model there"
+        names = sorted({s.run_name for s in kept})
+        hint = f"; runs with a kept model there: {', '.join(names)}" if names else "; no run kept a model there"
         raise DecideError(f"--state-dir {state_dir}: run {run!r} kept no model here{hint}")
+    runs = {s.key: s.created for s in found}
+    if len(runs) > 1:
+        listed = ", ".join(f"{key} (made {made})" for key, made in sorted(runs.items(), key=lambda kv: kv[1]))
+        raise DecideError(
+            f"--state-dir {state_dir}: {len(runs)} runs named {run!r} kept a model here ({listed}); "
+            "name one as --run <name>.<run-id>"
+        )
     if len(found) > 1:
         raise DecideError(
             f"--state-dir {state_dir}: run {run!r} has state for several partitions "
-            f"({', '.join(p.name for p in found)}); name one with --partition"
+            f"({', '.join(s.path.name for s in found)}); name one with --partition"
         )
-    return found[0]
+    return found[0].path
 
 
 def load_silo_model(folder: Path, which: str) -> SiloModel:

@@ -65,6 +65,8 @@ class ClientPool:
         self.log = log
         self.clients: dict[int, ClientInfo] = {}
         self.run_name = ""
+        self.run_id = store.run_id  # config.json's: every message carries it (client state key)
+        self.holds_state: set[int] = set()  # partitions that kept client state in an earlier exchange
         self._node_to_partition: dict[int, int] = {}  # every node id a partition ever had
         self.failed: dict[int, str] = {}  # partition -> reason, for the last exchange
         self.left_out: dict[str, str] = {}  # client name -> why it was left out at discovery
@@ -230,19 +232,22 @@ class ClientPool:
         self, partition_id: int, message_type: str, content: RecordDict, server_round: int
     ) -> Message:
         """An instruction for the node holding ``partition_id`` (with the client settings)."""
+        # The client says in its reply when the state it kept earlier is not there (client.session).
+        expected = {"state-expected": partition_id in self.holds_state}
         return Message(
-            self.with_settings(content),
+            self.with_settings(content, expected),
             dst_node_id=self.clients[partition_id].node_id,
             message_type=message_type,
             group_id=str(server_round),
         )
 
-    def with_settings(self, content: RecordDict) -> RecordDict:
-        """``content`` with the client settings added to its ConfigRecord (a new RecordDict: one
-        content may be sent to several clients)."""
-        records = content.config_records
-        config: Mapping[str, ConfigRecordValues] = records["config"] if "config" in records else {}
-        return RecordDict({**content, "config": ConfigRecord({**self.settings, **config})})
+    def with_settings(
+        self, content: RecordDict, extra: Mapping[str, ConfigRecordValues] | None = None
+    ) -> RecordDict:
+        """``content`` with the client settings, the run id and ``extra`` added to its ConfigRecord
+        (a new RecordDict: one content may be sent to several clients)."""
+        settings = {**self.settings, "run-id": self.run_id, **(extra or {})}
+        return RecordDict({**content, "config": ConfigRecord({**settings, **config_of(content)})})
 
     def partition_of(self, reply: Message) -> int:
         """The partition a reply came from."""
@@ -280,6 +285,7 @@ class ClientPool:
                 self._sent[msg.metadata.message_id] = pid
                 ok.append(reply)
                 row.update(_scalar_metrics(reply.content))
+                self._client_state(pid, reply.content, row, f"round {server_round} {kind}")
                 if self.audit:
                     self.store.audit(_traffic(server_round, kind, pid, reply.content))
             if pid in self.failed:
@@ -288,6 +294,25 @@ class ClientPool:
                 self.log(f"round {server_round} {kind}: {who} failed: {self.failed[pid]}")
             self._rows[pid] = self.store.add_row(**row)  # reject() and note() complete this row
         return ok
+
+    def _client_state(self, pid: int, content: RecordDict, row: dict[str, Any], where: str) -> None:
+        """Which clients hold state (``client-state`` ``kept``) and whose state was lost (``lost``:
+        one line, in the client's row; the client went on by its method's rule, README "Client state")."""
+        report = content.config_records.get("client-state")
+        if report is None:
+            return
+        if report.get("kept"):
+            self.holds_state.add(pid)
+        if lost := str(report.get("lost", "")):
+            row["error"] = f"client state lost: {lost}"
+            self.log(f"{where}: {self.name(pid)} (partition {pid}): client state lost: {lost}")
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs of the pool: which partitions hold client state."""
+        return {"holds-state": sorted(self.holds_state)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.holds_state = {int(p) for p in state.get("holds-state", [])}
 
     def reject(self, reply: Message, reason: str) -> None:
         """Record that the strategy could not use a reply (NaN, wrong shape) and why."""
@@ -395,6 +420,12 @@ def _claim(reason: str) -> tuple[int, int, str] | None:
 def _reason(reply: Message) -> str:
     err = reply.error
     return f"[code {err.code}] {err.reason}"
+
+
+def config_of(content: RecordDict) -> Mapping[str, ConfigRecordValues]:
+    """A message's ConfigRecord ``config`` (empty if it has none)."""
+    records = content.config_records
+    return records["config"] if "config" in records else {}
 
 
 def _scalar_metrics(content: RecordDict) -> dict[str, float | int]:

@@ -40,6 +40,7 @@ def run_rounds(
     checkpoint = store.load_checkpoint()
     if checkpoint is not None:
         strategy.load_state_dict(checkpoint["strategy"])
+        pool.load_state_dict(checkpoint.get("pool", {}))
         first = int(checkpoint["round"]) + 1
         store.drop_rows_after(first - 1)
         strategy.log(f"resuming after round {first - 1} of {strategy.num_rounds}")
@@ -55,7 +56,7 @@ def run_rounds(
             _server_row(store, 0, strategy.history[0])
         with deferred():
             store.commit(0, strategy.num_rounds)
-            store.save_checkpoint({"round": 0, "strategy": strategy.state_dict()})
+            store.save_checkpoint({"round": 0, "strategy": strategy.state_dict(), "pool": pool.state_dict()})
         first = 1
     store.segment_starts_at(first)
     for server_round in range(first, strategy.num_rounds + 1):
@@ -82,7 +83,9 @@ def run_rounds(
         if server_round == strategy.num_rounds or (checkpoint_every and server_round % checkpoint_every == 0):
             with deferred():
                 store.commit(server_round, strategy.num_rounds, metrics)
-                store.save_checkpoint({"round": server_round, "strategy": strategy.state_dict()})
+                store.save_checkpoint(
+                    {"round": server_round, "strategy": strategy.state_dict(), "pool": pool.state_dict()}
+                )
             strategy.log(f"round {server_round}/{strategy.num_rounds} " + _fmt(metrics))
     summary = strategy.finish()
     models = strategy.final_models()

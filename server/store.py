@@ -32,6 +32,7 @@ import os
 import platform
 import sys
 import time
+import uuid
 from collections.abc import Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
@@ -102,6 +103,9 @@ class RunStore:
             "config.json",
             {
                 "run-name": self.run_name,
+                # Made once per run, kept across resumes: the clients key their state by it
+                # (client/state.py run_key), so a later run reusing the name starts fresh.
+                "run-id": uuid.uuid4().hex[:12],
                 "config": dict(config),
                 "seed": config.get("seed"),
                 "engine": engine,
@@ -119,6 +123,14 @@ class RunStore:
 
     def read_config(self) -> dict[str, Any]:
         return json.loads((self.path / "config.json").read_text())
+
+    @property
+    def run_id(self) -> str:
+        """The run's id from config.json ('' for a run recorded before runs had ids, or none yet)."""
+        try:
+            return str(self.read_config().get("run-id", ""))
+        except (OSError, ValueError):
+            return ""
 
     # --- rows -----------------------------------------------------------------
     def add_row(self, **row: Any) -> dict[str, Any]:

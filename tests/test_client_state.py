@@ -7,7 +7,7 @@ import pytest
 import torch
 from flwr.app import Context, RecordDict
 
-from client.state import ClientState, optimizer_from_state, optimizer_to_state
+from client.state import ClientState, list_states, optimizer_from_state, optimizer_to_state, run_key
 
 
 def _context() -> Context:
@@ -33,7 +33,32 @@ def test_state_dir_restores_after_a_restart(tmp_path) -> None:
     fresh = ClientState(_context(), "run-a", tmp_path)  # a restarted SuperNode: empty context.state
     np.testing.assert_array_equal(fresh.arrays("model")["w"], np.ones(3) * 2.5)
     assert fresh.values("schedule") == {"lam": 0.25}
-    assert sorted(p.name for p in (tmp_path / "run-a").iterdir()) == ["model.npz", "schedule.json"]
+    assert sorted(p.name for p in (tmp_path / "run-a").iterdir()) == [
+        "model.npz",
+        "run.json",
+        "schedule.json",
+    ]
+    assert fresh.found and not ClientState(_context(), "run-b", tmp_path).found
+
+
+def test_a_run_reusing_a_name_never_reads_the_earlier_runs_state(tmp_path) -> None:
+    """Keys carry the run id: the second run named "x" starts fresh, both are listed with their ids."""
+    first = ClientState(
+        _context(), run_key("x", "aaaa", 2), tmp_path, {"run-name": "x", "run-id": "aaaa", "partition-id": 2}
+    )
+    first.set_arrays("personal", {"w": np.ones(4)})
+    second = ClientState(
+        _context(), run_key("x", "bbbb", 2), tmp_path, {"run-name": "x", "run-id": "bbbb", "partition-id": 2}
+    )
+    assert not second.found and second.arrays("personal") is None
+    second.set_values("schedule", {"round": 1})
+    listed = list_states(tmp_path)
+    assert [(s.run_name, s.run_id, s.partition_id, s.key) for s in listed] == [
+        ("x", "aaaa", 2, "x.aaaa"),
+        ("x", "bbbb", 2, "x.bbbb"),
+    ]
+    npz = (tmp_path / "x.aaaa-p2" / "personal.npz").stat().st_size
+    assert listed[0].size == npz + (tmp_path / "x.aaaa-p2" / "run.json").stat().st_size
 
 
 @pytest.mark.parametrize("bad", ["", "../x", ".hidden"])

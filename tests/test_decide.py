@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from scipy.optimize import linprog
 
+from hetfed.decide import state_folder
 from hetfed.engines.runner import run_experiment
 from hetfed.reproduce import lp_pilot
 from tests.conftest import REPO, hetfed_cli
@@ -152,7 +153,7 @@ def test_decisions_equal_independent_routes_and_the_clients_own_evaluation(
     train_x = np.array([[float(r[c]) for c in FEATURES] for r in rows["train"]])
     mean, std = train_x.mean(axis=0), train_x.std(axis=0)
     test_x = np.array([[float(r[c]) for c in FEATURES] for r in rows["test"]])
-    state = next((root / "state" / str(partition)).glob("pilot-p*"))
+    state = state_folder(root / "state" / str(partition), "pilot")
     with np.load(state / "federated.npz") as saved:
         expected = mlp_forward(dict(saved), (test_x - mean) / std)
     c_hat = np.array([[float(r[f"cost:{v}"]) for v in VARIABLES] for r in table])
@@ -180,7 +181,7 @@ def test_decisions_equal_independent_routes_and_the_clients_own_evaluation(
 def test_the_deployed_model_is_the_one_the_silo_chose(pilot_run: tuple[Path, dict]) -> None:
     root, summary = pilot_run
     for partition in range(3):
-        state = next((root / "state" / str(partition)).glob("pilot-p*"))
+        state = state_folder(root / "state" / str(partition), "pilot")
         chosen = json.loads((state / "deployed.json").read_text())["model"]
         client = next(v for k, v in summary["clients"].items() if k.startswith(f"client-{partition:02d}"))
         assert chosen == ("personal" if client["dep-personal"] else "federated")

@@ -16,6 +16,7 @@ from client.app import app as client_app
 from client.decision_client import CalibrationError, calibrate, proximal_term
 from client.personalization import PersonalSchedule
 from hetfed.config import ConfigError, validate
+from hetfed.decide import state_folder
 from hetfed.engines.inline import InlineGrid, node_configs, run_inline
 from hetfed.records import to_numpy
 from hetfed.secure_mean import decode
@@ -98,7 +99,7 @@ def test_each_silo_deploys_the_model_better_on_its_own_validation_data(tmp_path:
             assert m[f"dep-{key}"] == m[f"{chosen}-{key}"], (name, key)
         assert m["dep-val-relative-regret"] <= m["fed-val-relative-regret"]
         pid = int(name.removeprefix("client-"))
-        saved = json.loads((tmp_path / "state" / f"r-p{pid}" / "deployed.json").read_text())
+        saved = json.loads((state_folder(tmp_path / "state", "r", pid) / "deployed.json").read_text())
         assert saved == {"model": "personal" if personal else "federated"}
     assert any(chose) and not all(chose)  # this seed exercises both choices
     assert summary["aggregate"]["dep-relative-regret"] == pytest.approx(

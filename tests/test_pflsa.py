@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import csv
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from flwr.app import Context
 from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.supercore.task_identity import TaskIdentity
 from lsa_reference import (
@@ -29,7 +31,7 @@ from lsa_reference import (
 
 from client.app import app as client_app
 from client.lsa import RoundLog, sample_rng
-from client.state import ClientState
+from client.state import ClientState, run_key
 from hetfed.config import ConfigError
 from hetfed.engines.inline import InlineGrid, node_configs
 from hetfed.records import to_numpy
@@ -58,12 +60,17 @@ def run(
     return run_server(grid, cfg), grid
 
 
+def node_state(ctx: Context, run_name: str = "r") -> ClientState:
+    """A node's client state of run ``run_name`` (keyed by the run id its config.json records)."""
+    config = json.loads((Path(str(ctx.run_config["results-dir"])) / run_name / "config.json").read_text())
+    return ClientState(ctx, run_key(run_name, config["run-id"], int(ctx.node_config["partition-id"])), None)
+
+
 def final_thetas(grid: InlineGrid, run_name: str = "r") -> np.ndarray:
     """Every client's final parameter [N, d], read from its node's state, in partition order."""
     by_pid = {}
     for ctx in grid.contexts.values():
-        pid = ctx.node_config["partition-id"]
-        by_pid[pid] = ClientState(ctx, f"{run_name}-p{pid}", None).arrays("final")["theta"]
+        by_pid[ctx.node_config["partition-id"]] = node_state(ctx, run_name).arrays("final")["theta"]
     return np.array([by_pid[p] for p in sorted(by_pid)])
 
 
@@ -328,8 +335,7 @@ def test_an_agent_missing_the_final_evaluate_is_left_out_of_the_summary(tmp_path
         client_samples(agents, SEED, 1), np.zeros((nodes, 5)), eta, 1 / nodes, rounds, missing={(rounds, 0)}
     )
     finals = {
-        ctx.node_config["partition-id"]: ClientState(ctx, f"r-p{ctx.node_config['partition-id']}", None)
-        for ctx in grid.contexts.values()
+        ctx.node_config["partition-id"]: node_state(ctx) for ctx in grid.contexts.values()
     }
     for pid in (1, 2):
         np.testing.assert_allclose(
@@ -367,7 +373,7 @@ def test_a_round_with_no_usable_reply_stops_and_resume_ends_exactly_like_an_unin
         c["fail-round"] = "5,6,8" if c["partition-id"] == 1 else "8"
     with pytest.raises(FederationError, match=r"round 8 train has no usable reply \(client-00: "):
         run(tmp_path, nodes, name="crash", configs=failing, **cfg)
-    assert (tmp_path / "state" / "crash-p0" / "lsa-log.json").exists()  # theta_c on the node's disk
+    assert list((tmp_path / "state").glob("crash.*-p0/lsa-log.json"))  # theta_c on the node's disk
     # fresh node processes (empty memory), the same disks: rounds 6.. are redone from checkpoint 5
     fresh = node_configs(nodes, state)
     fresh[1]["fail-round"] = "6"

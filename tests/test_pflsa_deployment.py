@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from client.state import list_states
 from hetfed.engines.flower import LocalFlower
 from hetfed.engines.runner import prepare, run_experiment
 from hetfed.federation import node_config
@@ -50,7 +51,7 @@ def test_20_pflsa_iterations_on_4_supernodes_equal_the_inline_run(tmp_path: Path
         train = [r for r in csv.DictReader(f) if r["exchange"] == "train"]
     assert len(train) == 20 * NODES and all(r["status"] == "ok" for r in train)
     for i in range(NODES):  # every SuperNode kept its own theta_c on its own disk
-        state = root / "state" / f"node-{i}" / f"deployed-p{i}"
+        (state,) = [s.path for s in list_states(root / "state" / f"node-{i}") if s.run_name == "deployed"]
         assert (state / "lsa-log.json").exists() and (state / "final.npz").exists()
 
     # Samples are seeded per client and iteration: the inline engine computes the same numbers.

@@ -11,7 +11,7 @@ def test_a_refused_build_then_a_silent_node_are_both_recorded(task_identity) -> 
     # The refusal's reason once overwrote the push's per-node failures (same variable name), so
     # a node without an answer after it failed the discovery with AttributeError.
     pool = ClientPool.__new__(ClientPool)  # only what _discover reads
-    pool.settings, pool.round_timeout = {}, 1.0
+    pool.settings, pool.round_timeout, pool.run_id = {}, 1.0, ""
     reason = f"partition 3 of 4: refused app build {'a' * 64}: not approved by this silo (approved: abc)"
     refused = SimpleNamespace(has_error=lambda: True, error=SimpleNamespace(code=0, reason=reason))
     pool._push_pull = lambda msgs: ([refused, None], {2: "timed out"})

@@ -19,6 +19,7 @@ import torch
 
 from hetfed.cli import main
 from hetfed.config import validate
+from hetfed.decide import state_folder
 from hetfed.engines.runner import run_experiment
 from problems.datafile import DataFileError
 from problems.registry import get_problem, model_io_names
@@ -300,7 +301,7 @@ def test_predict_equals_a_numpy_forward_pass_of_the_kept_model(
     args += ["--out", str(out), "--partition", str(partition), *(["--model", model] if model else [])]
     done = hetfed_cli("predict", *args)
     assert done.returncode == 0, done.stderr
-    folder = federation / "state" / f"{run}-p{partition}"
+    folder = state_folder(federation / "state", run, partition)
     which = model or "average"
     with np.load(folder / f"{which}.npz") as stored:
         weights = {k: stored[k].astype(np.float64) for k in stored.files}
@@ -321,7 +322,7 @@ def test_the_silo_keeps_the_runs_final_models_and_its_manifest(federation: Path)
     with np.load(federation / "results" / "fair" / "models.npz") as final:
         server = {k: final[k] for k in final.files}
     for pid in range(3):
-        folder = federation / "state" / f"fair-p{pid}"
+        folder = state_folder(federation / "state", "fair", pid)
         for name in ("last", "average"):
             with np.load(folder / f"{name}.npz") as kept:
                 assert all(np.array_equal(kept[k], server[f"{name}/{k}"]) for k in kept.files)
@@ -340,10 +341,10 @@ def test_the_silo_keeps_the_runs_final_models_and_its_manifest(federation: Path)
             assert np.allclose(scaling["mean"], mean, rtol=1e-12) and np.allclose(
                 scaling["std"], std, rtol=1e-12
             )
-    assert not (federation / "state" / "fair-p3").exists()  # the refused silo kept nothing
+    assert not list((federation / "state").glob("fair.*-p3"))  # the refused silo kept nothing
     silos = json.loads((federation / "results" / "fair" / "silos.json").read_text())["silos"]
     assert silos["partition-0"]["notes"] == ["samples.csv: ignored columns note"]  # the run records them
-    np_manifest = json.loads((federation / "state" / "np-p0" / "manifest.json").read_text())
+    np_manifest = json.loads((state_folder(federation / "state", "np", 0) / "manifest.json").read_text())
     assert (np_manifest["method"], np_manifest["constraint"], np_manifest["group"]) == (
         "primal-dual", "neyman-pearson", ""
     )  # fmt: skip
@@ -360,8 +361,7 @@ def test_predict_refuses_in_one_line(
         (["--run", "fair", "--partition", "0", "--features", str(tmp_path / "few.csv")],
          f"{tmp_path / 'few.csv'}: missing 1 of 4 columns: x4"),
         (["--run", "fair", "--features", str(tmp_path / "few.csv")],
-         "run 'fair' has state for several partitions (fair-p0, fair-p1, fair-p2); name one with "
-         "--partition"),
+         "run 'fair' has state for several partitions (fair."),
         (["--run", "nope", "--features", str(tmp_path / "few.csv")], "run 'nope' kept no model here"),
     ):  # fmt: skip
         assert main(["predict", *common, *args]) == 2
@@ -378,23 +378,25 @@ def test_predict_defaults_to_the_kept_models_and_refuses_other_problems(
     from hetfed.decide import DecideError
     from hetfed.predict import predict
 
+    kept = state_folder(federation / "state", "fair", 1)
     state = tmp_path / "state"
-    shutil.copytree(federation / "state" / "fair-p1", state / "fair-p1")
-    manifest = json.loads((state / "fair-p1" / "manifest.json").read_text())
-    (state / "fair-p1" / "manifest.json").write_text(json.dumps({**manifest, "models": ["last"]}))
-    (state / "fair-p1" / "average.npz").unlink()  # a run without an averaged round keeps only the last
+    shutil.copytree(kept, state / kept.name)
+    kept = state / kept.name
+    manifest = json.loads((kept / "manifest.json").read_text())
+    (kept / "manifest.json").write_text(json.dumps({**manifest, "models": ["last"]}))
+    (kept / "average.npz").unlink()  # a run without an averaged round keeps only the last
     x = new_features(tmp_path / "new.csv")
     sidecar = predict(state, "fair", tmp_path / "new.csv", tmp_path / "p.csv")
     assert sidecar["model"] == "last"
-    with np.load(state / "fair-p1" / "last.npz") as stored:
+    with np.load(kept / "last.npz") as stored:
         weights = {k: stored[k].astype(np.float64) for k in stored.files}
     mean, std = training_statistics(federation / "data" / "silo-1" / "samples.csv", FEATURES)
     expected = sigmoid(forward(weights, (x - mean) / std))
     assert np.allclose(
         [float(r["probability"]) for r in read_table(tmp_path / "p.csv")], expected, rtol=1e-12
     )
-    with pytest.raises(DecideError, match=r"fair-p1: no average model \(kept: last\)$"):
+    with pytest.raises(DecideError, match=r"-p1: no average model \(kept: last\)$"):
         predict(state, "fair", tmp_path / "new.csv", tmp_path / "q.csv", model="average")
-    (state / "fair-p1" / "manifest.json").write_text(json.dumps({**manifest, "problem": "lp"}))
+    (kept / "manifest.json").write_text(json.dumps({**manifest, "problem": "lp"}))
     with pytest.raises(DecideError, match=r"not a silo's own table \(problem 'tabular'\); for problem 'lp'"):
         predict(state, "fair", tmp_path / "new.csv", tmp_path / "q.csv")
