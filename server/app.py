@@ -92,6 +92,7 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
         raise
     except Exception as exc:  # record what failed next to the results so far, then fail the run
         status, error = "failed", f"{type(exc).__name__}: {exc}"
+        summary = getattr(exc, "summary", summary)  # NoUsableClient: who failed, in which rounds
         explained = isinstance(exc, ConfigError | FederationError | StoreError)  # one line says it all
         say("run failed: " + error + ("" if explained else "\n" + traceback.format_exc()))
         raise

@@ -11,7 +11,7 @@ models.npz), and an interrupt never splits rounds.csv from the checkpoint.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from logging import INFO
 from typing import Any
 
@@ -25,7 +25,7 @@ from server.interrupts import deferred
 from server.pool import ClientPool
 from server.report import report_markdown
 from server.store import RunStore
-from strategies.base import FederatedStrategy
+from strategies.base import FederatedStrategy, FederationError
 
 
 def run_rounds(
@@ -88,13 +88,43 @@ def run_rounds(
                 )
             strategy.log(f"round {server_round}/{strategy.num_rounds} " + _fmt(metrics))
     summary = strategy.finish()
+    if pool.left_out:  # clients left out at discovery (bad data): failed from the start
+        summary = {**summary, "failed": {**pool.left_out, **summary.get("failed", {})}}
+    summary = {**summary, **client_incidents(store.rows)}
+    if "clients" in summary and not summary["clients"]:
+        reasons = "; ".join(f"{name}: {why}" for name, why in sorted(summary.get("failed", {}).items()))
+        raise NoUsableClient(
+            f"no client reported in the final evaluation ({reasons or 'no client took part'})", summary
+        )
     models = strategy.final_models()
     if models:
         np.savez(store.path / "models.npz", **models)  # type: ignore[arg-type]  # numpy's stub: **kwds may be allow_pickle
         store.write_json("models.json", models_manifest(models, strategy.method, store))
-    if pool.left_out:  # clients left out at discovery (bad data): failed from the start
-        summary = {**summary, "failed": {**pool.left_out, **summary.get("failed", {})}}
     return summary
+
+
+class NoUsableClient(FederationError):
+    """A run whose final evaluation had no client: it failed, whatever its rounds did. Holds the
+    summary so far (``summary``: who failed and why, in which rounds)."""
+
+    def __init__(self, message: str, summary: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.summary = summary
+
+
+def client_incidents(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, list[int]]]:
+    """From the results rows: ``failed-rounds`` (client -> rounds in which it failed or its reply
+    was rejected, also when it recovered) and ``state-lost`` (client -> rounds in which it had
+    lost the state it kept; server/pool.py ``_client_state``); only those that occurred."""
+    out: dict[str, dict[str, set[int]]] = {"failed-rounds": {}, "state-lost": {}}
+    for row in rows:
+        if row.get("client") == "server" or not str(row.get("round", "")).strip().lstrip("-").isdigit():
+            continue
+        if row.get("status") in ("failed", "rejected"):
+            out["failed-rounds"].setdefault(str(row["client"]), set()).add(int(row["round"]))
+        elif str(row.get("error", "")).startswith("client state lost"):
+            out["state-lost"].setdefault(str(row["client"]), set()).add(int(row["round"]))
+    return {key: {c: sorted(r) for c, r in sorted(found.items())} for key, found in out.items() if found}
 
 
 def models_manifest(models: Mapping[str, np.ndarray], method: str, store: RunStore) -> dict[str, Any]:

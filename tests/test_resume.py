@@ -82,6 +82,8 @@ def test_a_fault_drill_node_fails_its_round_and_the_run_goes_on(tmp_path: Path) 
         failed = [r for r in csv.DictReader(f) if r["status"] == "failed"]
     assert [(r["round"], r["client"]) for r in failed] == [("2", "client-02")]
     assert "fault drill" in failed[0]["error"]
+    # it recovered, so it is not among the clients missing at the end, but the summary lists its round
+    assert summary["failed"] == {} and summary["failed-rounds"] == {"client-02": [2]}
 
 
 class RestartingGrid(InlineGrid):

@@ -1,0 +1,123 @@
+"""Client state is bound to its run: a reused run name starts fresh, lost state is one recorded line
+and the method's rule, a resume with intact state equals the uninterrupted run (issue 29)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from flwr.common.constant import SUPERLINK_NODE_ID
+from flwr.supercore.task_identity import TaskIdentity
+
+from client.app import app as client_app
+from client.state import list_states
+from hetfed.engines.inline import node_configs, run_inline
+from server.app import run_server
+from strategies.base import FederationError
+from tests.test_resume import DyingGrid
+
+# FedRSPO+ with Ditto: every client keeps a personal model across rounds (client state).
+DITTO = {
+    "strategy": "fedrspo",
+    "loss": "spo+",
+    "ditto-mu": 0.1,
+    "personal-rounds": 0,
+    "num-rounds": 5,
+    "fraction": 1.0,
+    "n-train": 40,
+    "n-test": 30,
+    "num-items": 10,
+    "local-epochs": 1,
+    "seed": 7,
+}
+
+
+def state_configs(root: Path, nodes: int = 3) -> list[dict]:
+    return node_configs(nodes, {"state-dir": str(root / "{partition}")})
+
+
+def with_state_dirs(configs: list[dict]) -> list[dict]:
+    return [{**c, "state-dir": c["state-dir"].replace("{partition}", str(c["partition-id"]))} for c in configs]
+
+
+def rows(folder: Path) -> list[dict[str, str]]:
+    with open(folder / "rounds.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_a_reused_run_name_starts_fresh(tmp_path: Path) -> None:
+    """The issue's drill: run X (seed 7), drop its results, run X again (seed 42) on the same silos'
+    state dirs: it equals the same config under a fresh name on empty state dirs."""
+    states = tmp_path / "state"
+    first = {**DITTO, "results-dir": str(tmp_path / "a"), "run-name": "X"}
+    run_inline(first, with_state_dirs(state_configs(states)))
+    again = run_inline(
+        {**first, "seed": 42, "results-dir": str(tmp_path / "b")}, with_state_dirs(state_configs(states))
+    )
+    fresh = run_inline(
+        {**first, "seed": 42, "results-dir": str(tmp_path / "c"), "run-name": "Y"},
+        with_state_dirs(state_configs(tmp_path / "empty")),
+    )
+    assert again["status"] == "completed" and again["clients"] == fresh["clients"]
+    listed = list_states(states / "0")
+    assert [s.run_name for s in listed] == ["X", "X"] and len({s.run_id for s in listed}) == 2
+    ids = {json.loads((tmp_path / d / "X" / "config.json").read_text())["run-id"] for d in "ab"}
+    assert ids == {s.run_id for s in listed}
+    assert all(r["error"] == "" for r in rows(tmp_path / "b" / "X") if r["status"] == "ok")
+
+
+@pytest.mark.parametrize("wipe", [False, True])
+def test_a_resume_reads_its_own_state_and_a_wiped_state_is_one_recorded_line(tmp_path: Path, wipe: bool) -> None:
+    """A SuperLink crash in round 3, fresh node processes, the same state dirs (or partition 1's
+    emptied): intact state resumes bit for bit; lost state is said in the log and in partition 1's
+    row of every exchange that expected it, and Ditto's rule (README "Client state") restarts its
+    personal model from the federated model: its fed-* metrics stay those of the whole run."""
+    whole = run_inline(
+        {**DITTO, "results-dir": str(tmp_path), "run-name": "whole"},
+        with_state_dirs(state_configs(tmp_path / "whole-state")),
+    )
+    cfg = {**DITTO, "results-dir": str(tmp_path), "run-name": "crash"}
+    configs = with_state_dirs(state_configs(tmp_path / "state"))
+    grid = DyingGrid(client_app, configs, cfg, die_at=5)  # discovery, rounds 1-2 (train, evaluate), dies in round 3
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
+    with pytest.raises(ConnectionError):
+        run_server(grid, cfg)
+    if wipe:
+        shutil.rmtree(tmp_path / "state" / "1")
+    resumed = run_inline({**cfg, "resume": True}, with_state_dirs(state_configs(tmp_path / "state")))
+    assert resumed["status"] == "completed"
+    lost = [r for r in rows(tmp_path / "crash") if r["error"].startswith("client state lost")]
+    if not wipe:
+        assert resumed["clients"] == whole["clients"] and lost == []
+        return
+    first = resumed["segments"][-1]["first-round"]  # the round after the last checkpoint
+    assert {r["client"] for r in lost} == {"client-01"} and lost[0]["round"] == str(first)
+    assert lost[0]["status"] == "ok" and "partition 1 holds no state of run crash" in lost[0]["error"]
+    assert len(lost) == 1  # from then on the client holds state again
+    assert resumed["state-lost"] == {"client-01": [first]}
+    for name, metrics in resumed["clients"].items():
+        if name != "client-01":
+            assert metrics == whole["clients"][name]
+        else:
+            assert {k: v for k, v in metrics.items() if k.startswith("fed-")} == {
+                k: v for k, v in whole["clients"][name].items() if k.startswith("fed-")
+            }
+            assert metrics["per-relative-regret"] != whole["clients"][name]["per-relative-regret"]
+
+
+def test_a_run_in_which_every_client_failed_is_failed(tmp_path: Path) -> None:
+    """The issue's drill: every silo's state-dir is a file, so every client fails where it keeps
+    state; the run once ended `completed` with clients-reporting = 0."""
+    (tmp_path / "file").write_text("not a folder")
+    cfg = {**DITTO, "ditto-mu": 0.0, "personal-rounds": 2, "num-rounds": 3}
+    cfg.update({"results-dir": str(tmp_path), "run-name": "all-failed"})
+    with pytest.raises(FederationError, match=r"^no client reported in the final evaluation \(client-00: "):
+        run_inline(cfg, node_configs(3, {"state-dir": str(tmp_path / "file")}))
+    summary = json.loads((tmp_path / "all-failed" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["error"].startswith("NoUsableClient: no client reported")
+    assert sorted(summary["failed"]) == ["client-00", "client-01", "client-02"]
+    assert all("NotADirectoryError" in why or "Not a directory" in why for why in summary["failed"].values())
+    assert set(summary["failed-rounds"]) == {"client-00", "client-01", "client-02"}
