@@ -71,7 +71,7 @@ def state_folder(state_dir: Path, run: str, partition: int | None = None) -> Pat
     found = [s for s in kept if run in (s.run_name, s.key) and partition in (None, s.partition_id)]
     if not found:
         names = sorted({s.run_name for s in kept})
-        hint = f"; runs with a kept model there: {', '.join(names)}" if names else "; no run kept a model there"
+        hint = f"; runs with a kept model there: {', '.join(names)}" if names else "; no run kept one there"
         raise DecideError(f"--state-dir {state_dir}: run {run!r} kept no model here{hint}")
     runs = {s.key: s.created for s in found}
     if len(runs) > 1:

@@ -26,7 +26,7 @@ def report_markdown(title: str, summary: Mapping[str, Any], columns: list[str] |
         lines += ["", "Aggregate: " + ", ".join(f"{k} = {_fmt(v)}" for k, v in extra.items())]
     if summary.get("failed"):
         lines += ["", "Failures:"] + [f"- {k}: {v}" for k, v in summary["failed"].items()]
-    for key, what in (("failed-rounds", "Failed in rounds"), ("state-lost", "Lost its client state in rounds")):
+    for key, what in (("failed-rounds", "Failed in rounds"), ("state-lost", "Lost its state in rounds")):
         if summary.get(key):
             lines += ["", f"{what} (rounds.csv has each reason):"]
             lines += [f"- {k}: {', '.join(map(str, v))}" for k, v in summary[key].items()]

@@ -40,7 +40,9 @@ def state_configs(root: Path, nodes: int = 3) -> list[dict]:
 
 
 def with_state_dirs(configs: list[dict]) -> list[dict]:
-    return [{**c, "state-dir": c["state-dir"].replace("{partition}", str(c["partition-id"]))} for c in configs]
+    return [
+        {**c, "state-dir": c["state-dir"].replace("{partition}", str(c["partition-id"]))} for c in configs
+    ]
 
 
 def rows(folder: Path) -> list[dict[str, str]]:
@@ -70,7 +72,9 @@ def test_a_reused_run_name_starts_fresh(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("wipe", [False, True])
-def test_a_resume_reads_its_own_state_and_a_wiped_state_is_one_recorded_line(tmp_path: Path, wipe: bool) -> None:
+def test_a_resume_reads_its_own_state_and_a_wiped_state_is_one_recorded_line(
+    tmp_path: Path, wipe: bool
+) -> None:
     """A SuperLink crash in round 3, fresh node processes, the same state dirs (or partition 1's
     emptied): intact state resumes bit for bit; lost state is said in the log and in partition 1's
     row of every exchange that expected it, and Ditto's rule (README "Client state") restarts its
@@ -81,7 +85,7 @@ def test_a_resume_reads_its_own_state_and_a_wiped_state_is_one_recorded_line(tmp
     )
     cfg = {**DITTO, "results-dir": str(tmp_path), "run-name": "crash"}
     configs = with_state_dirs(state_configs(tmp_path / "state"))
-    grid = DyingGrid(client_app, configs, cfg, die_at=5)  # discovery, rounds 1-2 (train, evaluate), dies in round 3
+    grid = DyingGrid(client_app, configs, cfg, die_at=5)  # dies in round 3
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
     with pytest.raises(ConnectionError):
         run_server(grid, cfg)
