@@ -80,16 +80,8 @@ class ClientSession:
 
     def data(self) -> Any:
         """This partition's private data (cached per process); a failure names the partition."""
-        try:
-            return _load(
-                self.cfg_json or json.dumps(self.cfg, sort_keys=True),
-                self.partition_id,
-                self.num_partitions,
-                str(self.data_path) if self.data_path else "",
-            )
-        except Exception as exc:  # any loader: bad file, bad partition, missing download
-            what = str(exc) if isinstance(exc, ValueError | OSError) else f"{type(exc).__name__}: {exc}"
-            raise SiloDataError(f"partition {self.partition_id} of {self.num_partitions}: {what}") from exc
+        cfg_json = self.cfg_json or json.dumps(self.cfg, sort_keys=True)
+        return _load_named(cfg_json, self.partition_id, self.num_partitions, self.data_path)
 
     def state(self, context: Context, config: Mapping[str, ConfigRecordValues]) -> ClientState:
         """This client's persistent state for the run the message's config names (``run-name``,
@@ -118,6 +110,24 @@ class ClientSession:
                 f"{where}: it was lost (a restart without state-dir, a wiped or another state dir)"
             )
         return ConfigRecord({"kept": state.kept, "lost": lost})
+
+
+def load_partition(
+    run_config: Mapping[str, Any], partition_id: int, num_partitions: int, data_path: Path | None
+) -> Any:
+    """Partition ``partition_id``'s data as a node of ``run_config`` with ``data_path`` loads it, into
+    the same per-process cache: ``hetfed run`` checks every silo's data this way before it starts
+    an inline or simulation run. SiloDataError names the partition."""
+    _, cfg_json = _validated(tuple(sorted(run_config.items())))
+    return _load_named(cfg_json, partition_id, num_partitions, data_path)
+
+
+def _load_named(cfg_json: str, partition_id: int, num_partitions: int, data_path: Path | None) -> Any:
+    try:
+        return _load(cfg_json, partition_id, num_partitions, str(data_path) if data_path else "")
+    except Exception as exc:  # any loader: bad file, bad partition, missing download
+        what = str(exc) if isinstance(exc, ValueError | OSError) else f"{type(exc).__name__}: {exc}"
+        raise SiloDataError(f"partition {partition_id} of {num_partitions}: {what}") from exc
 
 
 def _node_path(value: Any, partition_id: int) -> Path | None:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from hetfed.config import SCHEMA, STRATEGIES, ConfigError, parse_assignments, to_toml, validate
+from hetfed.config import SCHEMA, STRATEGIES, ConfigError, check_name, parse_assignments, to_toml, validate
 from hetfed.docker_cli import add_docker_parser
 from hetfed.federation_cli import add_federation_parser
+from hetfed.paths import check_existing, check_writable_folder, per_partition
 from problems.registry import get_problem
 
 ENGINES = ("inline", "simulation", "deployment")
@@ -50,11 +50,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         settings, overrides = resume_settings(args, overrides)
     else:
         settings = {k: v if (v := getattr(args, k)) is not None else d for k, d in RUN_DEFAULTS.items()}
-    check_run_args(settings, overrides, Path(args.results_dir))
+    check_run_args(settings, overrides, args.results_dir)
     cfg = validate({**overrides, "engine": settings["engine"]})
     model_dims = get_problem(str(cfg["problem"])).model_dims
     if model_dims is not None:  # the problem's own keys (lp names, energy zones), before anything starts
         model_dims(cfg)
+    if settings["engine"] in ("inline", "simulation") and not args.resume:
+        check_silo_data({**overrides, "engine": settings["engine"]}, settings["nodes"], settings["data_path"])
     name = overrides.setdefault("run-name", cfg["run-name"] or default_run_name(cfg))
     run_dir = Path(args.results_dir).resolve() / name
     try:
@@ -91,7 +93,7 @@ def resume_settings(
     """
     from server.store import StoreError, load_checkpoint_file, run_path  # imports torch
 
-    name = args.resume
+    name = check_name("--resume", args.resume)
     run_dir = run_path(args.results_dir, name)
     if not run_dir.is_dir():
         runs = sorted(c.parent.name for c in run_dir.parent.glob("*/config.json"))
@@ -156,11 +158,63 @@ def _same(key: str, given: Any, known: Any) -> bool:
     return bool(given == known)
 
 
-def check_run_args(settings: dict[str, Any], overrides: dict[str, Any], results_dir: Path) -> None:
+def check_silo_data(run_config: dict[str, Any], nodes: int, data_path: str | None) -> None:
+    """On the inline and simulation engines every silo's data is on this machine: load it before
+    anything starts (the inline engine's clients find it cached), and refuse in one line, naming
+    every failing partition, when too few silos remain for the run (``num-clients``; 0 = all).
+    Fewer failures leave the run to go on without those silos, which its results record."""
+    from client.session import NodeConfigError, load_partition
+    from hetfed.paths import PLACEHOLDER
+
+    pattern = str(Path(data_path).resolve()) if data_path else ""
+    failed: list[str] = []
+    for pid in range(nodes):  # each node's path as the engines give it (hetfed/engines/runner.py)
+        path = Path(pattern.replace(PLACEHOLDER, str(pid))) if pattern else None
+        try:
+            load_partition(run_config, pid, nodes, path)
+        except NodeConfigError as exc:
+            failed.append(str(exc))
+    cfg = validate(run_config)
+    needed = int(cfg["num-clients"]) or nodes
+    if nodes - len(failed) < needed:
+        where = f" (--data-path {data_path})" if data_path and PLACEHOLDER in data_path else ""
+        raise ConfigError(
+            f"{len(failed)} of {nodes} silos cannot load their data{where} and the run needs {needed}: "
+            + "; ".join(failed)
+        )
+
+
+CLIENT_MEMORY = 8 << 20  # bytes one client of the inline engine may hold (data, model, state, rows)
+
+
+def available_memory() -> int:
+    """Bytes of memory available to new work (/proc/meminfo MemAvailable; 1 GiB if unknown)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1 << 30
+
+
+def max_local_clients() -> int:
+    """The most clients the inline and simulation engines start on this machine."""
+    return max(64, available_memory() // CLIENT_MEMORY)
+
+
+def check_run_args(settings: dict[str, Any], overrides: dict[str, Any], results_arg: str) -> None:
     """Refuse, with one line, every argument that cannot run, before anything starts."""
+    results_dir = Path(results_arg)
     engine, nodes, timeout = settings["engine"], settings["nodes"], settings["timeout"]
     if engine in ("inline", "simulation") and nodes < 1:
         raise ConfigError(f"--nodes {nodes}: must be >= 1 (the number of clients)")
+    if engine in ("inline", "simulation") and nodes > (most := max_local_clients()):
+        raise ConfigError(
+            f"--nodes {nodes}: the {engine} engine holds every client on this machine, which has room "
+            f"for about {most} ({CLIENT_MEMORY >> 20} MiB each of {available_memory() >> 30} GiB "
+            "available); use fewer, or a federation of machines (--engine deployment)"
+        )
     if engine == "deployment" and nodes is not None and nodes < 1:
         raise ConfigError(f"--nodes {nodes}: must be >= 1 (the federation's SuperNodes)")
     required = overrides.get("num-clients", 0)
@@ -168,11 +222,7 @@ def check_run_args(settings: dict[str, Any], overrides: dict[str, Any], results_
         raise ConfigError(f"--set num-clients={required}: more than the {nodes} clients of --nodes {nodes}")
     if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
         raise ConfigError(f"--timeout {timeout}: must be > 0 seconds")
-    if results_dir.exists() and not results_dir.is_dir():
-        raise ConfigError(f"--results-dir {results_dir}: exists and is not a folder")
-    parent = next((p for p in [results_dir.resolve(), *results_dir.resolve().parents] if p.exists()), None)
-    if parent is None or not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(f"--results-dir {results_dir}: {parent} is not a writable folder")
+    check_writable_folder("--results-dir", results_dir, shown=results_arg)
     fed_dir = settings["federation_dir"]
     if engine != "deployment" and fed_dir != RUN_DEFAULTS["federation_dir"]:
         raise ConfigError(f"--federation-dir {fed_dir}: only for --engine deployment")
@@ -185,24 +235,11 @@ def check_run_args(settings: dict[str, Any], overrides: dict[str, Any], results_
                 f"{flag}: only for --engine inline or simulation (deployment: give each node's "
                 f"{flag[2:]} to `hetfed federation up {flag}`)"
             )
-        try:
-            paths = [Path(pattern.format(partition=i)) for i in range(nodes)]
-        except (KeyError, IndexError, ValueError):
-            raise ConfigError(f"{flag} {pattern}: only {{partition}} may appear in braces") from None
+        paths = per_partition(flag, pattern, nodes)
         if key == "data_path":
-            missing = [i for i, p in enumerate(paths) if not p.exists()]
-            if missing:
-                raise ConfigError(
-                    f"{flag} {pattern}: {paths[missing[0]]} does not exist "
-                    f"(partition {', '.join(map(str, missing[:10]))}{', ...' if len(missing) > 10 else ''} "
-                    f"of {nodes})"
-                )
-        for path in paths if key == "state_dir" else []:  # made on first use: its parent must be writable
-            if path.exists() and not path.is_dir():
-                raise ConfigError(f"{flag} {pattern}: {path} exists and is not a folder")
-            parent = next(p for p in [path.resolve(), *path.resolve().parents] if p.exists())
-            if not os.access(parent, os.W_OK | os.X_OK):
-                raise ConfigError(f"{flag} {pattern}: {parent} is not a writable folder")
+            check_existing(flag, pattern, paths)
+        for path in paths if key == "state_dir" else []:  # made on first use
+            check_writable_folder(flag, path, shown=pattern)
 
 
 def cmd_decide(args: argparse.Namespace) -> int:

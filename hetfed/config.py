@@ -13,6 +13,7 @@ round 1 and names the culprit on error, ``parse_assignments`` turns
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -51,6 +52,11 @@ class Key:
                 f"run config '{name}': expected {kind.__name__}, got {type(value).__name__} {value!r}"
             )
         value = cast(Value, value)  # isinstance against a runtime type narrows to object only
+        if isinstance(value, int) and not INT64[0] <= value <= INT64[1]:
+            raise ConfigError(
+                f"run config '{name}': {value} does not fit a signed 64-bit integer (Flower's records "
+                f"hold [{INT64[0]}, {INT64[1]}])"
+            )
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"run config '{name}': must be finite, got {value!r}")
         if self.choices is not None and value not in self.choices:
@@ -62,7 +68,33 @@ class Key:
             raise ConfigError(f"run config '{name}': must be {op} {self.low:g}, got {value!r}")
         if self.high is not None and value > self.high:
             raise ConfigError(f"run config '{name}': must be <= {self.high:g}, got {value!r}")
+        if name in NAME_KEYS and value:
+            check_name(f"run config '{name}'", str(value))
         return value
+
+
+INT64 = (-(2**63), 2**63 - 1)
+NAME_KEYS = ("run-name",)  # names a folder on the server and on every silo (client/state.py run_key)
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
+
+
+def check_name(where: str, name: str) -> str:
+    """A run name: 1-100 letters, digits, '.', '_', '+', '-', starting with a letter or digit (it
+    names a results folder and every silo's state folder)."""
+    if not NAME.fullmatch(name):
+        bad = sorted({c for c in name if not re.fullmatch(r"[A-Za-z0-9._+-]", c)})
+        why = (
+            f"{len(name)} characters (at most 100)"
+            if len(name) > 100
+            else f"characters {''.join(bad)!r} not allowed"
+            if bad
+            else "must start with a letter or digit"
+        )
+        raise ConfigError(
+            f"{where}: {name[:40]!r}{'...' if len(name) > 40 else ''}: {why}; use letters, digits, '.', "
+            "'_', '+', '-'"
+        )
+    return name
 
 
 PROBLEMS = (

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hetfed.config import ConfigError
 from hetfed.credentials import TlsFiles, certificate_names, write_node_key
 from hetfed.engines.flower import (
     BIN,
@@ -39,6 +40,15 @@ from hetfed.engines.flower import (
     superlink_database,
     supernode_args,
     supernode_command,
+)
+from hetfed.paths import (
+    PLACEHOLDER,
+    check_existing,
+    check_port,
+    check_writable_folder,
+    exclusive_lock,
+    flock_holder,
+    per_partition,
 )
 
 DEFAULT_DIR = Path(".hetfed") / "federation"
@@ -77,7 +87,11 @@ class FederationInfo:
             host=data.get("host", "127.0.0.1"),
             tls_dir=Path(data["tls-dir"]) if data.get("tls-dir") else None,
             node_auth=bool(data.get("node-auth", False)),
-            extra={k: data[k] for k in ("role", "superlink-pid", "public-address", "proxy") if k in data},
+            extra={
+                k: data[k]
+                for k in ("role", "superlink-pid", "public-address", "proxy", "state-dirs")
+                if k in data
+            },
         )
 
     def save(self) -> None:
@@ -112,10 +126,27 @@ def node_config(
     """
     cfg: dict[str, Any] = {"partition-id": index, "num-partitions": nodes}
     if data_path:
-        cfg["data-path"] = str(Path(data_path.format(partition=index)).resolve())
-    state = state_dir.format(partition=index) if state_dir else str(root / "state" / f"node-{index}")
+        cfg["data-path"] = str(Path(data_path.replace(PLACEHOLDER, str(index))).resolve())
+    state = state_dir.replace(PLACEHOLDER, str(index)) if state_dir else str(root / "state" / f"node-{index}")
     cfg["state-dir"] = str(Path(state).resolve())
     return cfg
+
+
+def check_up_arguments(
+    nodes: int, data_path: str | None, state_dir: str | None, port: int, root: Path
+) -> list[dict[str, Any]]:
+    """Every node's config, after refusing in one line what cannot start: a node count below 1, a
+    port outside 0-65535, a brace other than {partition}, a missing data path, a state dir that is
+    a file or not writable."""
+    if nodes < 1:
+        raise ConfigError(f"--nodes {nodes}: must be >= 1")
+    check_port("--port", port)
+    if data_path:
+        check_existing("--data-path", data_path, per_partition("--data-path", data_path, nodes))
+    if state_dir:
+        for path in per_partition("--state-dir", state_dir, nodes):
+            check_writable_folder("--state-dir", path, shown=state_dir)
+    return [node_config(i, nodes, root, data_path, state_dir) for i in range(nodes)]
 
 
 def federation_up(
@@ -143,31 +174,54 @@ def federation_up(
     federation is with ``down``) or ``file`` (``root/state.db``).
     """
     superlink_database(superlink_state, root)  # refuse a bad value before starting anything
-    if nodes < 1:
-        raise ValueError(f"--nodes must be >= 1, got {nodes}")
     root = Path(root).resolve()
+    configs = check_up_arguments(nodes, data_path, state_dir, port, root)
+    check_writable_folder("--dir", root)
     if (root / "federation.json").exists():
         raise RuntimeError(f"a federation is already up in {root}; run `hetfed federation down` first")
     tls = TlsFiles.from_dir(tls_dir) if tls_dir else None
     if node_auth and tls is None:
         raise ValueError("--node-auth needs --tls-dir: Flower authenticates SuperNodes only over TLS")
-    configs = [node_config(i, nodes, root, data_path, state_dir) for i in range(nodes)]
     if approved_apps is not None:
         approved_apps = _approved_apps_file(approved_apps)
         for cfg in configs:
             cfg["approved-apps"] = str(approved_apps)  # the ClientApp reports what its silo approved
-    for i, cfg in enumerate(configs):  # refuse before starting anything
-        if "data-path" in cfg and not Path(cfg["data-path"]).exists():
-            raise FileNotFoundError(f"SuperNode {i}: data-path '{cfg['data-path']}' does not exist")
-    flower = LocalFlower(
-        root,
-        link_port=port,
-        tls=tls,
-        node_auth=node_auth,
-        runtime=runtime,
-        approved_apps=approved_apps,
-        state=superlink_state,
-    )
+    # Two `up` on one folder started together would both find no federation.json and both start.
+    lock = exclusive_lock(root / UP_LOCK)
+    if lock is None:
+        raise RuntimeError(
+            f"another `hetfed federation up`{flock_holder(root / UP_LOCK)} is starting a federation in "
+            f"{root}; wait for it, or `hetfed federation down --dir {root}`"
+        )
+    try:
+        if (root / "federation.json").exists():  # the other `up` finished while this one checked
+            raise RuntimeError(f"a federation is already up in {root}; run `hetfed federation down` first")
+        return _start_processes(
+            root,
+            configs,
+            app_dir,
+            LocalFlower(
+                root,
+                link_port=port,
+                tls=tls,
+                node_auth=node_auth,
+                runtime=runtime,
+                approved_apps=approved_apps,
+                state=superlink_state,
+            ),
+        )
+    finally:
+        os.close(lock)
+
+
+UP_LOCK = ".up.lock"
+
+
+def _start_processes(
+    root: Path, configs: list[dict[str, Any]], app_dir: Path, flower: LocalFlower
+) -> FederationInfo:
+    """Start the SuperLink (cwd ``app_dir``) and a SuperNode per node config; wait until all are online."""
+    nodes, tls, node_auth = len(configs), flower.tls, flower.node_auth
     try:
         flower.start_superlink(cwd=app_dir)
         for i, cfg in enumerate(configs):
@@ -186,6 +240,7 @@ def federation_up(
         [p.pid for p in flower.processes.values()],
         tls_dir=tls.ca.parent if tls else None,
         node_auth=node_auth,
+        extra={"state-dirs": [str(cfg["state-dir"]) for cfg in configs]},
     )
     info.save()
     return info

@@ -55,6 +55,64 @@ def cmd_down(args: argparse.Namespace) -> int:
     return 0
 
 
+def state_dirs(args: argparse.Namespace) -> list[Path]:
+    """The silo state dirs ``federation state`` looks in: ``--state-dir`` (repeated), else those
+    the local federation in ``--dir`` records (federation.json), else ``<dir>/state/node-*``."""
+    import json
+
+    if args.state_dir:
+        return [Path(d) for d in args.state_dir]
+    root = Path(args.dir)
+    try:
+        return [Path(d) for d in json.loads((root / "federation.json").read_text())["state-dirs"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return sorted(p for p in (root / "state").glob("node-*") if p.is_dir())
+
+
+def cmd_state(args: argparse.Namespace) -> int:
+    """``federation state ls|rm``: the client state each run left on the silos, and its removal."""
+    import shutil
+
+    from client.state import list_states
+
+    dirs = state_dirs(args)
+    states = [s for d in dirs for s in list_states(d)]
+    if args.state_action == "ls":
+        for s in states:
+            print(
+                f"{s.key:<40} partition {s.partition_id if s.partition_id is not None else '?':<3} "
+                f"{_size(s.size):>9}  {s.created}  {s.path}"
+            )
+        total = sum(s.size for s in states)
+        print(
+            f"{len(states)} state folders of {len({s.key for s in states})} runs, {_size(total)}, "
+            f"in {len(dirs)} state dirs"
+        )
+        return 0
+    chosen = [s for s in states if args.run in (s.run_name, s.key)]
+    if not chosen:
+        runs = sorted({s.key for s in states})
+        raise ValueError(
+            f"--run {args.run}: no state of that run in {', '.join(map(str, dirs)) or 'no state dir'}"
+            + (f" (runs: {', '.join(runs)})" if runs else "")
+        )
+    for s in chosen:
+        shutil.rmtree(s.path)
+        print(f"removed {s.path} ({_size(s.size)})")
+    print(f"removed {len(chosen)} state folders of run {args.run}, {_size(sum(s.size for s in chosen))}")
+    return 0
+
+
+def _size(n: int) -> str:
+    """Bytes as B, KiB, MiB or GiB."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     import time
 
@@ -316,6 +374,25 @@ def add_federation_parser(sub: argparse._SubParsersAction) -> None:
         help="where runs write results (repeat; default: results/ and <dir>/results), for the silos' reports",
     )
     status.set_defaults(func=cmd_status)
+
+    state = actions.add_parser("state", help="list or remove the client state runs left on the silos")
+    state_actions = state.add_subparsers(dest="state_action", required=True)
+    for name, what in (
+        ("ls", "list every run's state: run name.id, partition, size, made, folder"),
+        ("rm", "remove one run's state from every state dir (all its partitions)"),
+    ):
+        action = state_actions.add_parser(name, help=what)
+        action.add_argument(
+            "--dir", default=DEFAULT_DIR, help="the local federation's folder (its state dirs)"
+        )
+        action.add_argument(
+            "--state-dir", action="append", help="a silo's state dir (repeat for several; default: --dir's)"
+        )
+        if name == "rm":
+            action.add_argument(
+                "--run", required=True, help="the run: its name (every run of that name) or name.id"
+            )
+        action.set_defaults(func=cmd_state)
 
     certs = actions.add_parser("certs", help="make a CA and the SuperLink's server certificate")
     certs.add_argument("--out", required=True, help="folder for ca.crt, ca.key, server.pem, server.key")

@@ -358,6 +358,14 @@ def pjm_samples(path: str | Path, partition_id: int, num_partitions: int | None 
     (quota,), (name,) = bess, names
     if not 0 < quota <= HOURS:
         raise DataFileError(f"{path}: bess of client_id {client!r} must be in (0, {HOURS}]; got {quota}")
+    in_order = sorted(first_row)
+    for before, after in zip(in_order, in_order[1:], strict=False):
+        if after - before > timedelta(days=1):  # the splits and the paper's study assume every day
+            raise DataFileError(
+                f"{path}: client_id {client!r} has no row for {before + timedelta(days=1)} (rows "
+                f"{first_row[before]} ({before}) and {first_row[after]} ({after})); every day from the "
+                "first to the last must be present"
+            )
     order = np.argsort(np.array(days, dtype="datetime64[D]"), kind="stable")
     return ClientSamples(
         name, quota, np.array(days, dtype="datetime64[D]")[order], np.array(x)[order], np.array(c)[order]

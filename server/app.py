@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 import traceback
 from logging import INFO
+from pathlib import Path
 from typing import Any
 
 from flwr.app import Context
@@ -13,7 +15,7 @@ from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore.run import RunNotRunningException
 
-from hetfed.config import ConfigError, validate
+from hetfed.config import PROBLEM_KEYS, SCHEMA, ConfigError, validate
 from hetfed.runtime.waits import shorten_object_pull_backoff
 from server.pool import ClientPool, FederationError
 from server.report import report_markdown
@@ -55,13 +57,11 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
             f"run config 'run-name': results/{run_name} already exists; "
             "choose another run-name or set resume=true to continue it"
         )
+    recorded_engine = ""
     if cfg["resume"]:  # checked before anything is created: a refused resume leaves no folder
-        if not path.is_dir():
-            raise ConfigError(f"run config 'resume': no run folder {path}; no checkpoint to resume from")
-        if load_checkpoint_file(path / "checkpoint.pt") is None:
-            raise ConfigError(f"run config 'resume': {path} has no checkpoint to resume from")
+        cfg, recorded_engine = resumed_config(cfg, path)
     store = RunStore(cfg["results-dir"], run_name)
-    engine = cfg["engine"] or type(grid).__name__
+    engine = cfg["engine"] or recorded_engine or type(grid).__name__
     if not has_config:
         store.write_config(cfg, engine=engine)
     store.begin_segment(engine, resumed=cfg["resume"])
@@ -100,6 +100,53 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
         full = finish_segment(store, cfg, engine, status, error, summary)
     say(f"done in {full['wall-time-s']:.1f} s; results in {store.path}")
     return full
+
+
+# Keys a resume may give differently from what the run recorded: they name the run and this segment.
+RESUME_FREE = ("resume", "engine", "results-dir", "run-name")
+
+
+def resumed_config(cfg: dict[str, Any], path: Path) -> tuple[dict[str, Any], str]:
+    """The config a resume continues with: the one the run recorded, and its engine.
+
+    Both routes (``hetfed run --resume``, ``flwr run ... resume=true``) come here. A method key whose
+    value differs from the recorded one is refused, unless it is the key's default: ``flwr run``
+    fills every key the user did not give with its default, so a default stands for "not given".
+    A problem key must equal the recorded one: the silos read those from the run config itself.
+    """
+    if not path.is_dir():
+        raise ConfigError(f"run config 'resume': no run folder {path}; no checkpoint to resume from")
+    checkpoint = load_checkpoint_file(path / "checkpoint.pt")
+    if checkpoint is None:
+        raise ConfigError(f"run config 'resume': {path} has no checkpoint to resume from")
+    try:
+        recorded_file = json.loads((path / "config.json").read_text())
+        recorded = validate(recorded_file["config"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        where = path / "config.json"
+        raise ConfigError(f"run config 'resume': {where} is missing or damaged: {exc}") from None
+    for key, value in cfg.items():
+        if key in RESUME_FREE or value == recorded[key]:
+            continue
+        if key in PROBLEM_KEYS:  # the clients read these from the run config itself (client.session)
+            raise ConfigError(
+                f"run config '{key}' = {value!r} differs from {recorded[key]!r} recorded by run "
+                f"{path.name} ({path / 'config.json'}): the silos read the problem's keys from the run "
+                "config, so a resume must give them as recorded (hetfed run --resume does)"
+            )
+        if value != SCHEMA[key].default:
+            raise ConfigError(
+                f"run config '{key}' = {value!r} conflicts with {recorded[key]!r} recorded by run "
+                f"{path.name} ({path / 'config.json'}); a resumed run keeps its config"
+            )
+    try:
+        status = json.loads((path / "summary.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        status = None
+    if status == "completed" and int(checkpoint["round"]) >= int(recorded["num-rounds"]):
+        raise ConfigError(f"run config 'resume': run {path.name} already completed ({path / 'summary.json'})")
+    free = {k: cfg[k] for k in RESUME_FREE}
+    return {**recorded, **free}, str(recorded_file.get("engine", "") or recorded.get("engine", ""))
 
 
 def interrupt_reason(exc: BaseException) -> str:

@@ -24,7 +24,6 @@ previous complete version in place.
 from __future__ import annotations
 
 import csv
-import fcntl
 import io
 import json
 import math
@@ -40,6 +39,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from hetfed.paths import exclusive_lock, flock_holder
 
 PACKAGES = ("hetfed", "flwr", "torch", "numpy", "scipy", "highspy", "osqp", "daqp", "qpth", "ray")
 FIRST_COLUMNS = ("round", "exchange", "partition-id", "client", "status", "error")
@@ -65,19 +66,6 @@ def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[name] = "not installed"
     return out
-
-
-def _flock_holder(path: Path) -> str:
-    """`` (pid N)`` for the process holding a flock on ``path`` (from /proc/locks), else ''."""
-    try:
-        inode = path.stat().st_ino
-        for line in Path("/proc/locks").read_text().splitlines():
-            fields = line.split()
-            if fields[1:2] == ["FLOCK"] and fields[5].rsplit(":", 1)[-1] == str(inode):
-                return f" (pid {fields[4]})"
-    except (OSError, IndexError):
-        pass
-    return ""
 
 
 class RunStore:
@@ -250,17 +238,14 @@ class RunStore:
     def _take_writer_lock(self) -> None:
         """Hold ``.writer.lock`` exclusively; StoreError when another live process holds it."""
         path = self.path / ".writer.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            holder = _flock_holder(path)
+        fd = exclusive_lock(path)
+        if fd is None:
+            holder = flock_holder(path)
             raise StoreError(
                 f"results/{self.run_name}: another process{holder} is still writing this run (an "
                 "earlier ServerApp, e.g. one orphaned when its SuperLink died); end it (`flwr stop "
                 "<run-id>`, `hetfed federation down`, or kill it), then resume"
-            ) from None
+            )
         self._lock = fd
 
     def segments(self) -> list[dict[str, Any]]:

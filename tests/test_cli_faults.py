@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _pytest.capture import CaptureResult
 
 from tests.conftest import REPO, hetfed_cli
 
@@ -59,9 +61,11 @@ def wait_for_round(run_dir: Path, server_round: int, proc: subprocess.Popen, tim
     raise TimeoutError(f"round {server_round} not reached")
 
 
-def one_line(out: subprocess.CompletedProcess | tuple[str, str], rc: int, code: int = 2) -> str:
+def one_line(
+    out: subprocess.CompletedProcess | CaptureResult[str] | tuple[str, str], rc: int, code: int = 2
+) -> str:
     """The single stderr line of a refused / stopped command (no traceback)."""
-    stderr = out.stderr if isinstance(out, subprocess.CompletedProcess) else out[1]
+    stderr = out[1] if isinstance(out, tuple) else out.stderr
     lines = [ln for ln in stderr.strip().splitlines() if ln.startswith("hetfed:") or "Traceback" in ln]
     assert rc == code, stderr[-3000:]
     assert len(lines) == 1 and "Traceback" not in stderr, stderr[-3000:]
@@ -185,7 +189,19 @@ BAD_ARGS = [
     (["--engine", "deployment", "--data-path", "x"], "--data-path: only for --engine inline or simulation"),
     (["--engine", "deployment", "--state-dir", "s"], "--state-dir: only for --engine inline or simulation"),
     (["--state-dir", "/tmp/{node}"], "--state-dir /tmp/{node}: only {partition} may appear in braces"),
-    (["--state-dir", "/dev/null/{partition}"], "/dev/null is not a writable folder"),
+    (["--state-dir", "/dev/null/{partition}"], "/dev/null is a file, not a folder"),
+    (["--set", "run-name=" + "a" * 256], "256 characters (at most 100)"),
+    (["--set", "run-name='two words'"], "run config 'run-name': 'two words': characters ' ' not allowed"),
+    (["--set", "run-name=x\ny"], "characters '\\n' not allowed"),
+    (["--set", "seed=18446744073709551616"], "run config 'seed': 18446744073709551616 does not fit a signed"),
+    (["--results-dir", ""], "--results-dir '': empty; give a folder"),
+    (["--nodes", "100000"], "--nodes 100000: the inline engine holds every client on this machine"),
+    (["--resume", "../up"], "--resume: '../up': characters '/' not allowed"),
+    (
+        ["--set", "problem=energy-pjm"],
+        "4 of 4 silos cannot load their data and the run needs 4: partition 0 of",
+    ),
+    (["--set", "problem=energy-pjm", "--data-path", "/tmp"], "partition 3 of 4: [Errno 21] Is a directory"),
     (["--federation-dir", "/tmp"], "--federation-dir /tmp: only for --engine deployment"),
     (["--set", "resume=true"], "--set resume: set by `hetfed run`; use --resume"),
     (["--resume", "ghost"], "--resume ghost: no run folder"),
@@ -201,13 +217,18 @@ BAD_ARGS = [
 ]
 
 
-def test_every_argument_is_checked_before_anything_starts(tmp_path: Path) -> None:
-    """One line naming the argument, exit code 2, at once, and no results folder blocking the name."""
+def test_every_argument_is_checked_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One line naming the argument, exit code 2, at once, and no results folder blocking the name
+    (the CLI's entry point in this process; the last case as a user types it, in a fresh process)."""
+    from hetfed.cli import main
+
     results = tmp_path / "results"
     for args, message in BAD_ARGS:
         started = time.time()
-        out = hetfed_cli("run", "--results-dir", str(results), "--set", "run-name=x", *args, timeout=60)
-        assert message in one_line(out, out.returncode), (args, out.stderr)
+        code = main(["run", "--results-dir", str(results), "--set", "run-name=x", *args])
+        assert message in one_line(capsys.readouterr(), code), (args, message)
         assert time.time() - started < 30, args  # refused at once, not after a node-wait timeout
     assert not results.exists()
     (tmp_path / "file").write_text("")
@@ -327,3 +348,72 @@ def test_a_signal_that_arrives_as_the_run_completes_does_not_offer_a_resume(tmp_
     (run_dir / "summary.json").write_text(json.dumps({"status": "completed"}))
     assert stop.describe(run_dir) == f"SIGINT arrived as r completed; its results are final, in {run_dir}"
     assert stop.completed(run_dir)  # and `hetfed run` exits 0 (hetfed/cli.py)
+
+
+BAD_UP = [
+    (
+        ["--data-path", "/srv/pjm-{x}.csv"],
+        "--data-path /srv/pjm-{x}.csv: only {partition} may appear in braces",
+    ),
+    (["--port", "99999"], "--port 99999: must be in 0-65535 (0: a free port)"),
+    (["--port", "-5"], "--port -5: must be in 0-65535"),
+    (["--nodes", "0"], "--nodes 0: must be >= 1"),
+    (["--state-dir", "/dev/null"], "--state-dir /dev/null: /dev/null exists and is not a folder"),
+    (["--state-dir", "/dev/null/{partition}"], "/dev/null is a file, not a folder"),
+]
+
+
+def test_federation_up_checks_every_argument_before_starting_anything(tmp_path: Path) -> None:
+    """One line, exit 2, nothing started (no federation.json), for each of the issue's inputs."""
+    for args, message in BAD_UP:
+        out = hetfed_cli(
+            "federation", "up", "--nodes", "2", "--dir", str(tmp_path / "fed"), *args, timeout=60
+        )
+        assert message in one_line(out, out.returncode), (args, out.stderr)
+        assert not (tmp_path / "fed" / "federation.json").exists()
+
+
+def test_two_federation_ups_on_one_folder_cannot_both_start(tmp_path: Path) -> None:
+    """The second `up` finds the first one's lock (held here, as a starting `up` holds it)."""
+    from hetfed.federation import UP_LOCK
+    from hetfed.paths import exclusive_lock
+
+    fd = exclusive_lock(tmp_path / UP_LOCK)
+    assert fd is not None
+    try:
+        out = hetfed_cli("federation", "up", "--nodes", "1", "--dir", str(tmp_path), timeout=60)
+        line = one_line(out, out.returncode)
+        assert (
+            f"another `hetfed federation up` (pid {os.getpid()}) is starting a federation in {tmp_path}"
+            in line
+        )
+    finally:
+        os.close(fd)
+    assert not (tmp_path / "federation.json").exists()
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0, reason="needs root and unshare(1)")
+def test_a_state_dir_on_a_read_only_file_system_is_refused(tmp_path: Path) -> None:
+    """As root every permission check passes; a read-only mount (in a mount namespace of this test's
+    own) is what still refuses writes, and `run` and `federation up` both say so at once."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    command = " ".join(
+        [
+            f"mount -t tmpfs -o ro,size=1m tmpfs {ro} &&",
+            f"{sys.executable} -m hetfed.cli run --results-dir {tmp_path / 'results'}",
+            f"--state-dir {ro}/{{partition}}; echo rc=$?;",
+            f"{sys.executable} -m hetfed.cli federation up --dir {tmp_path / 'fed'} --state-dir {ro}/s;",
+            "echo rc=$?",
+        ]
+    )
+    out = subprocess.run(
+        ["unshare", "-m", "sh", "-c", command], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+    lines = [ln for ln in out.stderr.splitlines() if ln.startswith("hetfed:")]
+    assert out.stdout.split() == ["rc=2", "rc=2"] and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert lines == [
+        f"hetfed: error: --state-dir {ro}/{{partition}}: {ro} is not a writable folder",
+        f"hetfed: error: --state-dir {ro}/s: {ro} is not a writable folder",
+    ]
+    assert not (tmp_path / "results").exists() and not (tmp_path / "fed" / "federation.json").exists()

@@ -143,3 +143,28 @@ def test_a_restarted_supernode_rejoins_and_restores_its_state(tmp_path: Path) ->
     nodir = run_inline({**cfg, "run-name": "nodir"}, node_configs(3))
     assert forgotten["clients"]["client-01"] != nodir["clients"]["client-01"]
     assert forgotten["clients"]["client-00"] == nodir["clients"]["client-00"]
+
+
+def test_a_resume_through_the_run_config_keeps_the_recorded_config(tmp_path: Path) -> None:
+    """The ``flwr run ... resume=true`` route (run config only, every key not given at its default):
+    a changed key is refused in one line before anything is written; with run-name, resume and the
+    problem's keys the run continues with what it recorded and ends like the uninterrupted run."""
+    whole = run_inline({**CFG, "results-dir": str(tmp_path), "run-name": "whole"}, node_configs(4))
+    cfg = {**CFG, "results-dir": str(tmp_path), "run-name": "crash"}
+    grid = DyingGrid(client_app, node_configs(4), cfg, die_at=4)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
+    with pytest.raises(ConnectionError):
+        run_server(grid, cfg)
+    before = (tmp_path / "crash" / "segments.jsonl").read_text()
+    given = {"results-dir": str(tmp_path), "run-name": "crash", "resume": True}
+    with pytest.raises(ConfigError, match=r"^run config 'seed' = 42 differs from 8 recorded by run crash"):
+        run_inline(given, node_configs(4))  # the silos read the problem's keys from the run config
+    given.update({k: CFG[k] for k in ("n-train", "n-test", "num-items", "seed")})
+    with pytest.raises(ConfigError, match=r"^run config 'num-rounds' = 3 conflicts with 4 recorded"):
+        run_inline({**given, "num-rounds": 3}, node_configs(4))
+    assert (tmp_path / "crash" / "segments.jsonl").read_text() == before  # the refusal wrote nothing
+    resumed = run_inline(given, node_configs(4))
+    assert resumed["status"] == "completed" and resumed["clients"] == whole["clients"]
+    assert [s["engine"] for s in resumed["segments"]] == ["DyingGrid", "DyingGrid"]  # the recorded engine
+    with pytest.raises(ConfigError, match="already completed"):
+        run_inline(given, node_configs(4))

@@ -1,0 +1,83 @@
+"""Checks of the paths a command is given, made before anything starts (one line each), and the
+exclusive lock two commands on one folder take.
+
+``{partition}`` is the only placeholder a per-node path may hold (``--data-path``, ``--state-dir``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+from pathlib import Path
+
+from hetfed.config import ConfigError
+
+PLACEHOLDER = "{partition}"
+
+
+def per_partition(flag: str, pattern: str, nodes: int) -> list[Path]:
+    """``pattern`` with ``{partition}`` replaced by 0..nodes-1; any other brace is refused."""
+    if re.search(r"[{}]", pattern.replace(PLACEHOLDER, "")):
+        raise ConfigError(f"{flag} {pattern}: only {PLACEHOLDER} may appear in braces")
+    return [Path(pattern.replace(PLACEHOLDER, str(i))) for i in range(nodes)]
+
+
+def check_existing(flag: str, pattern: str, paths: list[Path]) -> None:
+    """Every node's data path exists."""
+    missing = [i for i, p in enumerate(paths) if not p.exists()]
+    if missing:
+        more = ", ..." if len(missing) > 10 else ""
+        raise ConfigError(
+            f"{flag} {pattern}: {paths[missing[0]]} does not exist "
+            f"(partition {', '.join(map(str, missing[:10]))}{more} of {len(paths)})"
+        )
+
+
+def check_writable_folder(flag: str, path: Path, shown: str | None = None) -> None:
+    """``path`` is a folder, or can be made as one, in a writable place (also for root: a read-only
+    file system is refused by ``access(2)`` with EROFS)."""
+    shown = shown if shown is not None else str(path)
+    if not shown.strip():
+        raise ConfigError(f"{flag} {shown!r}: empty; give a folder")
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{flag} {shown}: {path} exists and is not a folder")
+    resolved = path.resolve()
+    parent = next(p for p in [resolved, *resolved.parents] if p.exists())
+    if not parent.is_dir():
+        raise ConfigError(f"{flag} {shown}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {shown}: {parent} is not a writable folder")
+
+
+def check_port(flag: str, port: int, *, free: bool = True) -> None:
+    """A TCP port: 1-65535 (0 = a free one, where ``free``)."""
+    low = 0 if free else 1
+    if not low <= port <= 65535:
+        raise ConfigError(f"{flag} {port}: must be in {low}-65535" + (" (0: a free port)" if free else ""))
+
+
+def flock_holder(path: Path) -> str:
+    """`` (pid N)`` for the process holding a flock on ``path`` (from /proc/locks), else ''."""
+    try:
+        inode = path.stat().st_ino
+        for line in Path("/proc/locks").read_text().splitlines():
+            fields = line.split()
+            if fields[1:2] == ["FLOCK"] and fields[5].rsplit(":", 1)[-1] == str(inode):
+                return f" (pid {fields[4]})"
+    except (OSError, IndexError):
+        pass
+    return ""
+
+
+def exclusive_lock(path: Path) -> int | None:
+    """Hold an exclusive flock on ``path`` (made if missing); the fd, or None when another live
+    process holds it (the kernel frees it when its holder dies)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
