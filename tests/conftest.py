@@ -63,10 +63,19 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Tiny models run faster on one thread, and the suite shares 2 cores with Flower's processes."""
+    """Tiny models run faster on one thread, and the suite shares 2 cores with Flower's processes.
+    The fuzz tests' seed is drawn here once, so every xdist worker (started after this) draws the
+    same examples, and printed in the header."""
+    import random
+
     import torch
 
     torch.set_num_threads(1)
+    os.environ.setdefault("HETFED_FUZZ_SEED", str(random.randrange(2**32)))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"fuzz seed (tests/test_fuzz_inputs.py): HETFED_FUZZ_SEED={os.environ['HETFED_FUZZ_SEED']}"
 
 
 def hetfed_cli(

@@ -125,3 +125,38 @@ def test_a_run_in_which_every_client_failed_is_failed(tmp_path: Path) -> None:
     assert sorted(summary["failed"]) == ["client-00", "client-01", "client-02"]
     assert all("NotADirectoryError" in why or "Not a directory" in why for why in summary["failed"].values())
     assert set(summary["failed-rounds"]) == {"client-00", "client-01", "client-02"}
+
+
+def test_federation_state_lists_and_removes_one_runs_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two silos' state dirs holding two runs named X and one run Y: `ls` shows each folder with its
+    size, `rm --run X.<id>` removes that run's folders on every silo and nothing else."""
+    import numpy as np
+    from flwr.app import Context, RecordDict
+
+    from client.state import ClientState, run_key
+    from hetfed.cli import main
+
+    dirs = [tmp_path / "silo-0", tmp_path / "silo-1"]
+    for pid, folder in enumerate(dirs):
+        for name, run_id, size in (("X", "aaaa", 10), ("X", "bbbb", 20), ("Y", "cccc", 30)):
+            ctx = Context(run_id=1, node_id=pid, node_config={}, state=RecordDict(), run_config={})
+            about = {"run-name": name, "run-id": run_id, "partition-id": pid}
+            ClientState(ctx, run_key(name, run_id, pid), folder, about).set_arrays("m", {"w": np.zeros(size)})
+    flags = [arg for d in dirs for arg in ("--state-dir", str(d))]
+    assert main(["federation", "state", "ls", *flags]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 7 and lines[-1].startswith("6 state folders of 3 runs, ")
+    sizes = {(s.key, s.partition_id): s.size for d in dirs for s in list_states(d)}
+    assert lines[0].split()[:3] == ["X.aaaa", "partition", "0"] and str(dirs[0] / "X.aaaa-p0") in lines[0]
+    assert sizes[("X.aaaa", 0)] < sizes[("X.bbbb", 0)] < sizes[("Y.cccc", 0)]  # 80, 160, 240 bytes of floats
+    assert main(["federation", "state", "rm", "--run", "X.aaaa", *flags]) == 0
+    assert (
+        capsys.readouterr().out.strip().splitlines()[-1].startswith("removed 2 state folders of run X.aaaa")
+    )
+    assert sorted((s.key, s.partition_id) for d in dirs for s in list_states(d)) == [
+        ("X.bbbb", 0), ("X.bbbb", 1), ("Y.cccc", 0), ("Y.cccc", 1)
+    ]  # fmt: skip
+    assert main(["federation", "state", "rm", "--run", "Z", *flags]) == 2
+    assert "--run Z: no state of that run in " in capsys.readouterr().err
