@@ -104,7 +104,8 @@ class ClientSession:
         state = next(iter(self.opened.values())) if self.opened else self.state(context, config)
         lost = ""
         if expected and not state.found:
-            where = f"in {self.state_dir}" if self.state_dir else "in the SuperNode's memory (no state-dir)"
+            # The silo's paths stay on the silo: the server learns only that the state is gone.
+            where = "in its state-dir" if self.state_dir else "in the SuperNode's memory (no state-dir)"
             lost = (
                 f"partition {self.partition_id} holds no state of run {str(config.get('run-name', '?'))} "
                 f"{where}: it was lost (a restart without state-dir, a wiped or another state dir)"

@@ -49,14 +49,14 @@ def test_unknown_key_suggests_the_close_one() -> None:
 
 def test_parse_assignments_types_values() -> None:
     got = parse_assignments(
-        ["num-rounds=3", "lr=0.01", "problem=knapsack", "audit-traffic=true", "run-name='a b'", "eta-o=1"]
+        ["num-rounds=3", "lr=0.01", "problem=knapsack", "audit-traffic=true", "run-name='a.b'", "eta-o=1"]
     )
     assert got == {
         "num-rounds": 3,
         "lr": 0.01,
         "problem": "knapsack",
         "audit-traffic": True,
-        "run-name": "a b",
+        "run-name": "a.b",
         "eta-o": 1.0,
     }
     for bad, culprit in (["nope=1"], "nope"), (["num-rounds=x"], "num-rounds"), (["num-rounds"], "key=value"):

@@ -82,6 +82,7 @@ def test_fedavg_aggregates_deltas_weighted_by_sample_counts(task_identity) -> No
 
     class Store:
         rows: list = []
+        run_id = ""
 
         def add_row(self, **row):
             self.rows.append(row)
@@ -160,7 +161,9 @@ def test_only_model_weights_and_scalars_leave_the_clients(tmp_path: Path) -> Non
         for record in reply.content.metric_records.values():
             assert all(isinstance(v, int | float) for v in record.values()), dict(record)
         for record in reply.content.config_records.values():
-            assert set(record) <= {"name", "partition-id", "num-partitions"}
+            # the info of discovery; whether the client keeps state or lost it (client-state)
+            assert set(record) <= {"name", "partition-id", "num-partitions", "kept", "lost"}
+            assert str(tmp_path) not in str(dict(record))  # no silo path
 
 
 def test_a_raising_client_is_recorded_and_the_run_continues(tmp_path: Path) -> None:
