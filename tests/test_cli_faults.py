@@ -417,3 +417,20 @@ def test_a_state_dir_on_a_read_only_file_system_is_refused(tmp_path: Path) -> No
         f"hetfed: error: --state-dir {ro}/s: {ro} is not a writable folder",
     ]
     assert not (tmp_path / "results").exists() and not (tmp_path / "fed" / "federation.json").exists()
+
+
+def test_more_nodes_than_silos_in_a_csv_is_refused_before_a_results_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--nodes 5` against a 4-zone PJM CSV: no partition can load (the file holds 4 clients), so
+    the run is refused in one line naming each (this once left a failed results folder)."""
+    from hetfed.cli import main
+    from problems.energy import generate_pjm_like_csv
+
+    csv_path = generate_pjm_like_csv(tmp_path / "pjm.csv", n_zones=4, n_days=40, seed=2)
+    base = ["run", "--results-dir", str(tmp_path / "results"), "--data-path", str(csv_path), "--nodes", "5"]
+    assert main([*base, "--set", "problem=energy-pjm", "--set", "run-name=five"]) == 2
+    line = one_line(capsys.readouterr(), 2)
+    assert line.startswith("hetfed: error: 5 of 5 silos cannot load their data and the run needs 5: ")
+    assert f"partition 4 of 5: num_partitions must be in 1..4 (clients in {csv_path}); got 5" in line
+    assert not (tmp_path / "results").exists()
