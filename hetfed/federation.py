@@ -329,6 +329,10 @@ def superlink_host(
     (results in ``root/results``); ``process`` leaves it to a separate ``flower-superexec``
     that reaches the Runtime API on 127.0.0.1 (the compose TLS topology).
     """
+    check_port("--port", port, free=False)
+    if local_port:
+        check_port("--local-port", local_port, free=False)
+    check_writable_folder("--dir", Path(root))
     database = superlink_database(state, Path(root).resolve())
     if silos < 0:
         raise ValueError(f"--silos must be >= 0, got {silos}")
@@ -418,6 +422,8 @@ def silo_host(
         )
     if not 0 <= partition_id < num_partitions:
         raise ValueError(f"--partition-id {partition_id} is outside [0, --num-partitions={num_partitions})")
+    check_port("--port", port, free=False)
+    check_writable_folder("--state-dir", Path(state_dir))
     for flag, path in (("--ca", ca), ("--key", key), ("--data-path", data_path)):
         if path is not None and not Path(path).exists():
             raise FileNotFoundError(f"{flag} '{path}' does not exist")

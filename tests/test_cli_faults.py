@@ -434,3 +434,25 @@ def test_more_nodes_than_silos_in_a_csv_is_refused_before_a_results_folder(
     assert line.startswith("hetfed: error: 5 of 5 silos cannot load their data and the run needs 5: ")
     assert f"partition 4 of 5: num_partitions must be in 1..4 (clients in {csv_path}); got 5" in line
     assert not (tmp_path / "results").exists()
+
+
+BAD_HOST = [
+    (["superlink", "--port", "99999", "--insecure", "--host", "127.0.0.1"], "--port 99999: must be in 1-65535"),
+    (["silo", "--superlink", "127.0.0.1:9", "--insecure", "--partition-id", "0", "--num-partitions", "2",
+      "--port", "0"], "--port 0: must be in 1-65535"),
+    (["silo", "--superlink", "127.0.0.1:9", "--insecure", "--partition-id", "0", "--num-partitions", "2",
+      "--state-dir", "/dev/null"], "--state-dir /dev/null: /dev/null exists and is not a folder"),
+]  # fmt: skip
+
+
+def test_the_hosts_commands_check_ports_and_folders(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`federation superlink` and `silo` (with --print: nothing would start) refuse in one line."""
+    from hetfed.cli import main
+
+    for args, message in BAD_HOST:
+        folder = ["--dir", str(tmp_path / "link")] if args[0] == "superlink" else []
+        assert main(["federation", *args, *folder, "--print"]) == 2, args
+        assert message in one_line(capsys.readouterr(), 2), args
+    assert not (tmp_path / "link").exists()
