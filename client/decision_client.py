@@ -40,7 +40,7 @@ from client.decision import BatchLoss, batch_generator, decision_metrics, train_
 from client.losses import dpo_loss, mse_loss, optnet_loss, pfyl_loss, rspo_plus_loss, spo_plus_loss
 from client.personalization import PersonalSchedule
 from client.session import ClientSession
-from client.state import ClientState, optimizer_from_state, optimizer_to_state
+from client.state import ROUND_KEY, ClientState, optimizer_from_state, optimizer_to_state
 from hetfed.records import scalar, to_record
 from hetfed.secure_mean import masked, new_key_pair
 from problems.base import DecisionClientData, DecisionSplit
@@ -224,6 +224,11 @@ class DecisionClient:
         arrays = state.arrays(name)
         if arrays is None:
             return None
+        arrays.pop(ROUND_KEY, None)
+        return self.model_of(arrays)
+
+    def model_of(self, arrays: Mapping[str, np.ndarray]) -> torch.nn.Module:
+        """A new model holding ``arrays``."""
         model = self.new_model()
         model.load_state_dict({k: torch.from_numpy(v) for k, v in arrays.items()})
         return model
@@ -361,20 +366,22 @@ class DecisionClient:
         rnd: int,
     ) -> None:
         """Ditto: E epochs on ``loss(v) + (mu/2)||v - w_global||^2`` for the persistent personal model v."""
-        personal = self.stored_model(state, "personal") or self.model(global_arrays)
+        kept = state.round_arrays("personal", rnd)
+        personal = self.model_of(kept) if kept is not None else self.model(global_arrays)
         penalty = proximal_term(personal, self.model(global_arrays), self.settings["ditto-mu"])
         self.fit(personal, torch.optim.Adam(personal.parameters(), lr=lr), loss, epochs, rnd, penalty)
-        state.set_arrays("personal", personal.state_dict())
+        state.set_round_arrays("personal", personal.state_dict(), rnd)
 
     def _train_local_only(
         self, content: RecordDict, loss: BatchLoss, lr: float, epochs: int, rnd: int
     ) -> RecordDict:
         """Local-only baseline: the client's own model, never shared; replies with scalars only."""
         state = self.state(content)
-        model = self.stored_model(state, "local") or self.new_model()
+        kept = state.round_arrays("local", rnd)
+        model = self.model_of(kept) if kept is not None else self.new_model()
         val = decision_metrics(model, self.data.val, self.data.polytope)
         train_loss = self.fit(model, torch.optim.Adam(model.parameters(), lr=lr), loss, epochs, rnd)
-        state.set_arrays("local", model.state_dict())
+        state.set_round_arrays("local", model.state_dict(), rnd)
         return RecordDict(
             {
                 "metrics": MetricRecord(

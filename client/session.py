@@ -102,7 +102,7 @@ class ClientSession:
         if not self.opened and not expected:
             return None
         state = next(iter(self.opened.values())) if self.opened else self.state(context, config)
-        lost = ""
+        lost = state.note
         if expected and not state.found:
             # The silo's paths stay on the silo: the server learns only that the state is gone.
             where = "in its state-dir" if self.state_dir else "in the SuperNode's memory (no state-dir)"

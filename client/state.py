@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 _ARRAYS = "arrays:"
 _VALUES = "values:"
 RUN_FILE = "run.json"
+ROUND_KEY = "@round"  # in arrays kept per round (set_round_arrays): the round they are the state after
+PREVIOUS = "@previous"  # the version before the current one
 
 
 def run_key(run_name: str, run_id: str, partition_id: int) -> str:
@@ -67,6 +69,7 @@ class ClientState:
         if self._dir is not None and self._dir.is_dir() and not self._groups():
             self._restore()
         self.found = bool(self._groups())  # whether this client held state for the run when opened
+        self.note = ""  # why state it holds cannot be used (round_arrays); the server is told
 
     @property
     def directory(self) -> Path | None:
@@ -101,6 +104,36 @@ class ClientState:
         if self._dir is not None:
             self._describe()
             _atomic_write(self._dir / f"{name}.json", lambda f: f.write(json.dumps(plain).encode()))
+
+    def round_arrays(self, name: str, server_round: int) -> dict[str, np.ndarray] | None:
+        """The arrays :meth:`set_round_arrays` kept under ``name``, as they were before
+        ``server_round``: a round the server redoes after a resume (its checkpoint is a round
+        behind what the client wrote) starts from the state it started from the first time. Two
+        versions are kept; state newer than both is unusable, and :attr:`note` says why."""
+        newer = False
+        for slot in (name, f"{name}{PREVIOUS}"):
+            arrays = self.arrays(slot)
+            if arrays is None:
+                continue
+            if int(arrays.pop(ROUND_KEY, -1)) < server_round:
+                return arrays
+            newer = True
+        if newer:
+            self.note = (
+                f"its {name} state was written after round {server_round - 1}, where the server "
+                "resumed, and the version before it is gone"
+            )
+        return None
+
+    def set_round_arrays(
+        self, name: str, arrays: Mapping[str, np.ndarray | torch.Tensor], server_round: int
+    ) -> None:
+        """Keep ``arrays`` as ``name``'s state after ``server_round``, and the version this round
+        started from (each version is one atomic file that records its round)."""
+        current = self.arrays(name)
+        if current is not None and int(current.get(ROUND_KEY, -1)) < server_round:
+            self.set_arrays(f"{name}{PREVIOUS}", current)
+        self.set_arrays(name, {**arrays, ROUND_KEY: np.array(server_round)})
 
     @property
     def kept(self) -> bool:

@@ -103,7 +103,8 @@ def load_silo_model(folder: Path, which: str) -> SiloModel:
         kept = [m for m in MODELS if (folder / f"{m}.npz").is_file()]
         raise DecideError(f"{folder}: no {which} model (kept: {', '.join(kept) or 'none'})")
     with np.load(path, allow_pickle=False) as stored:
-        model = mlp_from_arrays({k: stored[k] for k in stored.files})
+        # "@round" and other bookkeeping (client/state.py) are not layers
+        model = mlp_from_arrays({k: stored[k] for k in stored.files if not k.startswith("@")})
     mean, std = read_scaling(folder)
     return SiloModel(folder, manifest, model.eval(), mean, std)
 

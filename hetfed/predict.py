@@ -52,7 +52,7 @@ def load_tabular_model(folder: Path, which: str | None) -> tuple[str, dict[str, 
     if name not in kept:
         raise PredictError(f"{folder}: no {name} model (kept: {', '.join(kept) or 'none'})")
     with np.load(folder / f"{name}.npz", allow_pickle=False) as stored:
-        model = model_from_arrays({k: stored[k] for k in stored.files})
+        model = model_from_arrays({k: stored[k] for k in stored.files if not k.startswith("@")})
     return name, manifest, model
 
 

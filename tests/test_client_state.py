@@ -97,3 +97,18 @@ def test_adam_state_round_trip_continues_identically() -> None:
         step(model2, opt2)
     for a, b in zip(model.parameters(), model2.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_a_redone_round_starts_from_the_state_it_started_from(tmp_path) -> None:
+    """A client wrote round 4's state, the server resumed from its round-3 checkpoint: round 4 starts
+    again from the state after round 3; state newer than both kept versions is refused with a note."""
+    st = ClientState(_context(), "r", tmp_path)
+    for rnd in (1, 2, 3, 4):
+        st.set_round_arrays("personal", {"w": np.full(2, float(rnd))}, rnd)
+    fresh = ClientState(_context(), "r", tmp_path)  # the restarted node
+    np.testing.assert_array_equal(fresh.round_arrays("personal", 5)["w"], [4.0, 4.0])  # the next round
+    np.testing.assert_array_equal(fresh.round_arrays("personal", 4)["w"], [3.0, 3.0])  # round 4 redone
+    fresh.set_round_arrays("personal", {"w": np.full(2, 40.0)}, 4)  # the redo keeps round 3's version
+    np.testing.assert_array_equal(fresh.round_arrays("personal", 4)["w"], [3.0, 3.0])
+    assert fresh.note == "" and fresh.round_arrays("personal", 3) is None
+    assert fresh.note.startswith("its personal state was written after round 2, where the server resumed")

@@ -525,6 +525,40 @@ def test_a_killed_superlink_is_noticed_the_federation_goes_down_whole_and_resume
 
 
 @pytest.mark.deployment
+def test_a_wiped_state_dir_after_a_restart_is_one_recorded_line_on_the_deployment_engine(
+    federation: Federation,
+) -> None:
+    """The issue-29 drill: Ditto (every silo keeps a personal model), SIGTERM after round 3,
+    ``federation down``, node 1's state dir emptied, ``up``, ``--resume``: the run completes and
+    says so once, in client-01's row and in summary.json; the other clients equal the uninterrupted
+    run (inline), and client-01's federated metrics too (Ditto's rule restarts only its own model)."""
+    ditto = {"strategy": "fedrspo", "loss": "spo+", "ditto-mu": 0.1, "personal-rounds": 0}
+    ditto["num-rounds"] = ROUNDS
+    whole = run_inline(
+        {**KNAPSACK, **ditto, "results-dir": str(federation.results / "inline"), "run-name": "ditto"},
+        node_configs(3),
+    )
+    proc = federation.run("ditto-wiped", **ditto)
+    run_dir = federation.results / "ditto-wiped"
+    wait_for_round(run_dir, 3, proc, timeout=300)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=120)
+    out = hetfed_cli("federation", "down", "--dir", str(federation.root), timeout=120)
+    assert out.returncode == 0, out.stderr
+    shutil.rmtree(federation.root / "state" / "node-1")
+    federation.up()
+    resumed = federation.resume("ditto-wiped")
+    first = resumed["segments"][-1]["first-round"]
+    lost = [r for r in rows(run_dir) if r["error"].startswith("client state lost")]
+    assert [(r["round"], r["client"], r["status"]) for r in lost] == [(str(first), "client-01", "ok")]
+    assert resumed["status"] == "completed" and resumed["state-lost"] == {"client-01": [first]}
+    for name, metrics in whole["clients"].items():
+        for key, value in metrics.items():
+            if name != "client-01" or key.startswith("fed-"):
+                assert resumed["clients"][name][key] == pytest.approx(value, rel=1e-6), (name, key)
+
+
+@pytest.mark.deployment
 def test_a_killed_client_on_the_deployment_engine(federation: Federation) -> None:
     """A SuperNode killed mid-run: the run goes on with the others and completes (exit 0).
 
