@@ -116,8 +116,12 @@ def _size(n: int) -> str:
 def cmd_status(args: argparse.Namespace) -> int:
     import time
 
+    from hetfed.config import ConfigError
     from hetfed.federation import FederationInfo
 
+    if args.wait < 0 or not args.timeout > 0:  # NaN too
+        why = "need --wait >= 0 and --timeout > 0"
+        raise ConfigError(f"--wait {args.wait}, --timeout {args.timeout}: {why}")
     info = FederationInfo.load(Path(args.dir))
     flower = info.flower()
     end = time.time() + args.timeout

@@ -363,6 +363,14 @@ BAD_UP = [
 ]
 
 
+def test_federation_status_checks_its_numbers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hetfed.cli import main
+
+    for args in (["--wait", "-1"], ["--timeout", "0"], ["--timeout", "nan"]):
+        assert main(["federation", "status", "--dir", str(tmp_path), *args]) == 2
+        assert "need --wait >= 0 and --timeout > 0" in one_line(capsys.readouterr(), 2)
+
+
 def test_federation_up_checks_every_argument_before_starting_anything(tmp_path: Path) -> None:
     """One line, exit 2, nothing started (no federation.json), for each of the issue's inputs."""
     for args, message in BAD_UP:
