@@ -13,8 +13,8 @@ round 1 and names the culprit on error, ``parse_assignments`` turns
 from __future__ import annotations
 
 import math
-import re
 import tomllib
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,25 +75,26 @@ class Key:
 
 INT64 = (-(2**63), 2**63 - 1)
 NAME_KEYS = ("run-name",)  # names a folder on the server and on every silo (client/state.py run_key)
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
-
-
 def check_name(where: str, name: str) -> str:
-    """A run name: 1-100 letters, digits, '.', '_', '+', '-', starting with a letter or digit (it
-    names a results folder and every silo's state folder)."""
-    if not NAME.fullmatch(name):
-        bad = sorted({c for c in name if not re.fullmatch(r"[A-Za-z0-9._+-]", c)})
-        why = (
-            f"{len(name)} characters (at most 100)"
-            if len(name) > 100
-            else f"characters {''.join(bad)!r} not allowed"
-            if bad
-            else "must start with a letter or digit"
-        )
-        raise ConfigError(
-            f"{where}: {name[:40]!r}{'...' if len(name) > 40 else ''}: {why}; use letters, digits, '.', "
-            "'_', '+', '-'"
-        )
+    """A run name names a results folder and every silo's state folder: 1-200 bytes, no '/' or
+    '\\', no control character (a newline), no blank at either end, not starting with '.'."""
+    bad = sorted({c for c in name if c in "/\\" or unicodedata.category(c).startswith("C")})
+    why = (
+        f"{len(name.encode())} bytes (at most 200: it is part of file names)"
+        if len(name.encode()) > 200
+        else f"characters {''.join(bad)!r} not allowed"
+        if bad
+        else "empty or blank"
+        if not name.strip()
+        else "a blank at either end"
+        if name != name.strip()
+        else "must not start with '.'"
+        if name.startswith(".")
+        else ""
+    )
+    if why:
+        shown = f"{name[:40]!r}{'...' if len(name) > 40 else ''}"
+        raise ConfigError(f"{where}: {shown}: {why} (a run name names folders on the server and every silo)")
     return name
 
 

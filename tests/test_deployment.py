@@ -93,7 +93,7 @@ def test_a_node_with_a_missing_data_path_is_refused_before_start(tmp_path: Path)
         timeout=300,
     )
     assert out.returncode == 2
-    assert "SuperNode 0: data-path" in out.stderr and "does not exist" in out.stderr
+    assert "silo-0 does not exist (partition 0, 1 of 2)" in out.stderr
     assert not (tmp_path / "f" / "federation.json").exists()
 
 

@@ -269,8 +269,9 @@ def test_a_bad_silo_file_on_the_inline_engine(tmp_path: Path) -> None:
 
     out = hetfed_cli(*args, *sets({**ENERGY_RUN, "run-name": "stops"}), timeout=300)  # needs all 3
     line = one_line(out.stderr, out.returncode, 2)
-    assert "only 2 of 3 required clients are usable" in line and "partition-1: " in line
-    assert read_json(tmp_path / "results" / "stops" / "summary.json")["status"] == "failed"
+    assert "1 of 3 silos cannot load their data" in line and "the run needs 3: partition 1 of 3: " in line
+    assert "silo-1.csv row" in line
+    assert not (tmp_path / "results" / "stops").exists()  # refused before anything started
 
 
 # --- deployment, without a federation ------------------------------------------------------------

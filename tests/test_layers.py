@@ -4,7 +4,8 @@
                                            NumPy (hetfed.records), Flower's waits and their
                                            self-test (hetfed.runtime.waits, .internals), a silo's
                                            allow-list of app builds (hetfed.runtime.pinning), the
-                                           masked mean over clients (hetfed.secure_mean)
+                                           masked mean over clients (hetfed.secure_mean), the checks
+                                           of given paths and the folder lock (hetfed.paths)
     1  problems                            data, feasible sets, models, metrics
     2  client | strategies                 the two sides of a method; neither imports the other
     3  server                              the ServerApp: client pool, round loop, results store
@@ -23,7 +24,7 @@ from pathlib import Path
 from tests.conftest import REPO
 
 BASE = {"hetfed.config", "hetfed.records", "hetfed.runtime.waits", "hetfed.runtime.internals"}
-BASE |= {"hetfed.runtime.pinning", "hetfed.secure_mean"}
+BASE |= {"hetfed.runtime.pinning", "hetfed.secure_mean", "hetfed.paths"}
 PACKAGES = ("problems", "client", "strategies", "server", "hetfed", "bench")
 ENTRY_POINT = ("strategies/base.py", "server.rounds")  # FederatedStrategy.start -> start_on_grid
 
