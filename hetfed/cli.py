@@ -332,7 +332,9 @@ def add_reproduce_parsers(sub: argparse._SubParsersAction) -> None:
 def add_silo_state_arguments(parser: argparse.ArgumentParser, writes: str) -> None:
     """The options of a command that applies a silo's kept model to new rows (decide, predict)."""
     parser.add_argument("--state-dir", required=True, help="the silo's state dir (its node's state-dir)")
-    parser.add_argument("--run", required=True, help="the run name whose model to use")
+    parser.add_argument(
+        "--run", required=True, help="the run whose model to use: its name (name.run-id if several share it)"
+    )
     parser.add_argument("--features", required=True, help="CSV: optional id, the model's feature columns")
     parser.add_argument("--out", required=True, help=f"{writes} CSV to write (sidecar: same name, .json)")
     parser.add_argument(
