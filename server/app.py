@@ -13,6 +13,7 @@ from typing import Any
 from flwr.app import Context
 from flwr.common import log
 from flwr.serverapp import Grid, ServerApp
+from flwr.supercore.inflatable.inflatable_utils import ObjectPushError
 from flwr.supercore.run import RunNotRunningException
 
 from hetfed.config import PROBLEM_KEYS, SCHEMA, ConfigError, validate
@@ -86,7 +87,8 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
         pool.connect(run_name)
         summary = run_rounds(strategy, pool, store, checkpoint_every=cfg["checkpoint-every"])
         status, error = "completed", ""
-    except (KeyboardInterrupt, SystemExit, RunNotRunningException) as exc:  # signals, `flwr stop`: resumable
+    # Signals and `flwr stop` (also when the stop refuses a push in flight: ObjectPushError): resumable.
+    except (KeyboardInterrupt, SystemExit, RunNotRunningException, ObjectPushError) as exc:
         status, error = "interrupted", interrupt_reason(exc)
         say(f"run interrupted ({error}); continue it with resume=true")
         raise
@@ -156,6 +158,8 @@ def interrupt_reason(exc: BaseException) -> str:
         return f"stopped by {signal.Signals(signum).name}"
     if isinstance(exc, RunNotRunningException):
         return "stopped on the SuperLink (flwr stop)"
+    if isinstance(exc, ObjectPushError):  # the SuperLink refuses the objects of a run it stopped
+        return "stopped on the SuperLink: it refused a message in flight (flwr stop)"
     if isinstance(exc, SystemExit):  # Flower's handler in a ServerApp process: a signal or `flwr stop`
         return "stopped: the ServerApp process was told to exit (a signal, flwr stop, or its SuperLink died)"
     return "stopped by SIGINT" if isinstance(exc, KeyboardInterrupt) else f"stopped ({type(exc).__name__})"

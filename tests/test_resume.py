@@ -168,3 +168,29 @@ def test_a_resume_through_the_run_config_keeps_the_recorded_config(tmp_path: Pat
     assert [s["engine"] for s in resumed["segments"]] == ["DyingGrid", "DyingGrid"]  # the recorded engine
     with pytest.raises(ConfigError, match="already completed"):
         run_inline(given, node_configs(4))
+
+
+class StoppedGrid(DyingGrid):
+    """The SuperLink stops the run while a push is in flight: it refuses the message's objects
+    (Flower raises ObjectPushError; seen in CI when SIGTERM's `flwr stop` met a round's push)."""
+
+    def push_messages(self, messages):
+        from flwr.supercore.inflatable.inflatable_utils import ObjectPushError
+
+        self.pushes += 1
+        if self.pushes == self.die_at:
+            raise ObjectPushError("931addb0", 1, "session")
+        return InlineGrid.push_messages(self, messages)
+
+
+def test_a_push_refused_by_a_stopped_run_is_an_interruption_and_resumes(tmp_path: Path) -> None:
+    whole = run_inline({**CFG, "results-dir": str(tmp_path), "run-name": "whole"}, node_configs(4))
+    cfg = {**CFG, "results-dir": str(tmp_path), "run-name": "stopped"}
+    grid = StoppedGrid(client_app, node_configs(4), cfg, die_at=4)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
+    with pytest.raises(Exception, match="Failed to push object"):
+        run_server(grid, cfg)
+    summary = json.loads((tmp_path / "stopped" / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and "refused a message in flight" in summary["error"]
+    resumed = run_inline({**cfg, "resume": True}, node_configs(4))
+    assert resumed["status"] == "completed" and resumed["clients"] == whole["clients"]
