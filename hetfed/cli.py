@@ -12,7 +12,7 @@ from typing import Any
 from hetfed.config import SCHEMA, STRATEGIES, ConfigError, check_name, parse_assignments, to_toml, validate
 from hetfed.docker_cli import add_docker_parser
 from hetfed.federation_cli import add_federation_parser
-from hetfed.paths import check_existing, check_writable_folder, per_partition
+from hetfed.paths import PLACEHOLDER, check_existing, check_writable_folder, per_partition
 from problems.registry import get_problem
 
 ENGINES = ("inline", "simulation", "deployment")
@@ -91,7 +91,7 @@ def resume_settings(
     A flag or ``--set`` that differs from what the run recorded is refused (a resumed run
     continues the same run); ``--timeout`` may differ (it bounds this segment only).
     """
-    from server.store import StoreError, load_checkpoint_file, run_path  # imports torch
+    from server.store import StoreError, load_checkpoint_file, run_completed, run_path  # imports torch
 
     name = check_name("--resume", args.resume)
     run_dir = run_path(args.results_dir, name)
@@ -110,11 +110,7 @@ def resume_settings(
     checkpoint = load_checkpoint_file(run_dir / "checkpoint.pt")
     if checkpoint is None:
         raise StoreError(f"--resume {name}: {run_dir} has no checkpoint.pt to resume from")
-    try:
-        status = json.loads((run_dir / "summary.json").read_text()).get("status")
-    except (OSError, ValueError, AttributeError):
-        status = None
-    if status == "completed" and int(checkpoint["round"]) >= int(config.get("num-rounds", 0)):
+    if run_completed(run_dir, checkpoint, int(config.get("num-rounds", 0))):
         raise StoreError(f"--resume {name}: the run already completed ({run_dir / 'summary.json'})")
     try:
         launch = json.loads(config.get("launch") or "{}")
@@ -164,12 +160,12 @@ def check_silo_data(run_config: dict[str, Any], nodes: int, data_path: str | Non
     every failing partition, when too few silos remain for the run (``num-clients``; 0 = all).
     Fewer failures leave the run to go on without those silos, which its results record."""
     from client.session import NodeConfigError, load_partition
-    from hetfed.paths import PLACEHOLDER
 
+    # each node's path as the engines give it (hetfed/engines/runner.py: the resolved pattern)
     pattern = str(Path(data_path).resolve()) if data_path else ""
+    paths: list[Path | None] = [*per_partition("--data-path", pattern, nodes)] if pattern else [None] * nodes
     failed: list[str] = []
-    for pid in range(nodes):  # each node's path as the engines give it (hetfed/engines/runner.py)
-        path = Path(pattern.replace(PLACEHOLDER, str(pid))) if pattern else None
+    for pid, path in enumerate(paths):
         try:
             load_partition(run_config, pid, nodes, path)
         except NodeConfigError as exc:

@@ -75,27 +75,26 @@ class Key:
 
 INT64 = (-(2**63), 2**63 - 1)
 NAME_KEYS = ("run-name",)  # names a folder on the server and on every silo (client/state.py run_key)
+
+
 def check_name(where: str, name: str) -> str:
     """A run name names a results folder and every silo's state folder: 1-200 bytes, no '/' or
     '\\', no control character (a newline), no blank at either end, not starting with '.'."""
     bad = sorted({c for c in name if c in "/\\" or unicodedata.category(c).startswith("C")})
-    why = (
-        f"{len(name.encode())} bytes (at most 200: it is part of file names)"
-        if len(name.encode()) > 200
-        else f"characters {''.join(bad)!r} not allowed"
-        if bad
-        else "empty or blank"
-        if not name.strip()
-        else "a blank at either end"
-        if name != name.strip()
-        else "must not start with '.'"
-        if name.startswith(".")
-        else ""
-    )
-    if why:
-        shown = f"{name[:40]!r}{'...' if len(name) > 40 else ''}"
-        raise ConfigError(f"{where}: {shown}: {why} (a run name names folders on the server and every silo)")
-    return name
+    if len(name.encode()) > 200:
+        why = f"{len(name.encode())} bytes (at most 200: it is part of file names)"
+    elif bad:
+        why = f"characters {''.join(bad)!r} not allowed"
+    elif not name.strip():
+        why = "empty or blank"
+    elif name != name.strip():
+        why = "a blank at either end"
+    elif name.startswith("."):
+        why = "must not start with '.'"
+    else:
+        return name
+    shown = f"{name[:40]!r}{'...' if len(name) > 40 else ''}"
+    raise ConfigError(f"{where}: {shown}: {why} (a run name names folders on the server and every silo)")
 
 
 PROBLEMS = (

@@ -177,8 +177,6 @@ def federation_up(
     root = Path(root).resolve()
     configs = check_up_arguments(nodes, data_path, state_dir, port, root)
     check_writable_folder("--dir", root)
-    if (root / "federation.json").exists():
-        raise RuntimeError(f"a federation is already up in {root}; run `hetfed federation down` first")
     tls = TlsFiles.from_dir(tls_dir) if tls_dir else None
     if node_auth and tls is None:
         raise ValueError("--node-auth needs --tls-dir: Flower authenticates SuperNodes only over TLS")
@@ -194,7 +192,7 @@ def federation_up(
             f"{root}; wait for it, or `hetfed federation down --dir {root}`"
         )
     try:
-        if (root / "federation.json").exists():  # the other `up` finished while this one checked
+        if (root / "federation.json").exists():  # checked under the lock: another `up` may just have ended
             raise RuntimeError(f"a federation is already up in {root}; run `hetfed federation down` first")
         return _start_processes(
             root,

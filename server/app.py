@@ -21,7 +21,7 @@ from hetfed.runtime.waits import shorten_object_pull_backoff
 from server.pool import ClientPool, FederationError
 from server.report import report_markdown
 from server.rounds import run_rounds
-from server.store import RunStore, StoreError, load_checkpoint_file, run_path
+from server.store import RunStore, StoreError, load_checkpoint_file, run_completed, run_path
 
 app = ServerApp()
 
@@ -141,11 +141,7 @@ def resumed_config(cfg: dict[str, Any], path: Path) -> tuple[dict[str, Any], str
                 f"run config '{key}' = {value!r} conflicts with {recorded[key]!r} recorded by run "
                 f"{path.name} ({path / 'config.json'}); a resumed run keeps its config"
             )
-    try:
-        status = json.loads((path / "summary.json").read_text()).get("status")
-    except (OSError, ValueError, AttributeError):
-        status = None
-    if status == "completed" and int(checkpoint["round"]) >= int(recorded["num-rounds"]):
+    if run_completed(path, checkpoint, int(recorded["num-rounds"])):
         raise ConfigError(f"run config 'resume': run {path.name} already completed ({path / 'summary.json'})")
     free = {k: cfg[k] for k in RESUME_FREE}
     return {**recorded, **free}, str(recorded_file.get("engine", "") or recorded.get("engine", ""))

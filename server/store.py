@@ -317,6 +317,16 @@ class RunStore:
         os.replace(tmp, self.path / name)
 
 
+def run_completed(path: Path, checkpoint: Mapping[str, Any], num_rounds: int) -> bool:
+    """Whether the run in ``path`` completed (nothing to resume): its summary.json says so and its
+    checkpoint holds its last round."""
+    try:
+        status = json.loads((path / "summary.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        status = None
+    return status == "completed" and int(checkpoint["round"]) >= num_rounds
+
+
 def load_checkpoint_file(path: Path) -> dict[str, Any] | None:
     """A checkpoint written by :meth:`RunStore.save_checkpoint`; None if absent, StoreError if damaged."""
     if not path.exists():
