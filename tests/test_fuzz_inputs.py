@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _pytest.capture import CaptureResult
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
@@ -98,6 +99,16 @@ def one_error_line(err: str) -> str:
     return errors[0]
 
 
+def completed_or_one_line(code: int, out: CaptureResult[str], folders: list[Path], drawn: Any) -> None:
+    """A completed run (exit 0), or a refusal: exit 2, one error line, nothing left in ``folders``."""
+    if code == 0:
+        assert "status: completed" in out.out, (drawn, out.err[-2000:])
+        return
+    assert code == 2, (drawn, code, out.err[-3000:])
+    one_error_line(out.err)
+    assert all(list(folder.iterdir()) == [] for folder in folders), drawn  # nothing left behind
+
+
 @seed(SEED)
 @BUDGET
 @given(changes=run_config_changes())
@@ -109,13 +120,7 @@ def test_any_run_config_completes_or_is_one_line(
     code = main(
         ["run", "--nodes", "2", "--results-dir", str(results), *[a for s in sets for a in ("--set", s)]]
     )
-    out = capsys.readouterr()
-    if code == 0:
-        assert "status: completed" in out.out, (changes, out.err[-2000:])
-        return
-    assert code == 2, (changes, code, out.err[-3000:])
-    one_error_line(out.err)
-    assert list(results.iterdir()) == [], changes  # a refused run leaves nothing behind
+    completed_or_one_line(code, capsys.readouterr(), [results], changes)
 
 
 ARGUMENT = st.one_of(
@@ -154,13 +159,7 @@ def test_any_run_arguments_complete_or_are_one_line(
         code = int(exc.code or 0)
     finally:
         os.chdir(before)
-    out = capsys.readouterr()
-    if code == 0:
-        assert "status: completed" in out.out, (arguments, out.err[-2000:])
-        return
-    assert code == 2, (arguments, code, out.err[-3000:])
-    one_error_line(out.err)
-    assert list(results.iterdir()) == [] and list(where.iterdir()) == [], arguments  # nothing left behind
+    completed_or_one_line(code, capsys.readouterr(), [results, where], arguments)
 
 
 def mutate_text(draw: st.DrawFn, text: str) -> str:
