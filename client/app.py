@@ -35,6 +35,9 @@ CLIENTS: dict[str, str] = {
     "lsa-alone": "client.lsa:SingleLSAClient",
 }
 
+# Secure aggregation's exchanges, served for every client class (client/secure_aggregation.py).
+SECAGG_EXCHANGES = ("query.secagg_keys", "query.secagg_shares", "query.secagg_check", "query.secagg_unmask")
+
 # Every message type some client class handles (the union of their ``handles``, checked by a
 # test): registered up front, without importing the classes.
 MESSAGE_TYPES = (
@@ -45,6 +48,7 @@ MESSAGE_TYPES = (
     "train",
     "train.personalize",
     "evaluate",
+    *SECAGG_EXCHANGES,
 )
 
 app = ClientApp()
@@ -92,16 +96,32 @@ def handle(message: Message, context: Context) -> Message:
     session = ClientSession.from_context(context)
     records = message.content.config_records
     config: Mapping[str, ConfigRecordValues] = records["config"] if "config" in records else {}
-    client_cls = client_class(str(config.get("client", "")))
     kind = message.metadata.message_type
+    if kind in SECAGG_EXCHANGES:
+        from client import secure_aggregation
+
+        content = secure_aggregation.handle(kind, config, context, session.partition_id)
+        return Message(content, reply_to=message)
+    client_cls = client_class(str(config.get("client", "")))
     if kind not in client_cls.handles:
         raise ValueError(f"client {config['client']!r} has no handler for {kind!r}")
     client = client_cls(session, context, config)
+    summed = "sum-weight" in config  # a summed round (server/aggregation.py): DP and secure aggregation
+    if summed and "secagg" in message.content.config_records:
+        from client import secure_aggregation
+
+        secure_aggregation.receive_shares(message.content, context, config, session.partition_id)
     content = getattr(client, kind.replace(".", "_"))(message.content)
+    if summed:
+        from client import secure_aggregation
+
+        content = secure_aggregation.finish_reply(message.content, content, config, context)
     if "run-name" in config and (report := session.state_report(context, config)) is not None:
         content["client-state"] = report  # server/pool.py: which clients hold state, and lost state
     if kind == "query.info" and "approved-apps" in context.node_config:
-        content["info"]["approved-apps"] = approved_builds(str(context.node_config["approved-apps"]))
+        content.config_records["info"]["approved-apps"] = approved_builds(
+            str(context.node_config["approved-apps"])
+        )
     return Message(content, reply_to=message)
 
 

@@ -435,6 +435,47 @@ RUN_KEYS: dict[str, Key] = {
     "num-rounds": Key(10, "Federated rounds", low=1),
 }
 
+# --- private updates: secure aggregation and differential privacy (server/aggregation.py) -------
+PRIVACY_KEYS: dict[str, Key] = {
+    "secure-aggregation": Key(False, "SecAgg+ for every summed round: the server learns only the sum"),
+    "secagg-threshold": Key(
+        0, "Clients whose shares unmask a round (t); 0 = a majority of the round's clients, at least 2", low=0
+    ),
+    "secagg-bits": Key(32, "Bits of the fixed-point code of a value within secagg-range", low=8, high=48),
+    "secagg-range": Key(
+        100.0,
+        "Values of an update beyond +-range are clipped before encoding (reply metric secagg-clipped)",
+        low=0.0,
+        low_open=True,
+    ),
+    "dp": Key(
+        "off",
+        "Differential privacy: central (server noise) or local (client noise)",
+        choices=("off", "central", "local"),
+    ),
+    "dp-noise-multiplier": Key(1.0, "Gaussian noise z: standard deviation z * clip", low=0.0, low_open=True),
+    "dp-clipping-norm": Key(
+        1.0, "L2 clip S of each client's update (the start value when adaptive)", low=0.0, low_open=True
+    ),
+    "dp-clipping": Key(
+        "fixed",
+        "Fixed clip, or adaptive (towards dp-target-quantile of the norms)",
+        choices=("fixed", "adaptive"),
+    ),
+    "dp-target-quantile": Key(
+        0.5, "Adaptive clipping: quantile gamma of the update norms", low=0.0, high=1.0
+    ),
+    "dp-clip-learning-rate": Key(
+        0.2, "Adaptive clipping: step eta_C of S <- S exp(-eta_C (b - gamma))", low=0.0, low_open=True
+    ),
+    "dp-clipped-count-stddev": Key(
+        0.0, "Adaptive clipping: noise of the clipped count; 0 = clients/20", low=0.0
+    ),
+    "dp-delta": Key(1e-5, "delta at which the accountant reports epsilon", low=0.0, low_open=True, high=0.5),
+    "dp-epsilon": Key(0.0, "Budget: refuse a run whose planned rounds spend more epsilon; 0 = none", low=0.0),
+}
+RUN_KEYS |= PRIVACY_KEYS
+
 PROBLEM_SCHEMA: dict[str, Key] = (
     DATA_KEYS
     | KNAPSACK_KEYS

@@ -18,6 +18,7 @@ from flwr.supercore.run import RunNotRunningException
 
 from hetfed.config import PROBLEM_KEYS, SCHEMA, ConfigError, validate
 from hetfed.runtime.waits import shorten_object_pull_backoff
+from server.aggregation import Summation
 from server.pool import ClientPool, FederationError
 from server.report import report_markdown
 from server.rounds import run_rounds
@@ -85,7 +86,10 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
             settings=strategy.client_settings(),
         )
         pool.connect(run_name)
-        summary = run_rounds(strategy, pool, store, checkpoint_every=cfg["checkpoint-every"])
+        summation = Summation(cfg, pool)
+        summary = run_rounds(
+            strategy, pool, store, checkpoint_every=cfg["checkpoint-every"], summation=summation
+        )
         status, error = "completed", ""
     # Signals and `flwr stop` (also when the stop refuses a push in flight: ObjectPushError): resumable.
     except (KeyboardInterrupt, SystemExit, RunNotRunningException, ObjectPushError) as exc:

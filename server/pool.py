@@ -71,6 +71,7 @@ class ClientPool:
         self.failed: dict[int, str] = {}  # partition -> reason, for the last exchange
         self.left_out: dict[str, str] = {}  # client name -> why it was left out at discovery
         self._sent: dict[str, int] = {}  # message id -> partition
+        self._sent_aside: dict[str, int] = {}  # the same, for the last send_aside
         self._rows: dict[int, dict[str, Any]] = {}  # partition -> results row of the last exchange
 
     # --- discovery ----------------------------------------------------------------
@@ -260,9 +261,32 @@ class ClientPool:
         logged, recorded in the client's results row and kept in :attr:`failed`; they
         never stop the round.
         """
-        msgs = list(messages)
+        ok, self.failed, self._sent, self._rows = self._exchange(list(messages), server_round)
+        return ok
+
+    def send_aside(self, messages: Iterable[Message], server_round: int) -> list[Message]:
+        """:meth:`send` for an exchange beside the round's main one (secure aggregation's key and
+        unmasking exchanges): its rows and failures are recorded, while :attr:`failed`,
+        :meth:`partition_of` and :meth:`reject` keep referring to the main exchange."""
+        ok, _, self._sent_aside, _ = self._exchange(list(messages), server_round)
+        return ok
+
+    def partition_of_aside(self, reply: Message) -> int:
+        """The partition a reply of the last :meth:`send_aside` came from."""
+        return self._sent_aside[reply.metadata.reply_to_message_id]
+
+    def partition_to(self, message: Message) -> int:
+        """The partition an instruction is addressed to."""
+        return self._node_to_partition[message.metadata.dst_node_id]
+
+    def _exchange(
+        self, msgs: list[Message], server_round: int
+    ) -> tuple[list[Message], dict[int, str], dict[str, int], dict[int, dict[str, Any]]]:
+        """Push, pull and record one exchange: (replies, failed, message id -> partition, rows)."""
         replies, refused = self._push_pull(msgs)
-        self.failed, self._sent, self._rows = {}, {}, {}
+        failed: dict[int, str] = {}
+        sent: dict[str, int] = {}
+        rows: dict[int, dict[str, Any]] = {}
         ok: list[Message] = []
         for msg, reply in zip(msgs, replies, strict=True):
             pid = self._node_to_partition[msg.metadata.dst_node_id]
@@ -276,24 +300,24 @@ class ClientPool:
                 "error": "",
             }
             if reply is None:
-                self.failed[pid] = refused.get(
+                failed[pid] = refused.get(
                     msg.metadata.dst_node_id, f"no reply within {self.round_timeout:g} s"
                 )
             elif reply.has_error():
-                self.failed[pid] = _reason(reply)
+                failed[pid] = _reason(reply)
             else:
-                self._sent[msg.metadata.message_id] = pid
+                sent[msg.metadata.message_id] = pid
                 ok.append(reply)
                 row.update(_scalar_metrics(reply.content))
                 self._client_state(pid, reply.content, row, f"round {server_round} {kind}")
                 if self.audit:
                     self.store.audit(_traffic(server_round, kind, pid, reply.content))
-            if pid in self.failed:
-                row.update(status="failed", error=self.failed[pid])
+            if pid in failed:
+                row.update(status="failed", error=failed[pid])
                 who = f"{self.name(pid)} (partition {pid})"
-                self.log(f"round {server_round} {kind}: {who} failed: {self.failed[pid]}")
-            self._rows[pid] = self.store.add_row(**row)  # reject() and note() complete this row
-        return ok
+                self.log(f"round {server_round} {kind}: {who} failed: {failed[pid]}")
+            rows[pid] = self.store.add_row(**row)  # reject() and note() complete this row
+        return ok, failed, sent, rows
 
     def _client_state(self, pid: int, content: RecordDict, row: dict[str, Any], where: str) -> None:
         """Which clients hold state (``client-state`` ``kept``) and whose state was lost (``lost``:
@@ -437,12 +461,14 @@ def _scalar_metrics(content: RecordDict) -> dict[str, float | int]:
 
 
 def _traffic(server_round: int, kind: str, pid: int, content: RecordDict) -> dict[str, Any]:
-    """What a reply carried: array names/shapes and metric names with value kinds."""
-    arrays = {
-        f"{name}/{key}": list(value.shape)
+    """What a reply carried: array names with shapes and dtypes, metric and config names with value kinds."""
+    numpy = {
+        f"{name}/{key}": value
         for name, record in content.array_records.items()
         for key, value in to_numpy(record).items()
     }
+    arrays = {key: list(value.shape) for key, value in numpy.items()}
+    dtypes = {key: str(value.dtype) for key, value in numpy.items()}
     metrics = {
         f"{name}/{key}": type(value).__name__ + (f"[{len(value)}]" if isinstance(value, list) else "")
         for name, record in content.metric_records.items()
@@ -458,6 +484,7 @@ def _traffic(server_round: int, kind: str, pid: int, content: RecordDict) -> dic
         "exchange": kind,
         "partition-id": pid,
         "arrays": arrays,
+        "dtypes": dtypes,
         "metrics": metrics,
         "configs": configs,
     }

@@ -21,6 +21,7 @@ from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
+from server.aggregation import Summation
 from server.interrupts import deferred
 from server.pool import ClientPool
 from server.report import report_markdown
@@ -29,18 +30,29 @@ from strategies.base import FederatedStrategy, FederationError
 
 
 def run_rounds(
-    strategy: FederatedStrategy, pool: ClientPool, store: RunStore, *, checkpoint_every: int = 1
+    strategy: FederatedStrategy,
+    pool: ClientPool,
+    store: RunStore,
+    *,
+    checkpoint_every: int = 1,
+    summation: Summation | None = None,
 ) -> dict[str, Any]:
     """Setup (or restore the checkpoint), the rounds, then ``finish``; returns the summary.
 
     rounds.csv and the checkpoint are written every ``checkpoint_every`` rounds (0: after the
-    last only) and after the last round.
+    last only) and after the last round. With ``summation`` active (secure aggregation, DP), the
+    rounds the strategy sums run through it (server/aggregation.py).
     """
     strategy.pool = pool
+    summing = summation is not None and summation.active
+    if summation is not None and summing:
+        summation.start(strategy)  # the DP budget is refused here, before anything is sent
     checkpoint = store.load_checkpoint()
     if checkpoint is not None:
         strategy.load_state_dict(checkpoint["strategy"])
         pool.load_state_dict(checkpoint.get("pool", {}))
+        if summation is not None:
+            summation.load_state_dict(checkpoint.get("privacy", {}))
         first = int(checkpoint["round"]) + 1
         store.drop_rows_after(first - 1)
         strategy.log(f"resuming after round {first - 1} of {strategy.num_rounds}")
@@ -56,7 +68,7 @@ def run_rounds(
             _server_row(store, 0, strategy.history[0])
         with deferred():
             store.commit(0, strategy.num_rounds)
-            store.save_checkpoint({"round": 0, "strategy": strategy.state_dict(), "pool": pool.state_dict()})
+            store.save_checkpoint(_checkpoint(0, strategy, pool, summation))
         first = 1
     store.segment_starts_at(first)
     for server_round in range(first, strategy.num_rounds + 1):
@@ -68,7 +80,12 @@ def run_rounds(
         train = list(
             strategy.configure_train(server_round, strategy.arrays, config, pool.grid)  # type: ignore[arg-type]
         )
-        if train:
+        if train and summation is not None and summing and strategy.sums(server_round):
+            replies, summed, privacy = summation.run(strategy, train, server_round)
+            arrays, agg = strategy.aggregate_sum(server_round, replies, summed)
+            strategy.arrays = arrays if arrays is not None else strategy.arrays
+            metrics.update({**dict(agg or {}), **privacy})
+        elif train:
             arrays, agg = strategy.aggregate_train(server_round, pool.send(train, server_round))
             strategy.arrays = arrays if arrays is not None else strategy.arrays
             metrics.update(dict(agg or {}))
@@ -83,14 +100,14 @@ def run_rounds(
         if server_round == strategy.num_rounds or (checkpoint_every and server_round % checkpoint_every == 0):
             with deferred():
                 store.commit(server_round, strategy.num_rounds, metrics)
-                store.save_checkpoint(
-                    {"round": server_round, "strategy": strategy.state_dict(), "pool": pool.state_dict()}
-                )
+                store.save_checkpoint(_checkpoint(server_round, strategy, pool, summation))
             strategy.log(f"round {server_round}/{strategy.num_rounds} " + _fmt(metrics))
     summary = strategy.finish()
     if pool.left_out:  # clients left out at discovery (bad data): failed from the start
         summary = {**summary, "failed": {**pool.left_out, **summary.get("failed", {})}}
     summary = {**summary, **client_incidents(store.rows)}
+    if summation is not None and summing:
+        summary["privacy"] = summation.report()
     if "clients" in summary and not summary["clients"]:
         reasons = "; ".join(f"{name}: {why}" for name, why in sorted(summary.get("failed", {}).items()))
         raise NoUsableClient(
@@ -101,6 +118,14 @@ def run_rounds(
         np.savez(store.path / "models.npz", **models)  # type: ignore[arg-type]  # numpy's stub: **kwds may be allow_pickle
         store.write_json("models.json", models_manifest(models, strategy.method, store))
     return summary
+
+
+def _checkpoint(
+    server_round: int, strategy: FederatedStrategy, pool: ClientPool, summation: Summation | None
+) -> dict[str, Any]:
+    """The checkpoint after ``server_round``: the strategy's, the pool's and the DP state."""
+    out = {"round": server_round, "strategy": strategy.state_dict(), "pool": pool.state_dict()}
+    return out | ({"privacy": summation.state_dict()} if summation is not None else {})
 
 
 class NoUsableClient(FederationError):

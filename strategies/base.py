@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -24,6 +25,7 @@ from flwr.serverapp.strategy import Result, Strategy
 
 from hetfed.config import SCHEMA
 from hetfed.records import to_numpy, to_record
+from hetfed.secagg import contribution
 
 
 class FederationError(RuntimeError):
@@ -54,6 +56,22 @@ class Clients(Protocol):
     def reject(self, reply: Message, reason: str) -> None: ...
 
     def note(self, partition_id: int, **values: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class WeightedSum:
+    """What a summed round gives its strategy (docs/algorithms.md "Summed rounds"): ``total`` =
+    sum_j a_j x_j over the ``contributors`` j, x_j = the reply minus what was sent
+    (hetfed.secagg.contribution), and ``weight`` = sum_j a_j; with secure aggregation the server
+    learns only these, with DP ``total`` carries the Gaussian noise."""
+
+    total: dict[str, np.ndarray]
+    weight: float
+    contributors: list[int]
+
+    def mean(self) -> dict[str, np.ndarray]:
+        """sum_j a_j x_j / sum_j a_j."""
+        return {k: v / self.weight for k, v in self.total.items()}
 
 
 class FederatedStrategy(Strategy):
@@ -141,6 +159,63 @@ class FederatedStrategy(Strategy):
     def final_models(self) -> dict[str, np.ndarray]:
         """Models to keep beside the results after ``finish`` (``models.npz``). Default: none."""
         return {}
+
+    # --- summed rounds: what secure aggregation and DP need (server/aggregation.py) -----------
+    def sums(self, server_round: int) -> bool:
+        """Whether round ``server_round``'s train replies enter only a weighted sum. Default: no."""
+        return False
+
+    def planned_sample(self, population: int) -> int:
+        """Clients per summed round, for the DP accountant's plan before round 1. Default: all."""
+        return population
+
+    def sum_weight(self, partition_id: int) -> float | str:
+        """a_j: a number, or the name of the reply metric that is the weight (``num-examples``)."""
+        return 1.0
+
+    def sum_reference(self) -> dict[str, np.ndarray]:
+        """What the round's train messages sent of the arrays a reply returns (x_j = reply - this)."""
+        return {}
+
+    def sum_layout(self) -> dict[str, tuple[int, ...]]:
+        """The names and shapes of a reply's arrays (of x_j)."""
+        raise NotImplementedError(f"{type(self).__name__} sums no round")
+
+    def contribution(self, reply: Message) -> tuple[dict[str, np.ndarray] | None, str | None]:
+        """A reply's arrays if they can enter the sum, else (None, why not)."""
+        return checked_arrays(
+            reply_arrays(reply.content), {k: np.zeros(s) for k, s in self.sum_layout().items()}
+        )
+
+    def aggregate_sum(
+        self, server_round: int, replies: list[Message], summed: WeightedSum | None
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """The round's update from its weighted sum (None: no usable reply, or secure aggregation
+        failed); ``replies`` carry the clients' metrics."""
+        raise NotImplementedError(f"{type(self).__name__} sums no round")
+
+    def plain_sum(
+        self, replies: Iterable[Message], weights: Mapping[int, float | str] | None = None
+    ) -> WeightedSum | None:
+        """The weighted sum of the usable ``replies`` in clear (unusable ones are rejected); weights
+        by partition, or from :meth:`sum_weight`. None when no reply is usable."""
+        reference = self.sum_reference()
+        total: dict[str, np.ndarray] = {}
+        weight, used = 0.0, []
+        for reply in replies:
+            arrays, problem = self.contribution(reply)
+            if arrays is None:
+                self.pool.reject(reply, str(problem))
+                continue
+            pid = self.pool.partition_of(reply)
+            a = weights[pid] if weights is not None else self.sum_weight(pid)
+            if isinstance(a, str):
+                a = float(reply_metrics(reply.content)[a])
+            for key, x in contribution(reference, arrays).items():
+                total[key] = total.get(key, 0.0) + a * x
+            weight += a
+            used.append(pid)
+        return WeightedSum(total, weight, used) if used else None
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue after the current round (arrays as NumPy)."""
@@ -254,9 +329,3 @@ def reply_metrics(content: RecordDict) -> dict[str, float]:
 def reply_arrays(content: RecordDict) -> ArrayRecord | None:
     """The reply's ``arrays`` ArrayRecord (None when it carries none)."""
     return content.array_records.get("arrays")
-
-
-def weighted_mean(values: Mapping[int, float], weights: Mapping[int, float]) -> float:
-    """``sum_j w_j v_j / sum_j w_j`` over the keys of ``values``."""
-    total = sum(weights[k] for k in values)
-    return sum(weights[k] * v for k, v in values.items()) / total

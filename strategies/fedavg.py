@@ -7,13 +7,14 @@ from typing import Any, ClassVar, Required, TypedDict
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app.typing import MetricRecordValues
 from flwr.serverapp import Grid
 
 from hetfed.config import ConfigError
 from hetfed.records import to_numpy, to_record
 from problems.models import make_mlp, model_record
 from problems.registry import get_problem
-from strategies.base import FederatedStrategy, ceil_fraction, checked_arrays, reply_arrays, reply_metrics
+from strategies.base import FederatedStrategy, WeightedSum, ceil_fraction, reply_metrics
 from strategies.summary import summarize
 
 # What the decision client's handlers read (client/decision_client.py): the model, the losses and
@@ -134,6 +135,10 @@ class FedAvg(FederatedStrategy):
         k = ceil_fraction(self.fraction, len(parts))
         return sorted(int(p) for p in self.rng.choice(parts, size=k, replace=False))
 
+    def planned_sample(self, population: int) -> int:
+        """Clients per round (for the DP accountant's plan)."""
+        return ceil_fraction(self.fraction, population)
+
     def client_config(self, config: ConfigRecord, partition_id: int) -> ConfigRecord:
         """The training settings sent to one client."""
         return ConfigRecord({**config, "lr": self.lr, "local-epochs": self.local_epochs})
@@ -156,33 +161,39 @@ class FedAvg(FederatedStrategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        replies = list(replies)
+        return self.aggregate_sum(server_round, replies, self.plain_sum(replies))
+
+    # --- the summed round: w_{t+1} = w_t + sum_j n_j (w_j - w_t) / sum_j n_j ----------------------
+    def sums(self, server_round: int) -> bool:
+        return not self.own_model
+
+    def sum_weight(self, partition_id: int) -> float | str:
+        return "num-examples"
+
+    def sum_reference(self) -> dict[str, np.ndarray]:
         assert self.arrays is not None  # FedAvg always holds its model
-        w = to_numpy(self.arrays)
-        usable: dict[int, dict[str, float]] = {}
-        received: dict[int, dict[str, np.ndarray]] = {}
-        for reply in replies:
-            arrays, problem = checked_arrays(reply_arrays(reply.content), w)
-            if arrays is not None:
-                pid = self.pool.partition_of(reply)
-                usable[pid], received[pid] = reply_metrics(reply.content), arrays
-            else:
-                self.pool.reject(reply, str(problem))
-        if not usable:
+        return to_numpy(self.arrays)
+
+    def sum_layout(self) -> dict[str, tuple[int, ...]]:
+        return {k: v.shape for k, v in self.sum_reference().items()}
+
+    def aggregate_sum(
+        self, server_round: int, replies: list[Message], summed: WeightedSum | None
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        if summed is None:
             self.log(f"round {server_round}: no usable replies; the model is unchanged")
             return None, MetricRecord({"clients-used": 0})
-        n = {pid: float(m["num-examples"]) for pid, m in usable.items()}
-        total = sum(n.values())
-        new = {
-            key: value + sum(n[pid] * (received[pid][key] - value) for pid in usable) / total
-            for key, value in w.items()
-        }
-        losses = {pid: float(m["train-loss"]) for pid, m in usable.items()}
-        return to_record(new), MetricRecord(
-            {
-                "clients-used": len(usable),
-                "train-loss": sum(n[p] * losses[p] for p in usable) / total,
-            }
-        )
+        w = self.sum_reference()
+        step = summed.mean()
+        new = {key: (value.astype(np.float64) + step[key]).astype(value.dtype) for key, value in w.items()}
+        used = [r for r in replies if self.pool.partition_of(r) in summed.contributors]
+        n = [float(reply_metrics(r.content)["num-examples"]) for r in used]
+        losses = [float(reply_metrics(r.content)["train-loss"]) for r in used]
+        metrics: dict[str, MetricRecordValues] = {"clients-used": len(summed.contributors)}
+        if used:
+            metrics["train-loss"] = sum(a * b for a, b in zip(n, losses, strict=True)) / sum(n)
+        return to_record(new), MetricRecord(metrics)
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid

@@ -177,6 +177,10 @@ class FedRSPO(FedAvg):
         self.log(f"round {server_round}: personalization on {len(msgs)} clients")
         return msgs
 
+    def sums(self, server_round: int) -> bool:
+        """The warm start's rounds only (personal models never leave the clients)."""
+        return server_round <= self.warm_rounds and super().sums(server_round)
+
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:

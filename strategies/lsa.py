@@ -35,7 +35,7 @@ from flwr.serverapp import Grid
 from hetfed.config import ConfigError
 from hetfed.records import to_numpy, to_record
 from problems.registry import get_problem
-from strategies.base import FederatedStrategy, FederationError, reply_arrays, reply_metrics
+from strategies.base import FederatedStrategy, FederationError, WeightedSum, reply_arrays, reply_metrics
 from strategies.summary import summarize
 
 
@@ -160,17 +160,10 @@ class LSAStrategy(FederatedStrategy):
         self.require_some(server_round, "train", usable)
         key = self.broadcast_key
         start = to_numpy(self.arrays)[key] if self.arrays is not None and key is not None else None
-        stale = [pid for pid in self.pool.partitions if pid not in usable]
+        stale = self.mark_stale(server_round, usable, stands_in=self.reply_key is not None)
         for pid in stale:
             values[pid] = self.stand_in(server_round, pid, start)
-            self.behind.setdefault(pid, server_round - 1)
-            self.pool.note(pid, **{"stale-round": self.behind[pid]})
-            self.log(
-                f"round {server_round}: {self.pool.name(pid)} is missing; it continues from round "
-                f"{self.behind[pid]}" + (", whose reply stands in for it" if self.reply_key else "")
-            )
         for pid in usable:
-            self.behind.pop(pid, None)
             value = values[pid]
             if value is not None:  # None: the method sends nothing back (single-agent LSA)
                 self.last_value[pid] = self.remember(value, start)
@@ -178,6 +171,27 @@ class LSAStrategy(FederatedStrategy):
         received = [v for _, v in sorted(values.items()) if v is not None]
         if key is not None and received:
             arrays = to_record({key: np.mean(received, axis=0)})
+        return arrays, self.round_metrics(server_round, usable, stale)
+
+    def mark_stale(self, server_round: int, usable: Mapping[int, RecordDict], stands_in: bool) -> list[int]:
+        """The agents missing from ``usable``, marked as continuing from the last round they completed
+        (``stands_in``: their last reply stands in for them)."""
+        stale = [pid for pid in self.pool.partitions if pid not in usable]
+        for pid in stale:
+            self.behind.setdefault(pid, server_round - 1)
+            self.pool.note(pid, **{"stale-round": self.behind[pid]})
+            self.log(
+                f"round {server_round}: {self.pool.name(pid)} is missing; it continues from round "
+                f"{self.behind[pid]}" + (", whose reply stands in for it" if stands_in else "")
+            )
+        for pid in usable:
+            self.behind.pop(pid, None)
+        return stale
+
+    def round_metrics(
+        self, server_round: int, usable: Mapping[int, RecordDict], stale: list[int]
+    ) -> MetricRecord | None:
+        """The server row: ``iteration``, ``mean-sq-error`` (when the clients reported), ``stale-clients``."""
         metrics: dict[str, int | float | list[int] | list[float]] = {}
         reported = [reply_metrics(c) for c in usable.values()]
         errors = [float(m["sq-error"]) for m in reported if "sq-error" in m]
@@ -185,7 +199,38 @@ class LSAStrategy(FederatedStrategy):
             metrics = {"iteration": self.iteration(server_round), "mean-sq-error": float(np.mean(errors))}
         if stale:
             metrics["stale-clients"] = len(stale)
-        return arrays, MetricRecord(metrics) if metrics else None
+        return MetricRecord(metrics) if metrics else None
+
+    # --- the summed round (secure aggregation, DP): the mean over the agents that replied ---------
+    def sums(self, server_round: int) -> bool:
+        return self.reply_key is not None
+
+    def sum_reference(self) -> dict[str, np.ndarray]:
+        return to_numpy(self.arrays) if self.arrays is not None else {}
+
+    def sum_layout(self) -> dict[str, tuple[int, ...]]:
+        assert self.reply_key is not None
+        return {self.reply_key: (self.dim,)}
+
+    def contribution(self, reply: Message) -> tuple[dict[str, np.ndarray] | None, str | None]:
+        value, problem = self.reply_array(reply.content)
+        return (None, problem) if value is None or self.reply_key is None else ({self.reply_key: value}, None)
+
+    def aggregate_sum(
+        self, server_round: int, replies: list[Message], summed: WeightedSum | None
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """broadcast = (reference +) (1/|U|) sum_{c in U} x_c over the agents U that replied: a missing
+        agent has no stand-in, as the server never holds its reply."""
+        usable = {self.pool.partition_of(r): r.content for r in replies}
+        if summed is not None:
+            usable = {p: c for p, c in usable.items() if p in summed.contributors}
+        self.require_some(server_round, "train", usable if summed is not None else {})
+        assert summed is not None and self.broadcast_key is not None and self.reply_key is not None
+        stale = self.mark_stale(server_round, usable, stands_in=False)
+        mean = summed.mean()[self.reply_key]
+        reference = self.sum_reference().get(self.reply_key)
+        value = mean if reference is None or self.reply_key != self.broadcast_key else reference + mean
+        return to_record({self.broadcast_key: value}), self.round_metrics(server_round, usable, stale)
 
     def remember(self, value: np.ndarray, start: np.ndarray | None) -> np.ndarray:
         """What to keep of an agent's reply for the rounds it may miss (default: the reply itself)."""

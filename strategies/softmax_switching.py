@@ -42,7 +42,7 @@ from hetfed.records import to_numpy, to_record
 from problems.constrained import require
 from problems.models import model_record
 from problems.registry import get_problem
-from strategies.base import FederatedStrategy, checked_arrays, reply_arrays, reply_metrics
+from strategies.base import FederatedStrategy, WeightedSum, reply_metrics
 from strategies.summary import summarize
 
 SAMPLING_STREAM = 61  # the client-sampling RNG is default_rng(SeedSequence([seed, SAMPLING_STREAM]))
@@ -365,30 +365,43 @@ class ConstrainedRounds(FederatedStrategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        replies = list(replies)
+        return self.aggregate_sum(server_round, replies, self.plain_sum(replies))
+
+    # --- the summed round: w_{k+1} = w_k - eta sum_i a_i u_i / sum_i a_i, a_i = the plan's weight ----
+    def sums(self, server_round: int) -> bool:
+        return True
+
+    def sum_weight(self, partition_id: int) -> float | str:
+        assert self._plan is not None  # configure_train planned this round
+        return float(self._plan.weights[partition_id])
+
+    def sum_layout(self) -> dict[str, tuple[int, ...]]:
+        return {k: v.shape for k, v in to_numpy(self.model).items()}
+
+    def aggregate_sum(
+        self, server_round: int, replies: list[Message], summed: WeightedSum | None
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         plan = self._plan
         assert plan is not None  # set by configure_train, which sent this round's instructions
-        w = to_numpy(self.model)
-        updates: dict[int, dict[str, np.ndarray]] = {}
         for reply in replies:
             self.grad_evals += int(reply_metrics(reply.content)["local-steps"])
-            update, problem = checked_arrays(reply_arrays(reply.content), w)
-            if update is not None:
-                updates[self.pool.partition_of(reply)] = update
-            else:
-                self.pool.reject(reply, str(problem))
         for pid, columns in plan.columns.items():
             if pid in self.pool.partitions and pid not in self.pool.failed:
                 self.pool.note(pid, **columns)
+        used = summed.contributors if summed is not None else []
         metrics: dict[str, MetricRecordValues] = {
             **plan.metrics,
             "grad-evals": self.grad_evals,
-            "clients-used": len(updates),
+            "clients-used": len(used),
             "averaged-rounds": self.count,
         }
-        if not updates or sum(plan.weights[i] for i in updates) <= 0:
+        if summed is None or summed.weight <= 0:
             self.log(f"round {server_round}: no usable update; the model is unchanged")
             return None, MetricRecord(metrics)
-        new = weighted_step(w, updates, plan.weights, self.steps.eta)
+        w = to_numpy(self.model)
+        step = summed.mean()
+        new = {k: (v.astype(np.float64) - self.steps.eta * step[k]).astype(v.dtype) for k, v in w.items()}
         return to_record(new), MetricRecord(metrics)
 
     def average(self) -> ArrayRecord | None:

@@ -1,0 +1,318 @@
+"""The client's side of a summed round: its contribution, clipped and noised for DP, and masked for
+secure aggregation (docs/algorithms.md "Secure aggregation", "Differential privacy").
+
+A round whose replies the server only sums (server/aggregation.py) says so in the train message:
+``sum-weight`` (a number, or the name of the reply metric that is the weight, e.g. ``num-examples``),
+``dp-clip`` and ``dp-local-noise``, and with secure aggregation the encrypted shares sent to this
+client. The client's contribution is
+
+    x = reply - sent   (per array the reply shares with the instruction; the reply itself otherwise),
+
+clipped to ||x||_2 <= dp-clip (DP), plus N(0, (dp-local-noise dp-clip)^2 I) (local DP). Without
+secure aggregation the reply carries ``sent + x`` in clear. With it the reply carries only
+
+    y = q([a x, a, 1{||x|| <= clip}]) + PRG(b) + sum_{j != i} +-PRG(s_ij)   (mod 2^64)
+
+and the exchanges around the train message run the rest of SecAgg+ (Bell et al. 2020) with this
+client's secrets in the SuperNode's memory (``context.state``), never on disk:
+
+- ``query.secagg_keys``: two X25519 key pairs (shares' encryption c, masks s), one Ed25519 pair;
+- ``query.secagg_shares``: Shamir shares (threshold t) of the self-mask seed b and of s_sk, one
+  per other participant, each encrypted for it;
+- ``train``: the shares addressed to this client arrive; it trains and replies y;
+- ``query.secagg_check``: it signs the list of clients whose y the server holds (once a round);
+- ``query.secagg_unmask``: for a client in the signed list, its share of b; for a client that
+  dropped out, its share of s_sk; never both, and only with t signatures on that same list.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, ConfigRecordValues, Context, RecordDict
+
+from hetfed import secagg
+from hetfed.records import to_numpy, to_record
+
+STATE = "secagg"  # the ConfigRecord of context.state holding this round's secrets
+MASKED = "masked"  # the reply's ArrayRecord of masked words (uint64)
+
+
+class Refused(secagg.SecAggError):
+    """The server asked for something the protocol forbids (an unmasking that would reveal a value)."""
+
+
+# --- the contribution -----------------------------------------------------------------------
+def privatized(
+    x: Mapping[str, np.ndarray], clip: float, local_noise: float, rng: np.random.Generator
+) -> tuple[dict[str, np.ndarray], bool]:
+    """(x clipped to L2 norm ``clip`` over all arrays, plus N(0, (local_noise clip)^2) per entry;
+    whether x was within the clip). ``clip`` = 0: x unchanged."""
+    if clip <= 0:
+        return dict(x), True
+    norm = float(np.sqrt(sum(float(np.sum(v * v)) for v in x.values())))
+    scale = min(1.0, clip / norm) if norm > 0 else 1.0
+    out = {k: v * scale for k, v in x.items()}
+    if local_noise > 0:
+        out = {k: v + rng.normal(0.0, local_noise * clip, size=v.shape) for k, v in out.items()}
+    return out, norm <= clip
+
+
+def finish_reply(
+    sent: RecordDict, reply: RecordDict, config: Mapping[str, Any], context: Context
+) -> RecordDict:
+    """The reply of a summed round: clipped/noised in clear, or masked (see the module docs)."""
+    arrays = reply.array_records.get("arrays")
+    if arrays is None:
+        raise secagg.SecAggError("a summed round's reply carries no arrays")
+    received = to_numpy(arrays)
+    reference = to_numpy(sent.array_records["arrays"]) if "arrays" in sent.array_records else {}
+    x = secagg.contribution(reference, received)
+    if not all(np.all(np.isfinite(v)) for v in x.values()):
+        raise secagg.SecAggError("the update contains NaN or Inf; it is not sent")
+    rng = np.random.default_rng()  # noise must not be reproducible by anyone else: fresh entropy
+    x, within = privatized(
+        x, float(config.get("dp-clip", 0.0)), float(config.get("dp-local-noise", 0.0)), rng
+    )
+    if "secagg-step" not in config:  # in clear: the clipped (noised) update, as the model it gives
+        model = {
+            k: reference[k] + v if k in reference and reference[k].shape == v.shape else v
+            for k, v in x.items()
+        }
+        reply["arrays"] = to_record({k: v.astype(received[k].dtype) for k, v in model.items()})
+        if "metrics" in reply.metric_records and float(config.get("dp-clip", 0.0)) > 0:
+            reply.metric_records["metrics"]["dp-within"] = int(within)
+        return reply
+    weight = config["sum-weight"]
+    a = _weight(reply, weight)
+    bound = float(config["secagg-range"])  # the fixed-point code's range: beyond it, values are clipped
+    flat = np.concatenate([x[k].ravel() for k in sorted(x)])
+    clipped = int(np.count_nonzero(np.abs(flat) > bound))
+    vector = np.concatenate([a * np.clip(flat, -bound, bound), [a, float(within)]])
+    y = _masked_input(vector, config, context)
+    out = RecordDict({k: v for k, v in reply.items() if k != "arrays"})
+    if "metrics" in out.metric_records:
+        out.metric_records["metrics"]["secagg-clipped"] = clipped
+    out[MASKED] = ArrayRecord({"y": _array(y)})
+    return out
+
+
+def _weight(reply: RecordDict, weight: Any) -> float:
+    """a: the number, or the reply metric it names (e.g. ``num-examples``)."""
+    if not isinstance(weight, str):
+        return float(weight)
+    value = reply.metric_records["metrics"][weight] if "metrics" in reply.metric_records else None
+    if not isinstance(value, int | float):
+        raise secagg.SecAggError(f"the weight {weight!r} is not a number among the reply's metrics")
+    return float(value)
+
+
+def _array(words: np.ndarray) -> Any:
+    from flwr.app import Array
+
+    return Array(np.ascontiguousarray(words, dtype=np.uint64))
+
+
+# --- the exchanges ---------------------------------------------------------------------------
+def handle(kind: str, config: Mapping[str, ConfigRecordValues], context: Context, pid: int) -> RecordDict:
+    """Serve one of the protocol's queries (``query.secagg_*``) for partition ``pid``."""
+    run_id, rnd = str(config.get("run-id", "")), secagg.one(config, "secagg-round", int)
+    if kind == "query.secagg_keys":
+        return _keys(context, run_id, rnd, pid)
+    state = _state(context, run_id, rnd)
+    if kind == "query.secagg_shares":
+        return _shares(state, config, context, pid)
+    if kind == "query.secagg_check":
+        return _check(state, config, context, pid)
+    if kind == "query.secagg_unmask":
+        return _unmask(state, config, pid)
+    raise secagg.SecAggError(f"unknown secure-aggregation exchange {kind!r}")
+
+
+def _keys(context: Context, run_id: str, rnd: int, pid: int) -> RecordDict:
+    c_sk, c_pk = secagg.new_agreement_key()
+    s_sk, s_pk = secagg.new_agreement_key()
+    d_sk, d_pk = secagg.new_signing_key()
+    # A new round replaces the last one's secrets: they are never needed again.
+    context.state[STATE] = ConfigRecord(
+        {"run-id": run_id, "round": rnd, "pid": pid, "c-sk": c_sk, "s-sk": s_sk, "d-sk": d_sk}
+    )
+    return RecordDict({"secagg": ConfigRecord({"c-pk": c_pk, "s-pk": s_pk, "d-pk": d_pk})})
+
+
+def _state(context: Context, run_id: str, rnd: int) -> ConfigRecord:
+    state = context.state.config_records.get(STATE)
+    if state is None or state.get("run-id") != run_id or state.get("round") != rnd:
+        raise secagg.SecAggError(
+            f"no secure-aggregation keys of round {rnd} on this client (a restarted SuperNode drops out "
+            "of the round)"
+        )
+    return state
+
+
+def _shares(state: ConfigRecord, config: Mapping[str, Any], context: Context, pid: int) -> RecordDict:
+    """Shamir shares of b and s_sk for every participant, each encrypted for its recipient."""
+    peers, t = secagg.items(config["secagg-peers"], int), int(config["secagg-threshold"])
+    if pid not in peers or not 2 <= t <= len(peers) or len(set(peers)) != len(peers):
+        raise Refused(f"refused: threshold {t} over participants {peers} (this client is {pid})")
+    c_pk = dict(zip(peers, secagg.items(config["secagg-c-pk"], bytes), strict=True))
+    run_id, rnd = str(state["run-id"]), secagg.one(state, "round", int)
+    b = os.urandom(secagg.SECRET_BYTES)
+    b_shares = secagg.split(b, t, len(peers))
+    s_shares = secagg.split(secagg.one(state, "s-sk", bytes), t, len(peers))
+    to, ciphertexts = [], []
+    for index, peer in enumerate(peers):
+        if peer == pid:
+            continue
+        key = secagg.agree(
+            secagg.one(state, "c-sk", bytes),
+            c_pk[peer],
+            secagg.context(run_id, rnd, "share-key", *sorted((pid, peer))),
+        )
+        payload = b_shares[index] + s_shares[index]
+        to.append(peer)
+        ciphertexts.append(secagg.encrypt(key, payload, secagg.context(run_id, rnd, "share", pid, peer)))
+    own = peers.index(pid)
+    state.update(
+        {
+            "b": b,
+            "threshold": t,
+            "peers": peers,
+            "s-pk": secagg.items(config["secagg-s-pk"], bytes),
+            "d-pk": secagg.items(config["secagg-d-pk"], bytes),
+            "c-pk": secagg.items(config["secagg-c-pk"], bytes),
+            "held-from": [pid],  # whose shares this client holds: its own first
+            "held-b": [b_shares[own]],
+            "held-s": [s_shares[own]],
+        }
+    )
+    context.state[STATE] = state
+    return RecordDict({"secagg": ConfigRecord({"to": to, "ciphertexts": ciphertexts})})
+
+
+def receive_shares(content: RecordDict, context: Context, config: Mapping[str, Any], pid: int) -> None:
+    """Decrypt and keep the shares the train message brings (from every peer that sent shares)."""
+    state = _state(context, str(config.get("run-id", "")), secagg.one(config, "secagg-round", int))
+    record = content.config_records["secagg"]
+    senders, ciphertexts = secagg.items(record["from"], int), secagg.items(record["ciphertexts"], bytes)
+    peers = secagg.items(state["peers"], int)
+    c_pk = dict(zip(peers, secagg.items(state["c-pk"], bytes), strict=True))
+    run_id, rnd = str(state["run-id"]), secagg.one(state, "round", int)
+    held_from, held_b, held_s = (
+        [pid],
+        list(secagg.items(state["held-b"], bytes))[:1],
+        list(secagg.items(state["held-s"], bytes))[:1],
+    )
+    for sender, ciphertext in zip(senders, ciphertexts, strict=True):
+        if sender not in c_pk or sender == pid:
+            raise Refused(f"refused: a share from {sender}, who is not a peer of this round")
+        key = secagg.agree(
+            secagg.one(state, "c-sk", bytes),
+            c_pk[sender],
+            secagg.context(run_id, rnd, "share-key", *sorted((pid, sender))),
+        )
+        payload = secagg.decrypt(key, ciphertext, secagg.context(run_id, rnd, "share", sender, pid))
+        held_from.append(sender)
+        held_b.append(payload[:32])
+        held_s.append(payload[32:])
+    state.update({"held-from": held_from, "held-b": held_b, "held-s": held_s})
+    context.state[STATE] = state
+
+
+def _masked_input(vector: np.ndarray, config: Mapping[str, Any], context: Context) -> np.ndarray:
+    """y = q(vector) + PRG(b) + sum over the peers that sent shares of +-PRG(s_ij) (mod 2^64)."""
+    state = _state(context, str(config.get("run-id", "")), secagg.one(config, "secagg-round", int))
+    pid = secagg.one(state, "pid", int)
+    run_id, rnd = str(state["run-id"]), secagg.one(state, "round", int)
+    peers = secagg.items(state["peers"], int)
+    s_pk = dict(zip(peers, secagg.items(state["s-pk"], bytes), strict=True))
+    y = secagg.add(
+        secagg.encode(vector, float(config["secagg-step"])),
+        secagg.mask(secagg.one(state, "b", bytes), vector.size),
+    )
+    for peer in secagg.items(state["held-from"], int)[1:]:
+        seed = secagg.agree(
+            secagg.one(state, "s-sk", bytes),
+            s_pk[peer],
+            secagg.context(run_id, rnd, "mask", *sorted((pid, peer))),
+        )
+        y = secagg.add(y, secagg.signed_pair_mask(pid, peer, seed, vector.size))
+    state["sent-masked"] = True
+    context.state[STATE] = state
+    return y
+
+
+def _check(state: ConfigRecord, config: Mapping[str, Any], context: Context, pid: int) -> RecordDict:
+    """Sign the survivors' list, once a round, if this client is on it and it is large enough."""
+    survivors = sorted(secagg.items(config["secagg-survivors"], int))
+    held = set(secagg.items(state.get("held-from", []), int))
+    t = secagg.one(state, "threshold", int)
+    if not state.get("sent-masked") or pid not in survivors:
+        raise Refused("refused to sign: this client sent no masked input this round")
+    if not set(survivors) <= held or len(survivors) < t:
+        raise Refused(f"refused to sign survivors {survivors}: fewer than {t} or not all of them shared keys")
+    if "signed" in state and sorted(secagg.items(state["signed"], int)) != survivors:
+        raise Refused(
+            f"refused to sign survivors {survivors}: this client signed {secagg.items(state['signed'], int)}"
+        )
+    state["signed"] = survivors
+    context.state[STATE] = state
+    statement = secagg.survivors_statement(str(state["run-id"]), secagg.one(state, "round", int), survivors)
+    return RecordDict(
+        {"secagg": ConfigRecord({"signature": secagg.sign(secagg.one(state, "d-sk", bytes), statement)})}
+    )
+
+
+def _unmask(state: ConfigRecord, config: Mapping[str, Any], pid: int) -> RecordDict:
+    """Shares of b for the survivors, of s_sk for the dropped; refused unless t peers signed the
+    same survivors' list this client signed, and nobody on it is asked as dropped."""
+    if "signed" not in state:
+        raise Refused("refused to unmask: this client signed no survivors' list this round")
+    survivors, dropped = (
+        sorted(secagg.items(config["secagg-survivors"], int)),
+        sorted(secagg.items(config["secagg-dropped"], int)),
+    )
+    signed = sorted(secagg.items(state["signed"], int))
+    if survivors != signed:
+        raise Refused(
+            f"refused to unmask: the survivors {survivors} are not the list this client signed {signed}"
+        )
+    if wrong := sorted(set(dropped) & set(signed)):
+        raise Refused(f"refused to unmask: clients {wrong} sent their masked input but are named as dropped")
+    peers, t = secagg.items(state["peers"], int), secagg.one(state, "threshold", int)
+    d_pk = dict(zip(peers, secagg.items(state["d-pk"], bytes), strict=True))
+    statement = secagg.survivors_statement(str(state["run-id"]), secagg.one(state, "round", int), signed)
+    signers = secagg.items(config["secagg-signers"], int)
+    valid = {
+        s
+        for s, sig in zip(signers, secagg.items(config["secagg-signatures"], bytes), strict=True)
+        if s in signed and s in d_pk and secagg.verify(d_pk[s], sig, statement)
+    }
+    if len(valid) < t:
+        raise Refused(f"refused to unmask: {len(valid)} valid signatures on the survivors' list, {t} needed")
+    held = dict(
+        zip(
+            secagg.items(state["held-from"], int),
+            zip(secagg.items(state["held-b"], bytes), secagg.items(state["held-s"], bytes), strict=True),
+            strict=True,
+        )
+    )
+    if unknown := sorted(set(dropped) - (set(peers) - set(signed))):
+        raise Refused(f"refused to unmask: {unknown} are not dropped participants of this round")
+    b_from = [j for j in survivors if j in held]
+    s_from = [j for j in dropped if j in held]
+    return RecordDict(
+        {
+            "secagg": ConfigRecord(
+                {
+                    "b-from": b_from,
+                    "b-shares": [held[j][0] for j in b_from],
+                    "s-from": s_from,
+                    "s-shares": [held[j][1] for j in s_from],
+                }
+            )
+        }
+    )

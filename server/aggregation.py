@@ -1,0 +1,170 @@
+"""Summed rounds: how the round loop gets a strategy's weighted sum, in clear or secure, with DP.
+
+A strategy whose round needs only ``sum_j a_j x_j`` and ``sum_j a_j`` says so
+(``FederatedStrategy.sums``); with ``secure-aggregation`` or ``dp`` on, the round loop runs its
+train exchange here instead of through ``aggregate_train``: every train message gets the round's
+``sum-weight``, clip and local noise (client/secure_aggregation.py applies them), the sum comes
+from the replies in clear or from SecAgg+ (server/secure_aggregation.py), the server adds the
+central DP noise (server/privacy.py), and the strategy's ``aggregate_sum`` turns the sum into its
+update. The protocol is written once, here, for every strategy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from flwr.app import ConfigRecord, Message, RecordDict
+
+from hetfed import secagg
+from server.pool import ClientPool, config_of
+from server.privacy import DPSettings, Privacy
+from server.secure_aggregation import BelowThreshold, SecureRound, threshold_for
+from strategies.base import FederatedStrategy, WeightedSum, reply_metrics
+
+
+class Summation:
+    """The run's summing settings and DP state (see the module docs)."""
+
+    def __init__(self, cfg: Mapping[str, Any], pool: ClientPool) -> None:
+        self.pool = pool
+        self.secure = bool(cfg["secure-aggregation"])
+        self.requested_threshold = int(cfg["secagg-threshold"])
+        self.range = float(cfg["secagg-range"])
+        self.step = secagg.step_of(self.range, int(cfg["secagg-bits"]))
+        self.dp = DPSettings.from_config(cfg)
+        self.privacy: Privacy | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether summed rounds run here (else the strategy's own ``aggregate_train``)."""
+        return self.secure or self.dp.on
+
+    def start(self, strategy: FederatedStrategy) -> None:
+        """Before round 1 (or on resume): the DP plan, checked against the budget (one line)."""
+        if not self.dp.on:
+            return
+        n = len(self.pool.partitions)
+        m = strategy.planned_sample(n)
+        # Local DP: every release is seen by the server, who knows who was sampled (no amplification).
+        self.privacy = Privacy(self.dp, m, m) if self.dp.mode == "local" else Privacy(self.dp, n, m)
+        summed = sum(1 for r in range(1, strategy.num_rounds + 1) if strategy.sums(r))
+        self.privacy.check_budget(summed)
+
+    def run(
+        self, strategy: FederatedStrategy, train: list[Message], server_round: int
+    ) -> tuple[list[Message], WeightedSum | None, dict[str, float]]:
+        """Send the round's ``train`` messages; the replies (metrics), the (noised) weighted sum and
+        the round's DP columns. The sum is None when no reply is usable or secure aggregation fails."""
+        weights = {
+            self.pool.partition_to(m): self._weight(strategy.sum_weight(self.pool.partition_to(m)))
+            for m in train
+        }
+        extra: dict[str, Any] = dict(self.privacy.client_values() if self.privacy else {})
+        if self.secure:
+            extra |= {"secagg-step": self.step, "secagg-range": self.range}
+        messages = [
+            _with_config(m, {**extra, "sum-weight": weights[self.pool.partition_to(m)]}) for m in train
+        ]
+        layout = strategy.sum_layout()
+        if self.secure:
+            replies, flat = self._secure(messages, server_round, layout)
+        else:
+            replies = self.pool.send(messages, server_round)
+            flat = self._plain(strategy, replies, weights, layout)
+        if flat is None:
+            return replies, None, {}
+        contributors = sorted(self._contributors(replies))
+        values, weight, within = flat[:-2], float(flat[-2]), float(flat[-1])
+        columns: dict[str, float] = {}
+        if self.privacy is not None:
+            values, columns = self.privacy.noised(values, within, len(contributors))
+        return replies, WeightedSum(_unflatten(values, layout), weight, contributors), columns
+
+    def _weight(self, weight: float | str) -> float | str:
+        """a_j; under DP a data-size weight becomes 1 (a weight scales the sensitivity)."""
+        return 1.0 if self.dp.on and isinstance(weight, str) else weight
+
+    def _contributors(self, replies: list[Message]) -> list[int]:
+        return [
+            self.pool.partition_of(r) for r in replies if self.pool.partition_of(r) not in self.pool.failed
+        ]
+
+    def _secure(
+        self, messages: list[Message], server_round: int, layout: Mapping[str, tuple[int, ...]]
+    ) -> tuple[list[Message], np.ndarray | None]:
+        size = sum(math.prod(s) for s in layout.values()) + 2
+        t = threshold_for(self.requested_threshold, len(messages))
+        protocol = SecureRound(self.pool, server_round, threshold=t, step=self.step, log=self.pool.log)
+        try:
+            replies, unmasked = protocol.run(messages, size)
+        except BelowThreshold as exc:
+            self.pool.log(str(exc))
+            return [], None
+        return replies, unmasked.total
+
+    def _plain(
+        self,
+        strategy: FederatedStrategy,
+        replies: list[Message],
+        weights: Mapping[int, float | str],
+        layout: Mapping[str, tuple[int, ...]],
+    ) -> np.ndarray | None:
+        summed = strategy.plain_sum(replies, weights)
+        if summed is None:
+            return None
+        within = sum(
+            float(reply_metrics(r.content).get("dp-within", 1))
+            for r in replies
+            if self.pool.partition_of(r) in summed.contributors
+        )
+        flat = [np.asarray(summed.total[k], dtype=np.float64).ravel() for k in sorted(layout)]
+        return np.concatenate([*flat, [summed.weight, within]])
+
+    def report(self) -> dict[str, Any]:
+        """The summary's ``privacy``: what protected the updates, and the epsilon spent."""
+        out: dict[str, Any] = {"secure-aggregation": self.secure, "dp": self.dp.mode}
+        if self.secure:
+            out["secagg-step"] = self.step
+        if self.privacy is not None:
+            out |= {
+                "epsilon": self.privacy.epsilon(),
+                "delta": self.dp.delta,
+                "noise-multiplier": self.dp.noise_multiplier,
+                "releases": self.privacy.releases,
+                "clients-per-round": self.privacy.sample_size,
+                "clients": self.privacy.population,
+                "final-clip": self.privacy.clip,
+            }
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.privacy.state_dict() if self.privacy is not None else {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if self.privacy is not None and state:
+            self.privacy.load_state_dict(state)
+
+
+def _unflatten(values: np.ndarray, layout: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """The arrays of ``layout`` (in sorted name order, as the clients flatten them) from ``values``."""
+    out, at = {}, 0
+    for key in sorted(layout):
+        size = math.prod(layout[key])
+        out[key] = values[at : at + size].reshape(layout[key])
+        at += size
+    return out
+
+
+def _with_config(message: Message, values: Mapping[str, Any]) -> Message:
+    content = RecordDict(
+        {**message.content, "config": ConfigRecord({**config_of(message.content), **values})}
+    )
+    return Message(
+        content,
+        dst_node_id=message.metadata.dst_node_id,
+        message_type=message.metadata.message_type,
+        group_id=message.metadata.group_id,
+    )
