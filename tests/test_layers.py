@@ -5,7 +5,8 @@
                                            self-test (hetfed.runtime.waits, .internals), a silo's
                                            allow-list of app builds (hetfed.runtime.pinning), the
                                            masked mean over clients (hetfed.secure_mean), the checks
-                                           of given paths and the folder lock (hetfed.paths)
+                                           of given paths and the folder lock (hetfed.paths), secure
+                                           aggregation's primitives (hetfed.secagg)
     1  problems                            data, feasible sets, models, metrics
     2  client | strategies                 the two sides of a method; neither imports the other
     3  server                              the ServerApp: client pool, round loop, results store
@@ -24,7 +25,7 @@ from pathlib import Path
 from tests.conftest import REPO
 
 BASE = {"hetfed.config", "hetfed.records", "hetfed.runtime.waits", "hetfed.runtime.internals"}
-BASE |= {"hetfed.runtime.pinning", "hetfed.secure_mean", "hetfed.paths"}
+BASE |= {"hetfed.runtime.pinning", "hetfed.secure_mean", "hetfed.paths", "hetfed.secagg"}
 PACKAGES = ("problems", "client", "strategies", "server", "hetfed", "bench")
 ENTRY_POINT = ("strategies/base.py", "server.rounds")  # FederatedStrategy.start -> start_on_grid
 
