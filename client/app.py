@@ -63,9 +63,12 @@ def fault_drills(message: Message, context: Context) -> None:
 
     ``fail-round = r`` (or ``"r1,r2"``): raise in round r (a failing silo). ``stall-round = r``:
     sleep ``stall-seconds`` (default 60) in round r before working (a straggler; or a silo
-    whose ClientApp is killed mid-task).
+    whose ClientApp is killed mid-task). ``drill-exchange = kind`` limits both to the messages
+    of that type (e.g. ``query.secagg_check``: a silo lost after its masked input was sent).
     """
     node, server_round = context.node_config, message.metadata.group_id
+    if "drill-exchange" in node and str(node["drill-exchange"]) != message.metadata.message_type:
+        return
     partition = node.get("partition-id", f"node {context.node_id}")
     if "stall-round" in node and str(node["stall-round"]) == server_round:
         time.sleep(float(node.get("stall-seconds", 60)))

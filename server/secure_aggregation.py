@@ -160,12 +160,7 @@ class SecureRound:
         }
         self._require(len(signatures), "signed the survivors' list")
         signers = sorted(signatures)
-        values = {
-            "secagg-survivors": survivors,
-            "secagg-dropped": dropped,
-            "secagg-signers": signers,
-            "secagg-signatures": [signatures[p] for p in signers],
-        }
+        values = self.unmask_request(survivors, dropped, signatures)
         b_shares: dict[int, dict[int, bytes]] = {}  # owner -> point -> share
         s_shares: dict[int, dict[int, bytes]] = {}
         for holder, record in self._query("query.secagg_unmask", signers, values).items():
@@ -192,6 +187,19 @@ class SecureRound:
                 )
                 total = secagg.subtract(total, secagg.signed_pair_mask(i, j, seed, size))
         return total
+
+    def unmask_request(
+        self, survivors: list[int], dropped: list[int], signatures: Mapping[int, bytes]
+    ) -> dict[str, Any]:
+        """What the unmasking exchange asks: b-shares of ``survivors``, s_sk-shares of ``dropped``,
+        with the survivors' signatures of that list (a test's dishonest server changes this)."""
+        signers = sorted(signatures)
+        return {
+            "secagg-survivors": survivors,
+            "secagg-dropped": dropped,
+            "secagg-signers": signers,
+            "secagg-signatures": [signatures[p] for p in signers],
+        }
 
     def _recover(self, shares: Mapping[int, Mapping[int, bytes]], owner: int, what: str) -> bytes:
         got = dict(list(shares.get(owner, {}).items())[: self.t])

@@ -221,11 +221,14 @@ class LSAStrategy(FederatedStrategy):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """broadcast = (reference +) (1/|U|) sum_{c in U} x_c over the agents U that replied: a missing
         agent has no stand-in, as the server never holds its reply."""
-        usable = {self.pool.partition_of(r): r.content for r in replies}
-        if summed is not None:
-            usable = {p: c for p, c in usable.items() if p in summed.contributors}
-        self.require_some(server_round, "train", usable if summed is not None else {})
-        assert summed is not None and self.broadcast_key is not None and self.reply_key is not None
+        if summed is None:
+            raise FederationError(
+                f"{type(self).__name__}: round {server_round} train has no sum: fewer clients than secure "
+                f"aggregation's threshold took part to the end ({self.failures('replied')}). Fix the client(s) and "
+                "rerun with resume = true: the run continues from its last checkpoint"
+            )
+        usable = {p: r.content for r in replies if (p := self.pool.partition_of(r)) in summed.contributors}
+        assert self.broadcast_key is not None and self.reply_key is not None
         stale = self.mark_stale(server_round, usable, stands_in=False)
         mean = summed.mean()[self.reply_key]
         reference = self.sum_reference().get(self.reply_key)
@@ -305,12 +308,15 @@ class LSAStrategy(FederatedStrategy):
         """Stop the run (FederationError) when no client's reply in ``usable`` can be used."""
         if usable:
             return
-        reasons = "; ".join(
-            f"{self.pool.name(p)}: {self.pool.failed.get(p, 'no reply')}" for p in self.pool.partitions
-        )
         raise FederationError(
-            f"{type(self).__name__}: round {server_round} {kind} has no usable reply ({reasons}). "
+            f"{type(self).__name__}: round {server_round} {kind} has no usable reply ({self.failures()}). "
             "Fix the client(s) and rerun with resume = true: the run continues from its last checkpoint"
+        )
+
+    def failures(self) -> str:
+        """Why each client failed the last exchange (``ok`` for those that did not)."""
+        return "; ".join(
+            f"{self.pool.name(p)}: {self.pool.failed.get(p, 'ok')}" for p in self.pool.partitions
         )
 
     def finish(self) -> dict[str, Any]:

@@ -89,23 +89,11 @@ def switching_decision(
     return SwitchingDecision(G <= threshold, G, p, q)
 
 
-def weighted_step(
-    w: Mapping[str, np.ndarray],
-    updates: Mapping[int, Mapping[str, np.ndarray]],
-    weights: Mapping[int, float],
-    eta: float,
-) -> dict[str, np.ndarray]:
-    """``w - eta sum_i (weights_i / sum_j weights_j) u_i`` per array (float64 arithmetic, w's dtype).
-
-    The weights are renormalised over the clients whose update arrived (all of them in a
-    round without failures, where they already sum to 1).
-    """
-    total = sum(weights[i] for i in updates)
-    out = {}
-    for key, value in w.items():
-        step = sum((weights[i] / total) * u[key].astype(np.float64) for i, u in updates.items())
-        out[key] = (value.astype(np.float64) - eta * step).astype(value.dtype)
-    return out
+def weighted_step(w: Mapping[str, np.ndarray], summed: WeightedSum, eta: float) -> dict[str, np.ndarray]:
+    """``w - eta sum_i a_i u_i / sum_i a_i`` per array (float64 arithmetic, w's dtype), over the
+    clients whose update arrived (``summed``): the plan's weights, renormalised when one is lost."""
+    step = summed.mean()
+    return {k: (v.astype(np.float64) - eta * step[k]).astype(v.dtype) for k, v in w.items()}
 
 
 @dataclass(frozen=True)
@@ -271,8 +259,14 @@ class ConstrainedRounds(FederatedStrategy):
         super().__init__(num_rounds=num_rounds, client_options=client_options, initial_arrays=initial_arrays)
         self.rng = np.random.default_rng(np.random.SeedSequence([int(seed), SAMPLING_STREAM]))
         self.requested = StepOptions(
-            clients_per_round=clients_per_round, eta=eta, gamma=gamma, local_steps=local_steps,
-            threshold=threshold, eps=eps, theory_d=theory_d, theory_l=theory_l,
+            clients_per_round=clients_per_round,
+            eta=eta,
+            gamma=gamma,
+            local_steps=local_steps,
+            threshold=threshold,
+            eps=eps,
+            theory_d=theory_d,
+            theory_l=theory_l,
         )
         self.eps, self.eval_every = eps, eval_every
         self._steps: Steps | None = None  # resolved in setup(), once the clients are known
@@ -399,10 +393,7 @@ class ConstrainedRounds(FederatedStrategy):
         if summed is None or summed.weight <= 0:
             self.log(f"round {server_round}: no usable update; the model is unchanged")
             return None, MetricRecord(metrics)
-        w = to_numpy(self.model)
-        step = summed.mean()
-        new = {k: (v.astype(np.float64) - self.steps.eta * step[k]).astype(v.dtype) for k, v in w.items()}
-        return to_record(new), MetricRecord(metrics)
+        return to_record(weighted_step(to_numpy(self.model), summed, self.steps.eta)), MetricRecord(metrics)
 
     def average(self) -> ArrayRecord | None:
         """The average of the w_k with ``averaged`` rounds so far (None before the first)."""

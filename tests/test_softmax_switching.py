@@ -18,6 +18,7 @@ from hetfed.engines.runner import run_experiment
 from hetfed.records import to_numpy
 from problems import quadratic
 from server.pool import FederationError
+from strategies.base import WeightedSum
 from strategies.softmax_switching import (
     SAMPLING_STREAM,
     masked_softmax,
@@ -162,12 +163,21 @@ def test_server_update_by_hand_and_renormalised_over_arrived_updates() -> None:
         4: {"w": np.array([1.0, 0.0]), "b": np.array([2.0], dtype=np.float32)},
         7: {"w": np.array([0.0, -3.0]), "b": np.array([-1.0], dtype=np.float32)},
     }
-    new = weighted_step(w, u, {4: 0.25, 7: 0.75}, eta=0.5)
+    new = weighted_step(w, summed(u, {4: 0.25, 7: 0.75}), eta=0.5)
     np.testing.assert_allclose(new["w"], [1.0 - 0.5 * 0.25, 2.0 - 0.5 * (0.75 * -3.0)])
     np.testing.assert_allclose(new["b"], [0.5 - 0.5 * (0.25 * 2.0 + 0.75 * -1.0)])
     assert new["b"].dtype == np.float32
-    only = weighted_step(w, {7: u[7]}, {4: 0.25, 7: 0.75}, eta=0.5)  # client 4's update was lost
+    only = weighted_step(w, summed({7: u[7]}, {4: 0.25, 7: 0.75}), eta=0.5)  # client 4's update was lost
     np.testing.assert_allclose(only["w"], [1.0, 2.0 + 0.5 * 3.0])
+
+
+def summed(updates: dict[int, dict[str, np.ndarray]], weights: dict[int, float]) -> WeightedSum:
+    """The weighted sum the server gets of the arrived ``updates`` (plain, or secure aggregation's)."""
+    total = {
+        k: sum(weights[i] * u[k].astype(np.float64) for i, u in updates.items())
+        for k in next(iter(updates.values()))
+    }
+    return WeightedSum(total, sum(weights[i] for i in updates), sorted(updates))
 
 
 def test_normalised_update_of_local_steps_matches_the_closed_form() -> None:
