@@ -224,8 +224,8 @@ class LSAStrategy(FederatedStrategy):
         if summed is None:
             raise FederationError(
                 f"{type(self).__name__}: round {server_round} train has no sum: fewer clients than secure "
-                f"aggregation's threshold took part to the end ({self.failures('replied')}). Fix the client(s) and "
-                "rerun with resume = true: the run continues from its last checkpoint"
+                f"aggregation's threshold took part to the end ({self.failures('replied')}). Fix the "
+                "client(s) and rerun with resume = true: the run continues from its last checkpoint"
             )
         usable = {p: r.content for r in replies if (p := self.pool.partition_of(r)) in summed.contributors}
         assert self.broadcast_key is not None and self.reply_key is not None
