@@ -313,10 +313,10 @@ class LSAStrategy(FederatedStrategy):
             "Fix the client(s) and rerun with resume = true: the run continues from its last checkpoint"
         )
 
-    def failures(self) -> str:
-        """Why each client failed the last exchange (``ok`` for those that did not)."""
+    def failures(self, otherwise: str = "no reply") -> str:
+        """Why each client failed the last exchange (``otherwise`` for those that did not fail)."""
         return "; ".join(
-            f"{self.pool.name(p)}: {self.pool.failed.get(p, 'ok')}" for p in self.pool.partitions
+            f"{self.pool.name(p)}: {self.pool.failed.get(p, otherwise)}" for p in self.pool.partitions
         )
 
     def finish(self) -> dict[str, Any]:
