@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from flwr.app import Context, Error, Message, RecordDict
@@ -27,7 +27,7 @@ class InlineGrid(Grid):
 
     def __init__(
         self,
-        client_app: ClientApp,
+        client_app: ClientApp | Callable[[Message, Context], Message],
         node_configs: Iterable[Mapping[str, Any]],
         run_config: Mapping[str, Any],
         run_id: int = 1,
