@@ -28,21 +28,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._report import markdown_table, write_section  # noqa: E402
+from bench.round_latency import TASK as LATENCY_TASK  # noqa: E402
 from bench.round_latency import RoundClock  # noqa: E402
 
 SIZES = (4, 8, 16)
 ROUNDS = 5
-TASK: dict[str, Any] = {
-    "problem": "knapsack",
-    "strategy": "fedavg",
-    "n-train": 40,
-    "n-test": 30,
-    "local-epochs": 1,
-    "fraction": 1.0,
-    "num-rounds": ROUNDS,
-    "seed": 3,
-    "round-timeout": 300.0,
-}
+# round_latency's task at the knapsack's default size (50 items: updates of a few thousand entries)
+TASK: dict[str, Any] = {**LATENCY_TASK, "num-items": 50, "num-rounds": ROUNDS}
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "bench-secure-aggregation.json"
 
 
