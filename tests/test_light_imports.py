@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from client.app import CLIENTS, MESSAGE_TYPES, client_class
+from client.app import CLIENTS, MESSAGE_TYPES, SECAGG_EXCHANGES, client_class
 from hetfed.config import validate
 from strategies.registry import METHODS, build_strategy, strategy_class
 
@@ -88,7 +88,9 @@ def test_the_client_table_covers_every_strategy_and_message_type() -> None:
     # Every strategy names a client class the ClientApp has, and every client class serves one.
     assert {strategy_class(name).client_handler for name in METHODS} == set(CLIENTS)
     handled = {kind for name in CLIENTS for kind in client_class(name).handles}
-    assert sorted(MESSAGE_TYPES) == sorted(handled)
+    # Secure aggregation's exchanges are served for every client class (client/secure_aggregation.py).
+    assert sorted(MESSAGE_TYPES) == sorted(handled | set(SECAGG_EXCHANGES))
+    assert not handled & set(SECAGG_EXCHANGES)
 
 
 def test_loading_the_client_app_imports_no_torch() -> None:

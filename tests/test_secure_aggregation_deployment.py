@@ -118,3 +118,44 @@ def test_below_the_threshold_a_round_fails_with_one_line_and_keeps_the_files(
     assert summary["status"] == "completed" and summary["failed-rounds"]["client-01"] == [2, 3]
     assert summary["privacy"]["secagg-step"] == secagg.step_of(100.0, 32)
     assert (tmp_path / "below" / "models.npz").exists() and (tmp_path / "below" / "checkpoint.pt").exists()
+
+
+@pytest.fixture
+def stock_flower(tmp_path: Path) -> Iterator[LocalFlower]:
+    """A SuperLink and 3 SuperNodes with Flower's own runtime (a ClientApp process per message)."""
+    flower = LocalFlower(tmp_path / "fed", runtime="stock")
+    try:
+        flower.start_superlink(cwd=REPO)
+        for i in range(3):
+            flower.start_supernode(i, node_config(i, 3, flower.root, None, None))
+        flower.wait_for_nodes(3)
+        yield flower
+    finally:
+        flower.stop()
+
+
+@pytest.mark.parametrize(
+    ("method", "metric"),
+    [
+        (
+            {"strategy": "fedrspo", "loss": "rspo+", "num-rounds": 2, "personal-rounds": 1},
+            "fed-relative-regret",
+        ),
+        ({"problem": "garnet", "strategy": "pflsa", "num-rounds": 4}, "sq-error"),
+    ],
+    ids=["fedrspo", "pflsa"],
+)
+def test_secure_runs_on_flower_runtime_equal_the_plain_inline_run(
+    stock_flower: LocalFlower, tmp_path: Path, method: dict, metric: str
+) -> None:
+    cfg = {**CFG, "audit-traffic": False, **method}
+    run_id = stock_flower.submit(REPO, prepare({**cfg, "run-name": "secure"}, "deployment", tmp_path))
+    assert stock_flower.wait_run(run_id, timeout=900) == "finished:completed"
+    secure = json.loads((tmp_path / "secure" / "summary.json").read_text())
+    plain = run_inline(
+        {**cfg, "secure-aggregation": False, "results-dir": str(tmp_path), "run-name": "plain"},
+        node_configs(3),
+    )
+    for client, metrics in plain["clients"].items():
+        assert secure["clients"][client][metric] == pytest.approx(metrics[metric], rel=1e-5, abs=1e-7)
+    assert {r["exchange"] for r in read_rows(tmp_path / "secure")} >= {"query.secagg_unmask"}
