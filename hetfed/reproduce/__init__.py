@@ -21,4 +21,5 @@ EXPERIMENTS = {
     "pflsa-communication": "hetfed.reproduce.pflsa_communication",
     "pflsa-theory": "hetfed.reproduce.pflsa_theory",
     "lp-pilot": "hetfed.reproduce.lp_pilot",
+    "dp-knapsack": "hetfed.reproduce.dp_knapsack",
 }

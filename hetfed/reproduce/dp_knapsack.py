@@ -1,0 +1,392 @@
+"""The utility cost of central DP on the knapsack: test relative regret against epsilon, FedRSPO+ and MSE.
+
+Both losses run the same strategy (FedRSPO+: calibration, 10 warm-start rounds of FedAvg over all
+clients, then 10 personalization rounds on each client) on the knapsack with objective
+heterogeneity eta-o = 0.5, with 10, 20 and 40 clients, once without DP and once per noise
+multiplier z with central DP (``dp=central``): each client's warm-start update is clipped to L2
+norm S and the server adds N(0, (z S)^2) to their sum, so the mean update gets noise of std z S / n
+per coordinate. The personalization rounds are not summed, so they spend no epsilon. With every
+client in every round there is no sampling amplification, so epsilon (at delta 1e-5, from the
+runs' ``privacy.epsilon``) depends only on z and the 10 rounds, not on n.
+
+The clip S is fixed per loss at about the median L2 norm of the clients' warm-start updates
+without DP (:data:`CLIPS`; measured on 10 clients, seeds 42-44, every round and client: RSPO+ medians
+1.198, 1.135, 1.192; MSE 0.324, 0.328, 0.320), so that z means the same relative noise for both.
+Reported per number of clients, loss and z: epsilon, the federated, personal and deployed models'
+test relative regret (``fed-``, ``per-``, ``dep-``), mean and std over seeds, and the share of
+warm-start updates within the clip (rounds.csv ``dp-within``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from hetfed.reproduce.common import add_run_arguments, chosen_seeds, fmt, run_many, stat, write_json
+
+LOSSES = {"rspo+": "FedRSPO+", "mse": "MSE"}
+MODELS = ("fed", "per", "dep")
+SEEDS = (42, 43, 44, 45, 46)
+NOISE = (0.25, 0.5, 1.0, 2.0, 4.0)
+CLIENTS = (10, 20, 40)
+QUICK_NOISE = (1.0, 4.0)
+QUICK_CLIENTS = (10,)
+DELTA = 1e-5
+CLIPS = {"rspo+": 1.2, "mse": 0.32}  # about the median no-DP update norm of each loss (module docs)
+CLIP_CHOICE = (
+    "about the median L2 norm of the clients' warm-start updates (x = reply - sent) in runs "
+    "without DP (10 clients, seeds 42-44, every round and client; medians RSPO+ 1.198, 1.135, 1.192, "
+    "MSE 0.324, 0.328, 0.320), rounded"
+)
+BASE = {"problem": "knapsack", "strategy": "fedrspo", "eta-o": 0.5, "fraction": 1.0, "checkpoint-every": 0}
+QUICK = {"num-rounds": 3, "personal-rounds": 3, "local-epochs": 1}
+OFF = "off"  # the label of the runs without DP
+
+
+def label(z: float | None) -> str:
+    """A noise level's key in the tables: ``off`` without DP, else z (``1``, ``0.5``)."""
+    return OFF if z is None else f"{z:g}"
+
+
+def run_name(clients: int, loss: str, z: float | None, seed: int) -> str:
+    return f"dp-knapsack-n{clients}-{loss}-{label(z)}-s{seed}"
+
+
+def configs(
+    seeds: tuple[int, ...], noise: tuple[float, ...], clients: tuple[int, ...], quick: bool
+) -> list[dict[str, Any]]:
+    """One run per number of clients, loss, noise level (None: no DP) and seed."""
+    short = QUICK if quick else {}
+    out = []
+    for n in clients:
+        for loss in LOSSES:
+            for z in (None, *noise):
+                dp: dict[str, Any] = {}
+                if z is not None:
+                    dp = {"dp": "central", "dp-noise-multiplier": z, "dp-clipping-norm": CLIPS[loss]}
+                    dp["dp-delta"] = DELTA
+                for seed in seeds:
+                    out.append(
+                        {
+                            **BASE,
+                            **short,
+                            **dp,
+                            "num-clients": n,
+                            "loss": loss,
+                            "seed": seed,
+                            "run-name": run_name(n, loss, z, seed),
+                        }
+                    )
+    return out
+
+
+def within_clip(run_dir: Path) -> float | None:
+    """Share of the run's warm-start updates within the clip (rounds.csv ``dp-within``; None without DP)."""
+    with open(run_dir / "rounds.csv", newline="", encoding="utf-8") as f:
+        values = [float(r["dp-within"]) for r in csv.DictReader(f) if r.get("dp-within")]
+    return sum(values) / len(values) if values else None
+
+
+def cell(runs: list[tuple[int, dict[str, Any], Path]]) -> dict[str, Any]:
+    """One (loss, noise level): epsilon (the same in every seed's run), regrets and clip share."""
+    seeds = [seed for seed, _, _ in runs]
+    privacy = [s.get("privacy", {}) for _, s, _ in runs]
+    epsilons = [p.get("epsilon") for p in privacy]
+    if len(set(epsilons)) != 1:
+        raise ValueError(f"the seeds' runs spent different epsilon: {epsilons}")
+    within = [within_clip(folder) for _, _, folder in runs]
+    return {
+        "epsilon": epsilons[0],
+        "delta": privacy[0].get("delta"),
+        "releases": privacy[0].get("releases"),
+        "clients-per-round": privacy[0].get("clients-per-round"),
+        **{
+            model: stat([s["aggregate"][f"{model}-relative-regret"] for _, s, _ in runs], seeds)
+            for model in MODELS
+        },
+        "within-clip": None if None in within else stat([float(w or 0) for w in within], seeds),
+    }
+
+
+def tables(
+    planned: list[dict[str, Any]], summaries: list[dict[str, Any]], results_dir: Path
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per number of clients, loss and noise level (``off``, then each z): :func:`cell` of its seeds."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for c, s in zip(planned, summaries, strict=True):
+        by_level = out.setdefault(str(c["num-clients"]), {}).setdefault(c["loss"], {})
+        by_level.setdefault(label(c.get("dp-noise-multiplier")), []).append(
+            (c["seed"], s, results_dir / c["run-name"])
+        )
+    return {
+        n: {
+            loss: {
+                key: {
+                    "noise-multiplier": None if key == OFF else float(key),
+                    "clip": None if key == OFF else CLIPS[loss],
+                }
+                | cell(runs)
+                for key, runs in by_level.items()
+            }
+            for loss, by_level in by_loss.items()
+        }
+        for n, by_loss in out.items()
+    }
+
+
+def pct(entry: dict[str, Any]) -> str:
+    """``mean ± std`` of a relative-regret entry, in percent."""
+    return fmt({"mean": 100 * entry["mean"], "std": 100 * entry["std"]}, 2)
+
+
+def dep(row: dict[str, Any]) -> float:
+    """The deployed model's mean relative regret of a table row, in percent."""
+    return 100 * float(row["dep"]["mean"])
+
+
+def findings(data: dict[str, Any]) -> list[str]:
+    """The sentences under the table, computed from the JSON."""
+    t, names = data["tables"], data["losses"]
+    sizes = list(t)
+    main = t[sizes[0]]
+    rspo, mse = main["rspo+"], main["mse"]
+    levels = [k for k in rspo if k != OFF]
+    lines = [
+        f"Without DP ({sizes[0]} clients), FedRSPO+'s deployed model has {dep(rspo[OFF]):.2f}% relative "
+        f"regret against MSE's {dep(mse[OFF]):.2f}% (federated models: {100 * rspo[OFF]['fed']['mean']:.2f}% "
+        f"against {100 * mse[OFF]['fed']['mean']:.2f}%)."
+    ]
+    if not levels:
+        return lines
+    lo, hi = levels[0], levels[-1]
+    rising = all(
+        row[a]["dep"]["mean"] <= row[b]["dep"]["mean"]
+        for row in main.values()
+        for a, b in zip([OFF, *levels], levels, strict=False)
+    )
+    parts = [
+        f"{names[loss]}'s deployed regret is {dep(row[lo]):.2f}% at z = {lo} "
+        f"(epsilon {row[lo]['epsilon']:.3g}) and {dep(row[hi]):.2f}% at z = {hi} "
+        f"(epsilon {row[hi]['epsilon']:.3g}), "
+        f"{dep(row[hi]) / dep(row[OFF]):.1f}x its no-DP value"
+        for loss, row in main.items()
+    ]
+    lead = "the cost grows as epsilon falls" if rising else "the cost is not monotone in epsilon"
+    lines.append(f"With {sizes[0]} clients {lead}: " + "; ".join(parts) + ".")
+    orders, lost_at_top, lost = [], True, False
+    for n, by_loss in t.items():
+        ahead = [z for z in levels if by_loss["rspo+"][z]["dep"]["mean"] < by_loss["mse"][z]["dep"]["mean"]]
+        behind = [z for z in levels if z not in ahead]
+        text = f"at z = {', '.join(ahead) or 'none'} with {n} clients"
+        orders.append(text + (f" (above it at z = {', '.join(behind)})" if behind else ""))
+        lost |= bool(behind)
+        lost_at_top &= not behind or not ahead or max(map(float, ahead)) < min(map(float, behind))
+    if not lost:
+        ending = "the decision-focused loss keeps its advantage at every epsilon tried."
+    elif lost_at_top:
+        ending = "where the decision-focused loss loses its advantage, it is under the strongest privacy."
+    else:
+        ending = "the ordering does not follow the noise level."
+    lines.append("FedRSPO+'s deployed regret is below MSE's " + "; ".join(orders) + ": " + ending)
+    if len(sizes) > 1:
+        mid = "1" if "1" in levels else levels[len(levels) // 2]
+        costs = {(n, loss): dep(t[n][loss][mid]) - dep(t[n][loss][OFF]) for n in sizes for loss in names}
+        falling = all(
+            costs[(a, loss)] >= costs[(b, loss)]
+            for loss in names
+            for a, b in zip(sizes, sizes[1:], strict=False)
+        )
+        per_loss = [
+            f"{names[loss]}'s deployed regret is "
+            + ", ".join(f"{dep(t[n][loss][mid]):.2f}%" for n in sizes)
+            + " (no DP: "
+            + ", ".join(f"{dep(t[n][loss][OFF]):.2f}%" for n in sizes)
+            + ")"
+            for loss in names
+        ]
+        lines.append(
+            ("More clients cost less utility at the same epsilon" if falling else "By number of clients")
+            + f": at z = {mid} (epsilon {rspo[mid]['epsilon']:.3g} for every n; the mean update's noise has "
+            f"std z S / n per coordinate) with {', '.join(sizes)} clients, " + "; ".join(per_loss) + "."
+        )
+    cells = [(n, loss, z) for n in sizes for loss in names for z in levels]
+    better = sum(t[n][loss][z]["dep"]["mean"] < t[n][loss][z]["fed"]["mean"] for n, loss, z in cells)
+    helps = "personalization recovers part of the cost" if 2 * better > len(cells) else "it seldom helps"
+    lines.append(
+        f"Under DP the deployed model's mean regret is below the noisy federated model's in {better} of "
+        f"{len(cells)} cells: {helps}."
+    )
+    shares = [
+        f"{names[loss]}'s {100 * row[lo]['within-clip']['mean']:.0f}% at z = {lo} and "
+        f"{100 * row[hi]['within-clip']['mean']:.0f}% at z = {hi}"
+        for loss, row in main.items()
+    ]
+    falls = any(row[hi]["within-clip"]["mean"] < row[lo]["within-clip"]["mean"] for row in main.values())
+    lines.append(
+        f"Share of warm-start updates within the fixed clip ({sizes[0]} clients, mean over seeds): "
+        + "; ".join(shares)
+        + (
+            "; a falling share means the updates from the noisier model are larger and clipped harder."
+            if falls
+            else "."
+        )
+    )
+    return lines
+
+
+def markdown(data: dict[str, Any]) -> str:
+    """docs/results/dp-knapsack.md, from dp-knapsack.json alone."""
+    cfg = data["config"]
+    lines = [
+        "# The utility cost of central DP on the knapsack",
+        "",
+        f"Generated by `hetfed reproduce dp-knapsack` from `dp-knapsack.json` ({data['runs']} runs, seeds "
+        f"{', '.join(map(str, data['seeds']))}{', quick' if data['quick'] else ''}; "
+        f"{data['wall-time-s']:.0f} s of wall time, {data['run-time-s']:.0f} s of run time summed over the "
+        f"runs, on a machine with {data['cores']} cores, other jobs may have been running). Both losses "
+        f"run the same strategy, FedRSPO+ (calibration, {cfg.get('num-rounds', 10)} warm-start rounds of "
+        f"FedAvg over all n clients, n = {', '.join(map(str, data['clients']))}, then "
+        f"{cfg.get('personal-rounds', 10)} "
+        f"personalization rounds), on the knapsack with eta-o = {cfg['eta-o']:g}. Central DP "
+        "(`dp=central`) clips each client's warm-start update to L2 norm S and adds N(0, (z S)^2) to their "
+        f"sum; S is fixed per loss at {data['clip-choice']}. Epsilon is at delta = {data['delta']:g} after "
+        "the warm start (the runs' `privacy.epsilon`; no sampling amplification, so it depends only on z and "
+        "the rounds). Numbers: test relative regret in percent (lower is better), mean ± std over seeds, of "
+        "the federated, personal and deployed models; the last column is the share of warm-start updates "
+        "within the clip.",
+        "",
+        "| clients | loss | z | S | epsilon | federated | personal | deployed | within clip |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for n, by_loss in data["tables"].items():
+        for loss, by_level in by_loss.items():
+            for key, row in by_level.items():
+                eps = "no DP" if row["epsilon"] is None else f"{row['epsilon']:.3g}"
+                clip = "-" if row["clip"] is None else f"{row['clip']:g}"
+                within = "-" if row["within-clip"] is None else f"{100 * row['within-clip']['mean']:.0f}%"
+                cells = [pct(row[model]) for model in MODELS]
+                lines.append(
+                    f"| {n} | {data['losses'][loss]} | {'-' if key == OFF else key} | {clip} | {eps} | "
+                    + " | ".join(cells)
+                    + f" | {within} |"
+                )
+    lines += ["", "![regret against epsilon](dp-knapsack.png)", "", *findings(data), ""]
+    lines += [
+        "The deployed model is, per client, whichever of its federated and personal models is better on its "
+        "own validation samples. The DP noise is drawn from fresh entropy, so a rerun moves the DP rows' "
+        "numbers (not epsilon); the no-DP rows are deterministic on one machine.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot(data: dict[str, Any], out: Path) -> None:
+    """dp-knapsack.png, one panel per number of clients: federated (dashed) and deployed (solid)
+    regret against epsilon (log x), ±std; the deployed model without DP dotted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
+
+    t = data["tables"]
+    values = [
+        100 * row[model]["mean"]
+        for by_loss in t.values()
+        for by_level in by_loss.values()
+        for row in by_level.values()
+        for model in ("fed", "dep")
+    ]
+    lowest, highest = min(values), max(values)
+    fig, axes = plt.subplots(1, len(t), figsize=(4.6 * len(t), 4.2), sharey=True, squeeze=False)
+    for ax, (n, by_loss) in zip(axes[0], t.items(), strict=True):
+        for i, (loss, by_level) in enumerate(by_loss.items()):
+            rows = sorted((r for k, r in by_level.items() if k != OFF), key=lambda r: r["epsilon"])
+            name = data["losses"][loss]
+            for model, style in (("fed", "--"), ("dep", "-")):
+                ax.errorbar(
+                    [r["epsilon"] for r in rows],
+                    [100 * r[model]["mean"] for r in rows],
+                    yerr=[100 * r[model]["std"] for r in rows],
+                    ls=style,
+                    marker="o",
+                    capsize=3,
+                    color=f"C{i}",
+                    label=f"{name}, {'federated' if model == 'fed' else 'deployed'}",
+                )
+            ax.axhline(dep(by_level[OFF]), color=f"C{i}", ls=":", label=f"{name}, deployed, no DP")
+        ax.set(
+            xscale="log", yscale="log", xlabel=f"epsilon at delta = {data['delta']:g}", title=f"{n} clients"
+        )
+        ticks = [v for v in (1, 2, 5, 10, 20, 50, 100) if lowest / 2 < v < highest * 2]
+        ax.set_yticks(ticks, [f"{v:g}" for v in ticks])
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.grid(alpha=0.3, which="both")
+    axes[0][0].set_ylabel("test relative regret (%)")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(
+        f"Central DP on the knapsack (eta-o = {data['config']['eta-o']:g}), "
+        f"mean ± std over {len(data['seeds'])} seed(s)"
+    )
+    fig.tight_layout()
+    fig.savefig(out / "dp-knapsack.png", dpi=110)
+    plt.close(fig)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_run_arguments(
+        parser,
+        "dp-knapsack",
+        quick="1 seed, 10 clients, z in {1, 4}, 3 + 3 rounds of 1 epoch (CI)",
+        engines=("inline",),
+        seeds="how many seeds (max 5)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.time()
+    seeds = chosen_seeds(SEEDS, args)
+    noise, clients = (QUICK_NOISE, QUICK_CLIENTS) if args.quick else (NOISE, CLIENTS)
+    planned = configs(seeds, noise, clients, args.quick)
+    results_dir = Path(args.results_dir)
+    summaries: list[dict[str, Any]] = []
+    for n in clients:  # one run_many per federation size
+        summaries += run_many(
+            [c for c in planned if c["num-clients"] == n],
+            nodes=n,
+            results_dir=results_dir,
+            engine=args.engine,
+            workers=args.workers,
+        )
+    out = Path(args.out)
+    varied = ("num-clients", "loss", "seed", "run-name", "dp", "dp-noise-multiplier", "dp-clipping-norm")
+    write_json(
+        out / "dp-knapsack.json",
+        {
+            "seeds": list(seeds),
+            "quick": args.quick,
+            "runs": len(planned),
+            "clients": list(clients),
+            "losses": LOSSES,
+            "noise-multipliers": list(noise),
+            "clips": CLIPS,
+            "clip-choice": CLIP_CHOICE,
+            "delta": DELTA,
+            "config": {k: v for k, v in planned[0].items() if k not in (*varied, "dp-delta")},
+            "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            "wall-time-s": round(time.time() - started, 1),
+            "run-time-s": round(sum(s["wall-time-s"] for s in summaries), 1),
+            "metric": "relative regret on each client's test samples, mean over clients",
+            "tables": tables(planned, summaries, results_dir),
+        },
+    )
+    data = json.loads((out / "dp-knapsack.json").read_text(encoding="utf-8"))
+    (out / "dp-knapsack.md").write_text(markdown(data), encoding="utf-8")
+    plot(data, out)
+    print(f"wrote {out / 'dp-knapsack.md'}, dp-knapsack.json and dp-knapsack.png")
+    return 0
