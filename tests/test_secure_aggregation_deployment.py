@@ -121,9 +121,10 @@ def test_below_the_threshold_a_round_fails_with_one_line_and_keeps_the_files(
 
 
 @pytest.fixture
-def stock_flower(tmp_path: Path) -> Iterator[LocalFlower]:
-    """A SuperLink and 3 SuperNodes with Flower's own runtime (a ClientApp process per message)."""
-    flower = LocalFlower(tmp_path / "fed", runtime="stock")
+def plain_flower(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LocalFlower]:
+    """A SuperLink and 3 SuperNodes with the ClientApp runtime ``request.param`` (warm or stock:
+    Flower's own, a ClientApp process per message, the client's secrets kept by the SuperNode)."""
+    flower = LocalFlower(tmp_path / "fed", runtime=request.param)
     try:
         flower.start_superlink(cwd=REPO)
         for i in range(3):
@@ -135,22 +136,25 @@ def stock_flower(tmp_path: Path) -> Iterator[LocalFlower]:
 
 
 @pytest.mark.parametrize(
-    ("method", "metric"),
+    ("plain_flower", "method", "metric"),
     [
         (
+            "warm",
             {"strategy": "fedrspo", "loss": "rspo+", "num-rounds": 2, "personal-rounds": 1},
             "fed-relative-regret",
         ),
-        ({"problem": "garnet", "strategy": "pflsa", "num-rounds": 4}, "sq-error"),
+        ("stock", {"problem": "garnet", "strategy": "pflsa", "num-rounds": 2}, "sq-error"),
     ],
-    ids=["fedrspo", "pflsa"],
+    ids=["fedrspo-warm", "pflsa-stock"],
+    indirect=["plain_flower"],
 )
-def test_secure_runs_on_flower_runtime_equal_the_plain_inline_run(
-    stock_flower: LocalFlower, tmp_path: Path, method: dict, metric: str
+def test_secure_runs_equal_the_plain_inline_run(
+    plain_flower: LocalFlower, tmp_path: Path, method: dict, metric: str
 ) -> None:
-    cfg = {**CFG, "audit-traffic": False, **method}
-    run_id = stock_flower.submit(REPO, prepare({**cfg, "run-name": "secure"}, "deployment", tmp_path))
-    assert stock_flower.wait_run(run_id, timeout=900) == "finished:completed"
+    cfg = {**CFG, "audit-traffic": False, "round-timeout": 300.0, **method}
+    run_id = plain_flower.submit(REPO, prepare({**cfg, "run-name": "secure"}, "deployment", tmp_path))
+    assert plain_flower.wait_run(run_id, timeout=900) == "finished:completed"
+    assert [r for r in read_rows(tmp_path / "secure") if r["status"] != "ok"] == []
     secure = json.loads((tmp_path / "secure" / "summary.json").read_text())
     plain = run_inline(
         {**cfg, "secure-aggregation": False, "results-dir": str(tmp_path), "run-name": "plain"},
