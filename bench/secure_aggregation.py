@@ -88,7 +88,7 @@ def inline_costs(results: Path, nodes: int, secure: bool) -> dict[str, float]:
             if message.metadata.message_type not in ("query.info", "evaluate"):
                 client_cpu += time.thread_time() - start
 
-    name = f"inline-{nodes}-{'secure' if secure else 'plain'}"
+    name = f"inline-{nodes}-{'secure' if secure else 'plain'}-{time.monotonic_ns()}"
     cfg = prepare({**TASK, "run-name": name, "secure-aggregation": secure}, "inline", results)
     grid = InlineGrid(timed_app, node_configs(nodes), cfg)
     grid.observers.append(observe)
@@ -142,6 +142,7 @@ def main() -> None:
         results = Path(tmp)
         for nodes in SIZES:
             entry: dict[str, Any] = {"inline": {}}
+            inline_costs(results, nodes, True)  # warm-up: data generated and cached, code paths loaded
             for secure in (False, True):
                 entry["inline"]["secure" if secure else "plain"] = inline_costs(results, nodes, secure)
             entry["deployment"] = deployment_rounds(results, nodes)
@@ -192,8 +193,9 @@ ours was running.
 A secure round runs five exchanges instead of one (keys, shares, train, consistency check, \
 unmasking): on a deployment most of the extra time is the four more round trips, each paying the \
 SuperNodes' polling. The wire grows with the pairwise shares (each client sends an encrypted share \
-pair to each other client: O(n^2) in total) and with the 64-bit masked words, which replace the \
-32-bit floats of the update. The client's extra CPU is the key agreements and the pair masks \
+pair to each other client: O(n^2) in total) while the 64-bit masked words are as large as the \
+update's float64 entries (two more words carry the weight and the clip bit). The client's extra CPU \
+is the key agreements and the pair masks \
 (one AES-CTR stream per other client over the update's length), the server's the unmasking \
 (one Shamir reconstruction and one mask stream per survivor)."""
     write_section("secure_aggregation", "Secure aggregation: cost of a round", body)

@@ -19,6 +19,7 @@ import numpy as np
 from flwr.app import ConfigRecord, Message, RecordDict
 
 from hetfed import secagg
+from hetfed.config import ConfigError
 from server.pool import ClientPool, config_of
 from server.privacy import DPSettings, Privacy
 from server.secure_aggregation import BelowThreshold, SecureRound, threshold_for
@@ -43,13 +44,21 @@ class Summation:
         return self.secure or self.dp.on
 
     def start(self, strategy: FederatedStrategy) -> None:
-        """Before round 1 (or on resume): the DP plan, checked against the budget (one line)."""
-        if not self.dp.on:
-            return
+        """Before round 1 (or on resume): the threshold against the round's clients, and the DP plan
+        against the budget (each a one-line ConfigError)."""
         n = len(self.pool.partitions)
         m = strategy.planned_sample(n)
+        if self.secure and m < max(2, self.requested_threshold):
+            raise ConfigError(
+                f"run config 'secagg-threshold': secure aggregation needs at least "
+                f"{max(2, self.requested_threshold)} clients per round, the plan has {m} of {n}; "
+                "raise 'fraction' (or 'switching-m'), add clients or lower secagg-threshold"
+            )
+        if not self.dp.on:
+            return
         # Local DP: every release is seen by the server, who knows who was sampled (no amplification).
         self.privacy = Privacy(self.dp, m, m) if self.dp.mode == "local" else Privacy(self.dp, n, m)
+        self.privacy.update_noise_multiplier()  # adaptive clipping: refused here if it leaves no noise
         summed = sum(1 for r in range(1, strategy.num_rounds + 1) if strategy.sums(r))
         self.privacy.check_budget(summed)
 

@@ -362,6 +362,9 @@ class ConstrainedRounds(FederatedStrategy):
         replies = list(replies)
         return self.aggregate_sum(server_round, replies, self.plain_sum(replies))
 
+    def planned_sample(self, population: int) -> int:
+        return self.requested["clients_per_round"] or population
+
     # --- the summed round: w_{k+1} = w_k - eta sum_i a_i u_i / sum_i a_i, a_i = the plan's weight ----
     def sums(self, server_round: int) -> bool:
         return True

@@ -15,6 +15,7 @@ import pytest
 from flwr.app import Message
 
 from hetfed import secagg
+from hetfed.config import ConfigError
 from hetfed.engines.inline import node_configs, run_inline
 from server import aggregation
 from server.secure_aggregation import SecureRound
@@ -271,3 +272,17 @@ def test_secure_aggregation_on_the_simulation_engine_equals_the_plain_inline_run
     assert secure["aggregate"]["fed-relative-regret"] == pytest.approx(
         plain["aggregate"]["fed-relative-regret"], abs=1e-6
     )
+
+
+def test_a_plan_with_fewer_clients_per_round_than_the_threshold_is_refused_before_round_1(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(
+        ConfigError,
+        match=r"^run config 'secagg-threshold': .* at least 2 clients per round, the plan has 1 of 4",
+    ):
+        run(tmp_path, "few", **SECURE, fraction=0.25)
+    with pytest.raises(ConfigError, match=r"at least 4 clients per round, the plan has 3 of 3"):
+        run(tmp_path, "t", nodes=3, **SECURE, **{"secagg-threshold": 4})
+    summary = json.loads((tmp_path / "t" / "summary.json").read_text())
+    assert summary["status"] == "failed" and not (tmp_path / "t" / "rounds.csv").exists()  # no round ran
