@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, ConfigRecordValues, Context, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, ConfigRecordValues, Context, RecordDict
 
 from hetfed import secagg
 from hetfed.records import to_numpy, to_record
@@ -96,7 +96,7 @@ def finish_reply(
     out = RecordDict({k: v for k, v in reply.items() if k != "arrays"})
     if "metrics" in out.metric_records:
         out.metric_records["metrics"]["secagg-clipped"] = clipped
-    out[MASKED] = ArrayRecord({"y": _array(y)})
+    out[MASKED] = ArrayRecord({"y": Array(np.ascontiguousarray(y, dtype=np.uint64))})
     return out
 
 
@@ -108,12 +108,6 @@ def _weight(reply: RecordDict, weight: Any) -> float:
     if not isinstance(value, int | float):
         raise secagg.SecAggError(f"the weight {weight!r} is not a number among the reply's metrics")
     return float(value)
-
-
-def _array(words: np.ndarray) -> Any:
-    from flwr.app import Array
-
-    return Array(np.ascontiguousarray(words, dtype=np.uint64))
 
 
 # --- the exchanges ---------------------------------------------------------------------------
