@@ -143,7 +143,7 @@ def plain_flower(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Loc
             {"strategy": "fedrspo", "loss": "rspo+", "num-rounds": 2, "personal-rounds": 1},
             "fed-relative-regret",
         ),
-        ("stock", {"problem": "garnet", "strategy": "pflsa", "num-rounds": 2}, "sq-error"),
+        ("stock", {"problem": "garnet", "strategy": "pflsa", "num-rounds": 1}, "sq-error"),
     ],
     ids=["fedrspo-warm", "pflsa-stock"],
     indirect=["plain_flower"],
