@@ -30,6 +30,8 @@ def report_markdown(title: str, summary: Mapping[str, Any], columns: list[str] |
         if summary.get(key):
             lines += ["", f"{what} (rounds.csv has each reason):"]
             lines += [f"- {k}: {', '.join(map(str, v))}" for k, v in summary[key].items()]
+    if privacy := summary.get("privacy"):
+        lines += ["", "Privacy: " + privacy_line(privacy)]
     if len(summary.get("segments", [])) > 1:
         lines += ["", "Segments (the run was resumed):"] + [
             f"- {g['segment']}: {g['engine']}, started {g['started']}, "
@@ -39,6 +41,18 @@ def report_markdown(title: str, summary: Mapping[str, Any], columns: list[str] |
     if summary.get("error"):
         lines += ["", f"Stopped: {summary['error']}"]
     return "\n".join(lines) + "\n"
+
+
+def privacy_line(privacy: Mapping[str, Any]) -> str:
+    """What protected the updates (summary.json ``privacy``), in one line."""
+    parts = ["secure aggregation" if privacy.get("secure-aggregation") else "no secure aggregation"]
+    if privacy.get("dp", "off") != "off":
+        parts.append(
+            f"{privacy['dp']} DP, epsilon {_fmt(privacy['epsilon'])} at delta {_fmt(privacy['delta'])} after "
+            f"{privacy['releases']} rounds (noise multiplier {_fmt(privacy['noise-multiplier'])}, "
+            f"{privacy['clients-per-round']} of {privacy['clients']} clients per round)"
+        )
+    return "; ".join(parts)
 
 
 def _fmt(v: Any) -> str:

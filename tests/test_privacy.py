@@ -187,6 +187,11 @@ def test_dp_run_records_epsilon_per_round_and_clips_every_update(tmp_path: Path)
     eps = [float(r["dp-epsilon"]) for r in server]
     assert eps == pytest.approx([epsilon_after(t, 1e-9, 4, 4, 1e-5) for t in (1, 2, 3)])
     assert summary["privacy"]["epsilon"] == pytest.approx(eps[-1]) and summary["privacy"]["releases"] == 3
+    report = (tmp_path / "dp" / "report.md").read_text()
+    assert (
+        f"Privacy: secure aggregation; central DP, epsilon {eps[-1]:.4g} at delta 1e-05 after 3 rounds"
+        in report
+    )
     with np.load(tmp_path / "dp" / "models.npz") as z:
         final = {k: z[k] for k in z.files}
     run_inline({**cfg, "run-name": "r0", "num-rounds": 1, "dp-clipping-norm": 1e-12}, node_configs(4))
