@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.app import Message
 
 from hetfed import secagg
 from hetfed.config import ConfigError
-from server.pool import ClientPool, config_of
+from server.pool import ClientPool, with_config
 from server.privacy import DPSettings, Privacy
 from server.secure_aggregation import BelowThreshold, SecureRound, threshold_for
 from strategies.base import FederatedStrategy, WeightedSum, reply_metrics
@@ -75,7 +75,7 @@ class Summation:
         if self.secure:
             extra |= {"secagg-step": self.step, "secagg-range": self.range}
         messages = [
-            _with_config(m, {**extra, "sum-weight": weights[self.pool.partition_to(m)]}) for m in train
+            with_config(m, {**extra, "sum-weight": weights[self.pool.partition_to(m)]}) for m in train
         ]
         layout = strategy.sum_layout()
         if self.secure:
@@ -165,15 +165,3 @@ def _unflatten(values: np.ndarray, layout: Mapping[str, tuple[int, ...]]) -> dic
         out[key] = values[at : at + size].reshape(layout[key])
         at += size
     return out
-
-
-def _with_config(message: Message, values: Mapping[str, Any]) -> Message:
-    content = RecordDict(
-        {**message.content, "config": ConfigRecord({**config_of(message.content), **values})}
-    )
-    return Message(
-        content,
-        dst_node_id=message.metadata.dst_node_id,
-        message_type=message.metadata.message_type,
-        group_id=message.metadata.group_id,
-    )

@@ -452,6 +452,19 @@ def config_of(content: RecordDict) -> Mapping[str, ConfigRecordValues]:
     return records["config"] if "config" in records else {}
 
 
+def with_config(message: Message, values: Mapping[str, Any], **records: ConfigRecord) -> Message:
+    """``message`` again, its ConfigRecord ``config`` updated with ``values`` and ``records`` added."""
+    content = RecordDict(
+        {**message.content, **records, "config": ConfigRecord({**config_of(message.content), **values})}
+    )
+    return Message(
+        content,
+        dst_node_id=message.metadata.dst_node_id,
+        message_type=message.metadata.message_type,
+        group_id=message.metadata.group_id,
+    )
+
+
 def _scalar_metrics(content: RecordDict) -> dict[str, float | int]:
     """The scalar metrics of a reply, for its results row."""
     out: dict[str, float | int] = {}

@@ -32,7 +32,7 @@ from flwr.app import ConfigRecord, Message, RecordDict
 
 from hetfed import secagg
 from hetfed.records import to_numpy
-from server.pool import ClientPool, config_of
+from server.pool import ClientPool, with_config
 
 MASKED = "masked"  # the masked reply's ArrayRecord (client/secure_aggregation.py)
 
@@ -137,19 +137,8 @@ class SecureRound:
     ) -> Message:
         """The strategy's message with the shares for ``pid`` and the round's protocol values."""
         incoming = [s for s in senders if s != pid]
-        content = RecordDict(
-            {
-                **msg.content,
-                "config": ConfigRecord({**config_of(msg.content), "secagg-round": self.round}),
-                "secagg": ConfigRecord({"from": incoming, "ciphertexts": [shares[s][pid] for s in incoming]}),
-            }
-        )
-        return Message(
-            content,
-            dst_node_id=msg.metadata.dst_node_id,
-            message_type=msg.metadata.message_type,
-            group_id=msg.metadata.group_id,
-        )
+        shares_in = ConfigRecord({"from": incoming, "ciphertexts": [shares[s][pid] for s in incoming]})
+        return with_config(msg, {"secagg-round": self.round}, secagg=shares_in)
 
     def _unmask(
         self, masked: Mapping[int, np.ndarray], survivors: list[int], dropped: list[int]
