@@ -34,6 +34,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, MetricRec
 from client.session import ClientSession
 from client.state import ClientState
 from client.trust_region import natural_step
+from hetfed.methods.constrained import ConstrainedParams
 from hetfed.records import scalar, to_numpy, to_record
 from problems.base import Standardization
 from problems.constrained import ConstrainedClientTask
@@ -137,7 +138,8 @@ class ConstrainedClient:
     def __init__(self, session: ClientSession, context: Context, settings: Mapping[str, Any]) -> None:
         self.session = session
         self.cfg = session.cfg  # the problem's keys only (seed, data)
-        self.settings = settings  # the method: the message's ConfigRecord (strategy's client_settings)
+        self.settings = settings  # the message's ConfigRecord (strategy's client_settings)
+        self.params = ConstrainedParams.from_config(settings)  # the method's parameters, typed
         self.task: ConstrainedClientTask = session.data()
         self.context = context
 
@@ -178,9 +180,7 @@ class ConstrainedClient:
         server_round = int(scalar(config["server-round"]))
         w_k = to_numpy(content.array_records["arrays"])
         model = self.model(w_k)
-        batch = self.task.sample_batch(
-            self.rng(QUERY_STREAM, server_round), int(self.settings["batch-zeta"]), model
-        )
+        batch = self.task.sample_batch(self.rng(QUERY_STREAM, server_round), self.params.batch_zeta, model)
         with torch.no_grad():
             f, g = float(self.task.f(model, batch)), float(self.task.g(model, batch))
         state = self.state(config)
@@ -209,7 +209,7 @@ class ConstrainedClient:
             objective,
             gamma=gamma,
             steps=steps,
-            batch_size=int(self.settings["batch-size"]),
+            batch_size=self.params.batch_size,
             rng=self.rng(TRAIN_STREAM, server_round),
         )
         end = {key: value.detach().numpy() for key, value in model.state_dict().items()}

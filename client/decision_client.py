@@ -41,6 +41,7 @@ from client.losses import dpo_loss, mse_loss, optnet_loss, pfyl_loss, rspo_plus_
 from client.personalization import PersonalSchedule
 from client.session import ClientSession
 from client.state import ROUND_KEY, ClientState, optimizer_from_state, optimizer_to_state
+from hetfed.methods.decision import LOSSES, DecisionParams
 from hetfed.records import scalar, to_record
 from hetfed.secure_mean import masked, new_key_pair
 from problems.base import DecisionClientData, DecisionSplit
@@ -86,20 +87,17 @@ def calibrate(
     return {"lam0": lam0, "lr0": alpha * lam0 / 4, "radius": radius}
 
 
-PROJECTION_LOSSES = ("rspo+", "optnet")  # losses that need Euclidean projections onto the polytope
-
-
-def check_projection(data: DecisionClientData, cfg: Mapping[str, Any]) -> None:
+def check_projection(data: DecisionClientData, params: DecisionParams) -> None:
     """Fail before round 1, naming the client, if its polytope cannot project as the loss needs."""
-    losses = {phase_loss(cfg, "warm"), phase_loss(cfg, "personal")}
-    backend = cfg["optnet-backend"] if "optnet" in losses else "auto"
-    if losses & set(PROJECTION_LOSSES):
+    losses = {params.phase_loss("warm"), params.phase_loss("personal")}
+    backend = params.optnet_backend if "optnet" in losses else "auto"
+    if any(LOSSES[name].projects for name in losses):
         try:
             data.polytope.project(torch.zeros(1, data.num_costs, dtype=torch.float64), backend=backend)
         except (ValueError, ImportError, NotImplementedError) as exc:
             hint = "; set optnet-backend = 'qpth' (a QP layer for any polytope)" if backend == "exact" else ""
             raise ValueError(
-                f"{data.name}: loss {cfg['loss']!r} needs projections onto its "
+                f"{data.name}: loss {params.loss!r} needs projections onto its "
                 f"{type(data.polytope).__name__}, which backend {backend!r} cannot do: {exc}{hint}"
             ) from None
 
@@ -150,11 +148,11 @@ def solution_cache(split: DecisionSplit, polytope) -> SolutionCache:
 
 
 def make_loss(
-    name: str, split: DecisionSplit, poly, cfg: Mapping[str, Any], lam: float, generator: torch.Generator
+    name: str, split: DecisionSplit, poly, params: DecisionParams, lam: float, generator: torch.Generator
 ) -> BatchLoss:
     """The batch loss ``loss(c_hat, c, index)`` of ``name`` on a training split over ``poly``."""
     cache = solution_cache(split, poly)
-    eps, samples = cfg["perturb-eps"], cfg["perturb-samples"]
+    eps, samples = params.perturb_eps, params.perturb_samples
     losses: dict[str, Callable[[], BatchLoss]] = {
         "mse": lambda: lambda c_hat, c, idx: mse_loss(c_hat, c),
         "spo+": lambda: lambda c_hat, c, idx: spo_plus_loss(c_hat, c, poly, w_star=cache.w_star()[idx]),
@@ -173,20 +171,13 @@ def make_loss(
         ),
         "optnet": lambda: (
             lambda c_hat, c, idx: optnet_loss(
-                c_hat, c, poly, cfg["optnet-mult"] * lam, backend=cfg["optnet-backend"]
+                c_hat, c, poly, params.optnet_mult * lam, backend=params.optnet_backend
             )
         ),
     }
     if name not in losses:
         raise ValueError(f"run config 'loss': unknown decision loss {name!r}")
     return losses[name]()
-
-
-def phase_loss(cfg: Mapping[str, Any], phase: str) -> str:
-    """The loss of a phase: ``mse->spo+`` warms up with MSE and personalizes with SPO+."""
-    if cfg["loss"] == "mse->spo+":
-        return "mse" if phase == "warm" else "spo+"
-    return cfg["loss"]
 
 
 class DecisionClient:
@@ -204,7 +195,8 @@ class DecisionClient:
     def __init__(self, session: ClientSession, context: Context, settings: Mapping[str, Any]) -> None:
         self.session = session
         self.cfg = session.cfg  # the problem's keys only (seed, data)
-        self.settings = settings  # the method: the message's ConfigRecord (strategy's client_settings)
+        self.settings = settings  # the message's ConfigRecord (strategy's client_settings)
+        self.params = DecisionParams.from_config(settings)  # the method's parameters, typed
         self.data: DecisionClientData = session.data()
         self.context = context
         self.pid = session.partition_id
@@ -212,7 +204,7 @@ class DecisionClient:
     # --- helpers ---------------------------------------------------------------------------
     def new_model(self) -> torch.nn.Module:
         return make_mlp(
-            self.data.num_features, self.settings["hidden"], self.data.num_costs, seed=self.cfg["seed"]
+            self.data.num_features, self.params.hidden, self.data.num_costs, seed=self.cfg["seed"]
         )
 
     def model(self, arrays: ArrayRecord) -> torch.nn.Module:
@@ -253,9 +245,9 @@ class DecisionClient:
             [(self.data.train, loss)],
             optimizer,
             epochs=epochs,
-            batch_size=self.settings["batch-size"],
+            batch_size=self.params.batch_size,
             generator=self.gen(BATCHES, server_round),
-            clip_norm=self.settings["clip-norm"],
+            clip_norm=self.params.clip_norm,
             penalty=penalty,
         )
 
@@ -279,23 +271,27 @@ class DecisionClient:
 
     def calibration(self) -> dict[str, float]:
         """This client's ``lam0_j``, ``lr0_j`` and radius, from its own data (they stay here)."""
-        s = self.settings
-        return calibrate(self.data, s["rspo-alpha"], s["calibration-norm"], s["fixed-lam0"])
+        p = self.params
+        return calibrate(self.data, p.rspo_alpha, p.calibration_norm, p.fixed_lam0)
 
     def step_sizes(self, config: ConfigRecord, loss: str) -> tuple[float, float]:
-        """(lam, lr) of a training message: the message's when it carries them, else this client's
-        own ``lam0_j`` / ``lr0_j`` (lam only matters to the losses that project: RSPO+, OptNet)."""
-        needs_lam = "lam" not in config and loss in PROJECTION_LOSSES
-        own = self.calibration() if needs_lam or "lr" not in config else {}
-        lam = float(scalar(config["lam"])) if "lam" in config else own.get("lam0", 1.0)
-        lr = float(scalar(config["lr"])) if "lr" in config else own["lr0"]
-        return lam, lr
+        """(lam, lr) of a training message for ``loss``: the message's ``shared-lam`` / ``shared-lr``
+        when it carries them (a shared calibration), else this client's own ``lam0_j`` (for a loss
+        that projects; 1 otherwise) / ``lr0_j``; the run's ``lr`` for a loss whose step is not
+        calibrated (docs/algorithms.md 1.3)."""
+        needs = LOSSES[loss]
+        shared = "shared-lam" in config
+        own = self.calibration() if not shared and needs.needs_calibration else {}
+        lam = float(scalar(config["shared-lam"])) if shared else own.get("lam0", 1.0)
+        if not needs.calibrated_lr:
+            return lam, self.params.lr
+        return lam, float(scalar(config["shared-lr"])) if shared else own["lr0"]
 
     def query_calibrate(self, content: RecordDict) -> RecordDict:
         """Can this client take part (its projection and calibration work)? Its lam0_j, lr0_j and
         radius stay here; for a shared calibration the reply adds a public key of the secure mean
         (the private key stays in this client's state for ``query.masked_calibration``)."""
-        check_projection(self.data, self.settings)
+        check_projection(self.data, self.params)
         self.calibration()
         reply = RecordDict({"metrics": MetricRecord({"num-examples": len(self.data.train)})})
         if content.config_records["config"].get("share-calibration", False):
@@ -323,24 +319,18 @@ class DecisionClient:
         """One warm-start round (or one local-only round)."""
         config = content.config_records["config"]
         rnd = int(scalar(config["server-round"]))
-        lam, lr = self.step_sizes(config, phase_loss(self.settings, "warm"))
-        loss = make_loss(
-            phase_loss(self.settings, "warm"),
-            self.data.train,
-            self.data.polytope,
-            self.settings,
-            lam,
-            self.gen(NOISE, rnd),
-        )
-        epochs = int(scalar(config["local-epochs"]))
+        name = self.params.phase_loss("warm")
+        lam, lr = self.step_sizes(config, name)
+        loss = make_loss(name, self.data.train, self.data.polytope, self.params, lam, self.gen(NOISE, rnd))
+        epochs = self.params.local_epochs
         if self.settings["own-model"]:
             return self._train_local_only(content, loss, lr, epochs, rnd)
         model = self.model(content.array_records["arrays"])
         val = decision_metrics(model, self.data.val, self.data.polytope)
         optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-        mu = self.settings["proximal-mu"]
+        mu = self.params.proximal_mu
         penalty = proximal_term(model, model, mu) if mu > 0 else None
-        if self.settings["ditto-mu"] > 0:
+        if self.params.ditto_mu > 0:
             self._ditto_step(self.state(content), content.array_records["arrays"], loss, lr, epochs, rnd)
         train_loss = self.fit(model, optimizer, loss, epochs, rnd, penalty)
         return RecordDict(
@@ -368,7 +358,7 @@ class DecisionClient:
         """Ditto: E epochs on ``loss(v) + (mu/2)||v - w_global||^2`` for the persistent personal model v."""
         kept = state.round_arrays("personal", rnd)
         personal = self.model_of(kept) if kept is not None else self.model(global_arrays)
-        penalty = proximal_term(personal, self.model(global_arrays), self.settings["ditto-mu"])
+        penalty = proximal_term(personal, self.model(global_arrays), self.params.ditto_mu)
         self.fit(personal, torch.optim.Adam(personal.parameters(), lr=lr), loss, epochs, rnd, penalty)
         state.set_round_arrays("personal", personal.state_dict(), rnd)
 
@@ -397,14 +387,14 @@ class DecisionClient:
     def train_personalize(self, content: RecordDict) -> RecordDict:
         """All personalization rounds t = 1..R_per, locally (ALGORITHMS.md 1.4); lam_t, lr_t, the
         freeze and the stop follow :class:`~client.personalization.PersonalSchedule`."""
-        cfg, config = self.settings, content.config_records["config"]
+        params, config = self.params, content.config_records["config"]
         state = self.state(content)
-        name = phase_loss(cfg, "personal")
+        name = params.phase_loss("personal")
         lam, lr = self.step_sizes(config, name)
-        sched = PersonalSchedule.from_settings(cfg, name, lam, lr)
+        sched = PersonalSchedule.from_params(params, name, lam, lr)
         kept = state.values("schedule")
         if kept is None:  # a fresh start from the global (or, local-only, the client's own) model
-            start = self.stored_model(state, "local") if cfg["own-model"] else None
+            start = self.stored_model(state, "local") if self.settings["own-model"] else None
             model = start or self.model(content.array_records["arrays"])
             optimizer = torch.optim.Adam(model.parameters(), lr=sched.lr0)
         else:  # a restarted node continues where it stopped
@@ -422,8 +412,8 @@ class DecisionClient:
         metrics: dict[str, float] = {}
         path = state.values("personal-log") or {}  # lam_t, lr_t: derived from lam0_j, so kept here
         monitor = np.random.default_rng(np.random.SeedSequence([self.cfg["seed"], MONITOR, self.pid]))
-        size = min(cfg["monitor-size"], len(self.data.val))
-        for t in range(1, cfg["personal-rounds"] + 1):
+        size = min(params.monitor_size, len(self.data.val))
+        for t in range(1, params.personal_rounds + 1):
             # Draw the monitor subset every round, also for rounds already done, to keep the stream aligned.
             index = torch.from_numpy(np.sort(monitor.choice(len(self.data.val), size=size, replace=False)))
             if t <= sched.round:
@@ -434,9 +424,9 @@ class DecisionClient:
             for group in optimizer.param_groups:
                 group["lr"] = sched.lr
             loss = make_loss(
-                name, self.data.train, self.data.polytope, cfg, sched.lam, self.gen(NOISE, 1000 + t)
+                name, self.data.train, self.data.polytope, params, sched.lam, self.gen(NOISE, 1000 + t)
             )
-            train_loss = self.fit(model, optimizer, loss, cfg["personal-epochs"], 1000 + t)
+            train_loss = self.fit(model, optimizer, loss, params.personal_epochs, 1000 + t)
             u = qp_lp_gap(self.data.val.c[index], self.data.polytope, sched.lam)
             sched.end(t, u)
             val = decision_metrics(model, self.data.val, self.data.polytope)
@@ -448,7 +438,7 @@ class DecisionClient:
                     f"r{t}-val-relative-regret": val["relative-regret"],
                 }
             )
-            if cfg["personal-trace"]:  # a diagnosis: the test metrics the evaluation reports, per round
+            if params.personal_trace:  # a diagnosis: the test metrics the evaluation reports, per round
                 test = decision_metrics(model, self.data.test, self.data.polytope)
                 metrics.update({f"r{t}-test-{k}": test[k] for k in ("absolute-regret", "relative-regret")})
             if state.directory is not None:  # on disk every round: a restarted node resumes here
@@ -469,21 +459,20 @@ class DecisionClient:
         lowest SPO+ loss; the local SPO+ model trains on the rest for ``interp-local-epochs`` epochs
         (to convergence: ~60 Adam steps, the warm start's budget, leave it far behind the federated
         model, and the blend would always pick the federated one)."""
-        cfg, poly, train = self.settings, self.data.polytope, self.data.train
-        n_cal = max(1, round(cfg["interp-split"] * len(train)))
+        params, poly, train = self.params, self.data.polytope, self.data.train
+        n_cal = max(1, round(params.interp_split * len(train)))
         fit_part = DecisionSplit(train.x[:-n_cal], train.c[:-n_cal])
         cal = DecisionSplit(train.x[-n_cal:], train.c[-n_cal:])
         local = self.new_model()
-        lr = cfg["interp-lr"]
-        loss = make_loss("spo+", fit_part, poly, cfg, 1.0, self.gen(NOISE, 2000))
+        loss = make_loss("spo+", fit_part, poly, params, 1.0, self.gen(NOISE, 2000))
         train_epochs(
             local,
             [(fit_part, loss)],
-            torch.optim.Adam(local.parameters(), lr=lr),
-            epochs=cfg["interp-local-epochs"],
-            batch_size=cfg["batch-size"],
+            torch.optim.Adam(local.parameters(), lr=params.lr),  # the run's lr, not a calibrated one
+            epochs=params.interp_local_epochs,
+            batch_size=params.batch_size,
             generator=self.gen(BATCHES, 2000),
-            clip_norm=cfg["clip-norm"],
+            clip_norm=params.clip_norm,
         )
         with torch.no_grad():
             blends = torch.linspace(0, 1, 21, dtype=torch.float64)
@@ -544,7 +533,7 @@ class DecisionClient:
             if "fed" in models:
                 state.set_arrays(FEDERATED, models["fed"].state_dict())  # type: ignore[union-attr]
             self.save_inference(state, content, deployed, kept=[MODEL_NAMES[p] for p in tested])
-        if self.settings["interp-dffl"] and not self.settings["own-model"]:
+        if self.params.interp_dffl and not self.settings["own-model"]:
             metrics.update({f"interp-{k}": v for k, v in self.interp_dffl(fed).items()})
         metrics["num-examples"] = len(test)
         return RecordDict({"metrics": MetricRecord(metrics)})
@@ -563,7 +552,7 @@ class DecisionClient:
         about = {
             "run": str(content.config_records["config"]["run-name"]),
             "method": str(self.settings.get("method", "")),
-            "loss": str(self.settings["loss"]),
+            "loss": self.params.loss,
             "client": data.name,
             "partition-id": self.pid,
             "features": list(data.feature_names),

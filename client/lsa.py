@@ -28,6 +28,7 @@ from flwr.app import ConfigRecord, Context, MetricRecord, RecordDict
 
 from client.session import ClientSession
 from client.state import ClientState
+from hetfed.methods.lsa import LSAParams
 from hetfed.records import scalar, to_numpy, to_record
 
 SAMPLE_STREAM = 11  # stream id of the TD(0) samples (other seeded streams use other ids)
@@ -114,7 +115,8 @@ class LSAClient:
     def __init__(self, session: ClientSession, context: Context, settings: Mapping[str, Any]) -> None:
         self.session = session
         self.cfg = session.cfg  # the problem's keys only (seed, data)
-        self.settings = settings  # the method: the message's ConfigRecord (strategy's client_settings)
+        self.settings = settings  # the message's ConfigRecord (strategy's client_settings)
+        self.params = LSAParams.from_config(settings)  # the method's parameters, typed
         self.agent = session.data()
         self.context = context
 
@@ -129,20 +131,20 @@ class LSAClient:
                         "num-partitions": self.session.num_partitions,
                     }
                 ),
-                "metrics": MetricRecord({"num-examples": self.settings["lsa-batch"]}),
+                "metrics": MetricRecord({"num-examples": self.params.batch}),
             }
         )
 
     def residual(self, theta: np.ndarray, iteration: int) -> np.ndarray:
         """``g_c^t(theta) = A_c theta - b_c`` on iteration ``t``'s samples (or the exact means)."""
-        if self.settings["lsa-exact"]:
+        if self.params.exact:
             return self.agent.A_bar @ theta - self.agent.b_bar
         rng = sample_rng(self.cfg["seed"], self.session.partition_id, iteration)
-        return self.agent.g(theta, rng, self.settings["lsa-batch"])
+        return self.agent.g(theta, rng, self.params.batch)
 
     def log(self, config: ConfigRecord) -> RoundLog:
         state = self.session.state(self.context, config)
-        return RoundLog(state, self.settings["checkpoint-every"])
+        return RoundLog(state, int(scalar(self.settings["checkpoint-every"])))
 
     @staticmethod
     def last_round(config: ConfigRecord, default: int) -> int:

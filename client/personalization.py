@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+
+from hetfed.methods.decision import LOSSES, DecisionParams
 
 
 @dataclass
@@ -42,20 +43,19 @@ class PersonalSchedule:
         self.lam, self.lr = self.lam0, self.lr0  # round 1's values until annealed (or resumed)
 
     @classmethod
-    def from_settings(
-        cls, settings: Mapping[str, Any], loss: str, lam0: float, lr0: float
-    ) -> PersonalSchedule:
-        """The schedule of ``loss`` from the message's settings and the client's warm-start lam0, lr0."""
-        rspo = loss == "rspo+"
+    def from_params(cls, params: DecisionParams, loss: str, lam0: float, lr0: float) -> PersonalSchedule:
+        """The schedule of ``loss`` from the method's parameters and the client's warm-start lam0,
+        lr0: annealed (and with RSPO+'s own lr scale) for a loss that anneals, else fixed."""
+        anneals = LOSSES[loss].anneals
         return cls(
             lam0=lam0,
-            lr0=lr0 * settings["rspo-alpha-personal"] / settings["rspo-alpha"] if rspo else lr0,
-            annealed=rspo and bool(settings["anneal"]),
-            kappa_lam=float(settings["kappa-lam"]),
-            kappa_lr=float(settings["kappa-lr"]),
-            coupled_alpha=float(settings["rspo-alpha-personal"]) if settings["coupled-lr"] else None,
-            tau=float(settings["freeze-tau"]),
-            extra_rounds=int(settings["freeze-extra-rounds"]),
+            lr0=lr0 * params.rspo_alpha_personal / params.rspo_alpha if anneals else lr0,
+            annealed=anneals and params.anneal,
+            kappa_lam=params.kappa_lam,
+            kappa_lr=params.kappa_lr,
+            coupled_alpha=params.rspo_alpha_personal if params.coupled_lr else None,
+            tau=params.freeze_tau,
+            extra_rounds=params.freeze_extra_rounds,
         )
 
     def trains(self, t: int) -> bool:

@@ -283,7 +283,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     if args.strategy:  # the run's keys, that method's and the problems'
         from hetfed.config import METHODS, PROBLEM_SCHEMA, RUN_KEYS
 
-        keys = RUN_KEYS | dict(METHODS[args.strategy].keys) | PROBLEM_SCHEMA
+        keys = RUN_KEYS | METHODS[args.strategy].params.schema() | PROBLEM_SCHEMA
     for name, key in keys.items():
         extra = f" one of {list(key.choices)}" if key.choices else ""
         print(f"{name:22s} {key.kind.__name__:5s} default {key.default!r:12}  {key.help}{extra}")

@@ -1,10 +1,11 @@
-"""The run configuration: every tunable, its type, range and meaning, and the method registry.
+"""The run configuration: every tunable, its type, range and meaning.
 
 Flower passes the run config (``[tool.flwr.app.config]`` merged with
 ``--run-config`` overrides) to the ServerApp and to every ClientApp. This module
 is the single description of those keys, in groups: the run's own (:data:`RUN_KEYS`), each
-method's (:data:`METHODS`: name -> strategy class and the keys it reads) and the problems'
-(:data:`PROBLEM_SCHEMA`); :data:`SCHEMA` is built from them. ``validate`` checks a run config before
+method's (:data:`METHODS`, hetfed/methods: name -> strategy class and its typed parameters,
+whose fields are its keys) and the problems' (:data:`PROBLEM_SCHEMA`); :data:`SCHEMA` is built
+from them. ``validate`` checks a run config before
 round 1 and names the culprit on error, ``parse_assignments`` turns
 ``hetfed run --set key=value`` into typed values, and a test keeps
 ``pyproject.toml`` in step with :data:`SCHEMA`.
@@ -12,90 +13,23 @@ round 1 and names the culprit on error, ``parse_assignments`` turns
 
 from __future__ import annotations
 
-import math
 import tomllib
-import unicodedata
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-Value = bool | int | float | str
+from hetfed.methods import METHODS, Method
+from hetfed.params import INT64, ConfigError, Key, Value, check_name
 
-
-class ConfigError(ValueError):
-    """A run configuration that cannot run; the message names the key."""
-
-
-@dataclass(frozen=True)
-class Key:
-    """One run-config key: default (which fixes its type), range and help."""
-
-    default: Value
-    help: str
-    choices: tuple[str, ...] | None = None
-    low: float | None = None  # inclusive lower bound
-    high: float | None = None  # inclusive upper bound
-    low_open: bool = False  # lower bound is exclusive (e.g. a step size > 0)
-
-    @property
-    def kind(self) -> type:
-        return type(self.default)
-
-    def check(self, name: str, value: Any) -> Value:
-        """Return ``value`` converted to this key's type, or raise ConfigError."""
-        kind = self.kind
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ConfigError(
-                f"run config '{name}': expected {kind.__name__}, got {type(value).__name__} {value!r}"
-            )
-        value = cast(Value, value)  # isinstance against a runtime type narrows to object only
-        if isinstance(value, int) and not INT64[0] <= value <= INT64[1]:
-            raise ConfigError(
-                f"run config '{name}': {value} does not fit a signed 64-bit integer (Flower's records "
-                f"hold [{INT64[0]}, {INT64[1]}])"
-            )
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"run config '{name}': must be finite, got {value!r}")
-        if self.choices is not None and value not in self.choices:
-            raise ConfigError(
-                f"run config '{name}': unknown value {value!r}; choose one of {list(self.choices)}"
-            )
-        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
-            op = ">" if self.low_open else ">="
-            raise ConfigError(f"run config '{name}': must be {op} {self.low:g}, got {value!r}")
-        if self.high is not None and value > self.high:
-            raise ConfigError(f"run config '{name}': must be <= {self.high:g}, got {value!r}")
-        if name in NAME_KEYS and value:
-            check_name(f"run config '{name}'", str(value))
-        return value
-
-
-INT64 = (-(2**63), 2**63 - 1)
-NAME_KEYS = ("run-name",)  # names a folder on the server and on every silo (client/state.py run_key)
-
-
-def check_name(where: str, name: str) -> str:
-    """A run name names a results folder and every silo's state folder: 1-200 bytes, no '/' or
-    '\\', no control character (a newline), no blank at either end, not starting with '.'."""
-    bad = sorted({c for c in name if c in "/\\" or unicodedata.category(c).startswith("C")})
-    if len(name.encode()) > 200:
-        why = f"{len(name.encode())} bytes (at most 200: it is part of file names)"
-    elif bad:
-        why = f"characters {''.join(bad)!r} not allowed"
-    elif not name.strip():
-        why = "empty or blank"
-    elif name != name.strip():
-        why = "a blank at either end"
-    elif name.startswith("."):
-        why = "must not start with '.'"
-    else:
-        return name
-    shown = f"{name[:40]!r}{'...' if len(name) > 40 else ''}"
-    raise ConfigError(f"{where}: {shown}: {why} (a run name names folders on the server and every silo)")
-
+__all__ = [
+    "INT64",
+    "METHODS",
+    "ConfigError",
+    "Key",
+    "Method",
+    "Value",
+    "check_name",
+]
 
 PROBLEMS = (
     "knapsack",
@@ -111,158 +45,7 @@ PROBLEMS = (
     "tabular",
 )
 ENGINES = ("", "inline", "simulation", "deployment")
-DECISION_LOSSES = ("mse", "spo+", "rspo+", "pfyl", "dpo", "mse->spo+", "optnet")
 
-# --- methods: the keys each one reads beyond the run's own (RUN_KEYS) and its problem's ---------
-# The decision and the constrained clients' mini-batch.
-BATCH_SIZE = Key(64, "Mini-batch size (a client with fewer samples trains on one full batch)", low=1)
-
-# Decision-focused training (ALGORITHMS.md 1.3-1.5): fedavg, fedrspo, local-only; the MLP, the
-# losses, FedProx / Ditto and the personalization schedule of the decision client.
-DECISION_KEYS: dict[str, Key] = {
-    "fraction": Key(
-        0.4, "Fraction of clients sampled per round (ceil(fraction * n))", low=0.0, high=1.0, low_open=True
-    ),
-    "local-epochs": Key(3, "Local epochs per round", low=1),
-    "batch-size": BATCH_SIZE,
-    "lr": Key(1e-3, "Client learning rate (Adam)", low=0.0, low_open=True),
-    "clip-norm": Key(1.0, "Gradient-norm clip per parameter array; 0 = off", low=0.0),
-    "loss": Key("mse", "Training loss of the decision-focused model", choices=DECISION_LOSSES),
-    "hidden": Key(64, "Hidden units of the MLP; 0 = the linear predictor (no hidden layer, no bias)", low=0),
-    "personal-rounds": Key(10, "Personalization rounds after the warm start (0 = none)", low=0),
-    "personal-epochs": Key(1, "Local epochs per personalization round", low=1),
-    "rspo-alpha": Key(
-        0.01, "RSPO+ lr scale in the warm start: lr0_j = alpha lam0_j / 4", low=0.0, low_open=True
-    ),
-    "rspo-alpha-personal": Key(
-        0.01, "RSPO+ lr scale in personalization (energy: 0.001)", low=0.0, low_open=True
-    ),
-    "calibration-norm": Key(
-        "mean",
-        "Scale of lam0_j = s(||c_i||) / R_j: mean (the paper) or median (robust to price spikes)",
-        choices=("mean", "median"),
-    ),
-    "fixed-lam0": Key(
-        0.0,
-        "lam0 for every client instead of its calibration (0 = calibrate; paper's shortest path: 2)",
-        low=0.0,
-    ),
-    "anneal": Key(True, "RSPO+ personalization: inverse-time schedules and freezing"),
-    "kappa-lam": Key(1.0, "lam_t = lam0 / (1 + kappa_lam (t - 1))", low=0.0),
-    "kappa-lr": Key(0.1, "lr_t = lr0 / (1 + kappa_lr (t - 1))", low=0.0),
-    "coupled-lr": Key(False, "The paper's coupled schedule lr_t = alpha lam_t / 4 instead of kappa-lr"),
-    "freeze-tau": Key(0.01, "Freeze lam and lr once U_t <= tau (energy: 0.03)", low=0.0),
-    "freeze-extra-rounds": Key(3, "Rounds a frozen client still trains before it stops", low=0),
-    "personal-trace": Key(
-        False, "Diagnosis: each personalization round also reports the personal model's test regret"
-    ),
-    "monitor-size": Key(8, "Validation samples of the freeze statistic U_t", low=1),
-    "proximal-mu": Key(0.0, "FedProx: (mu/2)||theta - theta_global||^2 added to every batch loss", low=0.0),
-    "ditto-mu": Key(
-        0.0, "Ditto: personal model trained with (mu/2)||v - theta_global||^2 (0 = off)", low=0.0
-    ),
-    "perturb-eps": Key(1.0, "PFYL/DPO: Gaussian perturbation scale", low=0.0, low_open=True),
-    "perturb-samples": Key(10, "PFYL/DPO: perturbation samples", low=2),
-    "optnet-mult": Key(0.1, "OptNet-style: QP regularisation eps = mult * lam0_j", low=0.0, low_open=True),
-    "optnet-backend": Key(
-        "exact", "OptNet-style QP layer: exact (structured sets) or qpth", choices=("exact", "qpth")
-    ),
-    "interp-dffl": Key(False, "Also evaluate Interp-DFFL: blend a local model with the federated one"),
-    "interp-split": Key(
-        0.2, "Interp-DFFL: calibration share of the training data", low=0.0, high=1.0, low_open=True
-    ),
-    "interp-local-epochs": Key(
-        100, "Interp-DFFL: epochs of the local SPO+ model (trained to convergence)", low=1
-    ),
-}
-
-# FedRSPO+'s per-client calibration: fedrspo, local-only.
-CALIBRATION_KEYS: dict[str, Key] = {
-    "per-client-calibration": Key(True, "Per-client lam0_j, lr0_j (false: their mean for every client)"),
-}
-
-# The constrained harness (ALGORITHMS.md 2): softmax-switching and its baselines.
-CONSTRAINED_KEYS: dict[str, Key] = {
-    "switching-eps": Key(0.05, "Constraint tolerance eps (max_i g_i <= eps)", low=0.0, low_open=True),
-    "switching-threshold": Key(0.025, "Switch to the objectives when <q, g> <= threshold"),
-    "switching-eta": Key(0.1, "Server step eta", low=0.0, low_open=True),
-    "switching-gamma": Key(0.1, "Local step gamma", low=0.0, low_open=True),
-    "switching-local-steps": Key(1, "Local steps E per round", low=1),
-    "switching-m": Key(0, "Clients sampled per round m; 0 = all", low=0),
-    "switching-theory-d": Key(
-        0.0, "Diameter D; with switching-theory-l > 0 sets eta, gamma, threshold by theory", low=0.0
-    ),
-    "switching-theory-l": Key(0.0, "Lipschitz constant L of the f_i, g_i (see switching-theory-d)", low=0.0),
-    "switching-eval-every": Key(
-        10, "Evaluate F = max f_i, G = max g_i on all clients every k rounds (0 = at the end)", low=0
-    ),
-    "batch-zeta": Key(32, "Batch size of the f_i, g_i query", low=1),
-    "batch-size": BATCH_SIZE,
-}
-
-# Softmax switching's own temperature.
-SWITCHING_KEYS: dict[str, Key] = {
-    "switching-alpha": Key(10.0, "Softmax temperature alpha of p, q", low=0.0, low_open=True),
-}
-
-PENALTY_KEYS: dict[str, Key] = {
-    "penalty-rho": Key(10.0, "Penalty weight rho of f + rho max(g, 0)", low=0.0),
-}
-
-PRIMAL_DUAL_KEYS: dict[str, Key] = {
-    "pd-dual-lr": Key(0.1, "Dual step of the primal-dual baseline", low=0.0),
-    "pd-dual-step": Key(
-        "mean", "Dual ascent on the mean or the max of the sampled g_i", choices=("mean", "max")
-    ),
-}
-
-# Linear stochastic approximation (ALGORITHMS.md 3): pflsa, fedlsa, scafflsa, single-lsa.
-LSA_KEYS: dict[str, Key] = {
-    "lsa-eta": Key(0.2, "Step size eta of the LSA strategies", low=0.0, low_open=True),
-    "lsa-batch": Key(1, "LSA: samples per agent and iteration (their mean is one step's sample)", low=1),
-    "lsa-local-steps": Key(1, "LSA: local steps H per round (fedlsa, scafflsa, single-lsa; pflsa: 1)", low=1),
-    "lsa-exact": Key(False, "LSA: noise-free steps with the exact means A_bar_c, b_bar_c"),
-    "lsa-report-every": Key(
-        1, "LSA: clients report ||theta_c - theta_c*||^2 every k rounds (and after the last)", low=1
-    ),
-}
-
-PFLSA_KEYS: dict[str, Key] = {
-    "pflsa-beta": Key(
-        0.0, "PF-LSA weight beta of the agent's own update; 0 = 1/N (recommended)", low=0.0, high=1.0
-    ),
-}
-
-
-@dataclass(frozen=True)
-class Method:
-    """One method of the registry: its strategy class, imported only when a run builds it
-    (``module:Class``, strategies/registry.py), and the run-config keys it reads beyond
-    :data:`RUN_KEYS` and its problem's (the class's ``config_keys`` and ``client_keys``; a test
-    keeps the two equal)."""
-
-    strategy: str
-    keys: Mapping[str, Key]
-
-
-METHODS: dict[str, Method] = {
-    "fedavg": Method("strategies.fedavg:FedAvg", DECISION_KEYS),
-    "fedrspo": Method("strategies.fedrspo:FedRSPO", DECISION_KEYS | CALIBRATION_KEYS),
-    "local-only": Method("strategies.fedrspo:LocalOnly", DECISION_KEYS | CALIBRATION_KEYS),
-    "softmax-switching": Method(
-        "strategies.softmax_switching:SoftmaxSwitching", CONSTRAINED_KEYS | SWITCHING_KEYS
-    ),
-    "penalty": Method("strategies.constrained_baselines:FederatedPenalty", CONSTRAINED_KEYS | PENALTY_KEYS),
-    "primal-dual": Method(
-        "strategies.constrained_baselines:FederatedPrimalDual", CONSTRAINED_KEYS | PRIMAL_DUAL_KEYS
-    ),
-    "fedavg-unconstrained": Method("strategies.constrained_baselines:UnconstrainedFedAvg", CONSTRAINED_KEYS),
-    "crpo": Method("strategies.constrained_baselines:ParallelCRPO", CONSTRAINED_KEYS),
-    "pflsa": Method("strategies.pflsa:PFLSA", LSA_KEYS | PFLSA_KEYS),
-    "fedlsa": Method("strategies.fedlsa:FedLSA", LSA_KEYS),
-    "scafflsa": Method("strategies.fedlsa:SCAFFLSA", LSA_KEYS),
-    "single-lsa": Method("strategies.lsa:SingleLSA", LSA_KEYS),
-}
 STRATEGIES = tuple(METHODS)
 
 # --- problems: which task, and how a client makes or reads its data (problems/registry.py) -----
@@ -413,7 +196,9 @@ CONSTRAINED_TASK_KEYS: dict[str, Key] = {
 
 # --- the run: what every method and engine reads ------------------------------------------
 RUN_KEYS: dict[str, Key] = {
-    "run-name": Key("", "Name of the results folder results-dir/<run-name>; empty = generated"),
+    "run-name": Key(
+        "", "Name of the results folder results-dir/<run-name>; empty = generated", names_folder=True
+    ),
     "results-dir": Key("results", "Where runs write their results (relative to the ServerApp's cwd)"),
     "engine": Key("", "Engine label recorded with the results (set by `hetfed run`)", choices=ENGINES),
     "launch": Key(
@@ -488,7 +273,7 @@ PROBLEM_SCHEMA: dict[str, Key] = (
     | CONSTRAINED_TASK_KEYS
 )
 # Every key: the run's, each method's (in registry order), then the problems'.
-METHOD_SCHEMA: dict[str, Key] = {k: v for method in METHODS.values() for k, v in method.keys.items()}
+METHOD_SCHEMA: dict[str, Key] = {k: v for m in METHODS.values() for k, v in m.params.schema().items()}
 SCHEMA: dict[str, Key] = RUN_KEYS | METHOD_SCHEMA | PROBLEM_SCHEMA
 
 

@@ -23,7 +23,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
-from hetfed.config import SCHEMA
+from hetfed.params import Params
 from hetfed.records import to_numpy, to_record
 from hetfed.secagg import contribution
 
@@ -78,31 +78,27 @@ class FederatedStrategy(Strategy):
     """Base class: subclasses implement the four Flower hooks, ``setup``/``finish`` and state.
 
     The message contract: every instruction's ConfigRecord carries :meth:`client_settings`, the
-    name of the client handler that serves the strategy (``client``) and the run-config values
-    its handlers read (``client_keys``), so a client takes the method from the message and
-    its run config only for its problem and data.
+    name of the client handler that serves the strategy (``client``) and the method's typed
+    parameters (``params``, hetfed/methods; the client rebuilds them from the message), so a
+    client takes the method from the message and its run config only for its problem and data.
     """
 
     family: ClassVar[str] = ""  # the kind of problem it solves: decision, constrained or lsa
     client_handler: ClassVar[str] = ""  # the client class that serves this strategy (client/app.py)
+    params_type: ClassVar[type[Params]] = Params  # its parameters (hetfed/methods: the registry's)
     method: str = ""  # the run-config strategy name it was built for (strategies.registry.build_strategy)
-    client_keys: ClassVar[tuple[str, ...]] = ()  # run-config keys its handlers read
-    # Constructor keyword -> the run-config key it comes from (merged along the class hierarchy
-    # by :meth:`config_map`); ``build`` maps a run config onto the constructor with it.
-    config_keys: ClassVar[dict[str, str]] = {"num_rounds": "num-rounds"}
 
     def __init__(
         self,
         *,
         num_rounds: int,
-        client_options: Mapping[str, Any] | None = None,
+        params: Params | None = None,
         initial_arrays: ArrayRecord | None = None,
     ) -> None:
-        """``num_rounds`` federated rounds; ``client_options``: the values of ``client_keys`` that
-        every message carries to the client handler (its model, loss, local schedule)."""
+        """``num_rounds`` federated rounds of the method with ``params`` (default: the defaults of
+        its ``params_type``), from ``initial_arrays``."""
         self.rounds = num_rounds
-        defaults = {key: SCHEMA[key].default for key in self.client_keys}
-        self.client_options = {**defaults, **(client_options or {})}
+        self.params = params or self.params_type()
         self.arrays = initial_arrays
         self._pool: Clients | None = None  # set by the round loop
         self.history: dict[int, dict[str, float]] = {}  # round -> aggregate metrics
@@ -119,30 +115,14 @@ class FederatedStrategy(Strategy):
         self._pool = clients
 
     @classmethod
-    def config_map(cls) -> dict[str, str]:
-        """Constructor keyword -> run-config key, over the class and its bases."""
-        merged: dict[str, str] = {}
-        for klass in reversed(cls.__mro__):
-            merged.update(vars(klass).get("config_keys", {}))
-        return merged
-
-    @classmethod
-    def config_kwargs(cls, cfg: Mapping[str, Any]) -> dict[str, Any]:
-        """The constructor's keywords from run config ``cfg``: the one place a strategy reads it."""
-        return {
-            **{param: cfg[key] for param, key in cls.config_map().items()},
-            "client_options": {key: cfg[key] for key in cls.client_keys},
-        }
-
-    @classmethod
     def build(cls, cfg: Mapping[str, Any]) -> FederatedStrategy:
         """The strategy for run config ``cfg`` (validated), with its initial model."""
-        return cls(**cls.config_kwargs(cfg))
+        return cls(num_rounds=cfg["num-rounds"], params=cls.params_type.from_config(cfg))
 
     # --- what subclasses provide ---------------------------------------------------------
     def client_settings(self) -> dict[str, Any]:
         """What every message to a client carries besides the exchange's own values."""
-        return {"client": self.client_handler, "method": self.method, **self.client_options}
+        return {"client": self.client_handler, "method": self.method, **self.params.to_config()}
 
     @property
     def num_rounds(self) -> int:

@@ -21,11 +21,13 @@ stepped on the objective (as the switching method does).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Unpack
+from typing import Any
 
 import numpy as np
+from flwr.app import ArrayRecord
 
-from strategies.softmax_switching import ConstrainedRounds, HarnessOptions, RoundPlan
+from hetfed.methods.constrained import PenaltyParams, PrimalDualParams
+from strategies.softmax_switching import ConstrainedRounds, RoundPlan
 
 
 def uniform(f: Mapping[int, float]) -> dict[int, float]:
@@ -36,44 +38,47 @@ def uniform(f: Mapping[int, float]) -> dict[int, float]:
 class FederatedPenalty(ConstrainedRounds):
     """Federated penalty method: FedAvg-style steps on ``f_i + rho max(g_i, 0)``."""
 
-    config_keys = {"rho": "penalty-rho"}
-
-    def __init__(self, *, rho: float = 10.0, **harness: Unpack[HarnessOptions]) -> None:
-        super().__init__(**harness)
-        self.rho = rho
+    params_type = PenaltyParams
+    params: PenaltyParams
 
     def settings(self) -> dict[str, float]:
-        return {**super().settings(), "rho": self.rho}
+        return {**super().settings(), "rho": self.params.rho}
 
     def plan(self, server_round: int, f: Mapping[int, float], g: Mapping[int, float]) -> RoundPlan:
-        return RoundPlan("penalty", uniform(f), multiplier=self.rho)
+        return RoundPlan("penalty", uniform(f), multiplier=self.params.rho)
 
 
 class FederatedPrimalDual(ConstrainedRounds):
     """Federated primal-dual: Lagrangian steps, dual ascent on the mean or the max of the sampled g_i."""
 
-    config_keys = {"dual_lr": "pd-dual-lr", "dual_step": "pd-dual-step"}
+    params_type = PrimalDualParams
+    params: PrimalDualParams
 
     def __init__(
-        self, *, dual_lr: float = 0.1, dual_step: str = "mean", **harness: Unpack[HarnessOptions]
+        self,
+        *,
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 10,
+        seed: int = 42,
+        params: PrimalDualParams | None = None,
     ) -> None:
-        """Dual step size ``dual_lr``; ``dual_step``: ascent on the ``mean`` or the ``max`` of the g_i."""
-        super().__init__(**harness)
-        self.dual_lr, self.dual_step = dual_lr, dual_step
+        """As :class:`ConstrainedRounds`; ``params.dual_lr`` is the dual step size, ``params.dual_step``
+        ascent on the ``mean`` or the ``max`` of the g_i."""
+        super().__init__(initial_arrays=initial_arrays, num_rounds=num_rounds, seed=seed, params=params)
         self.multiplier = 0.0  # lambda_k
 
     def settings(self) -> dict[str, float]:
         return {
             **super().settings(),
-            "dual-lr": self.dual_lr,
-            "dual-step-max": float(self.dual_step == "max"),
+            "dual-lr": self.params.dual_lr,
+            "dual-step-max": float(self.params.dual_step == "max"),
         }
 
     def plan(self, server_round: int, f: Mapping[int, float], g: Mapping[int, float]) -> RoundPlan:
         values = np.array(list(g.values()))
-        signal = float(values.max() if self.dual_step == "max" else values.mean())
+        signal = float(values.max() if self.params.dual_step == "max" else values.mean())
         used = self.multiplier
-        self.multiplier = max(0.0, used + self.dual_lr * signal)
+        self.multiplier = max(0.0, used + self.params.dual_lr * signal)
         return RoundPlan("lagrangian", uniform(f), multiplier=used, metrics={"multiplier": used})
 
     def state_dict(self) -> dict[str, Any]:

@@ -3,63 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar, Required, TypedDict
+from typing import Any, ClassVar
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.app.typing import MetricRecordValues
 from flwr.serverapp import Grid
 
-from hetfed.config import ConfigError
+from hetfed.methods.decision import LOSSES, DecisionParams
+from hetfed.params import ConfigError
 from hetfed.records import to_numpy, to_record
 from problems.models import make_mlp, model_record
 from problems.registry import get_problem
 from strategies.base import FederatedStrategy, WeightedSum, ceil_fraction, reply_metrics
 from strategies.summary import summarize
-
-# What the decision client's handlers read (client/decision_client.py): the model, the losses and
-# their parameters, the FedProx / Ditto terms and the personalization schedule.
-DECISION_CLIENT_KEYS = (
-    "loss",
-    "hidden",
-    "batch-size",
-    "clip-norm",
-    "proximal-mu",
-    "ditto-mu",
-    "rspo-alpha",
-    "rspo-alpha-personal",
-    "calibration-norm",
-    "fixed-lam0",
-    "personal-rounds",
-    "personal-epochs",
-    "anneal",
-    "kappa-lam",
-    "kappa-lr",
-    "coupled-lr",
-    "freeze-tau",
-    "freeze-extra-rounds",
-    "personal-trace",
-    "monitor-size",
-    "perturb-eps",
-    "perturb-samples",
-    "optnet-mult",
-    "optnet-backend",
-    "interp-dffl",
-    "interp-split",
-    "interp-local-epochs",
-)
-
-
-class FedAvgOptions(TypedDict, total=False):
-    """The keywords of :class:`FedAvg`, which the strategies built on it accept."""
-
-    initial_arrays: Required[ArrayRecord]
-    num_rounds: int
-    fraction: float
-    lr: float
-    local_epochs: int
-    seed: int
-    client_options: Mapping[str, Any] | None
 
 
 class FedAvg(FederatedStrategy):
@@ -76,24 +33,21 @@ class FedAvg(FederatedStrategy):
 
     family = "decision"
     client_handler = "decision"
-    client_keys = DECISION_CLIENT_KEYS
+    params_type = DecisionParams
+    params: DecisionParams
     own_model: ClassVar[bool] = False  # local-only: each client trains and evaluates its own model
-
-    config_keys = {"fraction": "fraction", "lr": "lr", "local_epochs": "local-epochs", "seed": "seed"}
 
     def __init__(
         self,
         *,
         initial_arrays: ArrayRecord,
         num_rounds: int = 10,
-        fraction: float = 0.4,
-        lr: float = 1e-3,
-        local_epochs: int = 3,
         seed: int = 42,
-        client_options: Mapping[str, Any] | None = None,
+        params: DecisionParams | None = None,
     ) -> None:
-        super().__init__(num_rounds=num_rounds, client_options=client_options, initial_arrays=initial_arrays)
-        self.fraction, self.lr, self.local_epochs = fraction, lr, local_epochs
+        """``num_rounds`` rounds from ``initial_arrays``; ``params``: sampling, local training and
+        what the decision client reads (default: every default); ``seed``: the sampling stream."""
+        super().__init__(num_rounds=num_rounds, params=params, initial_arrays=initial_arrays)
         # A stream of its own, so sampling is the same whatever the loss or batch order.
         self.rng = np.random.default_rng(np.random.SeedSequence([int(seed), 7]))
         self.final: dict[str, Any] = {}
@@ -101,25 +55,25 @@ class FedAvg(FederatedStrategy):
     @classmethod
     def build(cls, cfg: Mapping[str, Any]) -> FederatedStrategy:
         """The strategy with the seeded MLP of the problem's feature and cost dimensions."""
-        cls.check_config(cfg)
+        params = cls.params_type.from_config(cfg)
+        cls.check_params(params)
         dims = get_problem(cfg["problem"]).model_dims
         assert dims is not None  # a decision problem: build_strategy checked the family
         in_dim, out_dim = dims(cfg)
-        model = model_record(make_mlp(in_dim, cfg["hidden"], out_dim, seed=cfg["seed"]))
-        return cls(initial_arrays=model, **cls.config_kwargs(cfg))
+        model = model_record(make_mlp(in_dim, params.hidden, out_dim, seed=cfg["seed"]))
+        return cls(initial_arrays=model, num_rounds=cfg["num-rounds"], seed=cfg["seed"], params=params)
 
     @classmethod
-    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+    def check_params(cls, params: DecisionParams) -> None:
         """Cross-key checks the schema cannot express: RSPO+ and OptNet need a calibration."""
-        if cfg["loss"] in ("rspo+", "optnet"):
+        if LOSSES[params.loss].needs_calibration:
             raise ConfigError(
-                f"run config 'loss': {cfg['loss']!r} needs the per-client calibration of "
+                f"run config 'loss': {params.loss!r} needs the per-client calibration of "
                 "strategy 'fedrspo' (or 'local-only')"
             )
 
     def client_settings(self) -> dict[str, Any]:
-        # Interp-DFFL's local model trains with the run's lr (a train message's "lr" is the client's).
-        return {**super().client_settings(), "own-model": self.own_model, "interp-lr": self.lr}
+        return {**super().client_settings(), "own-model": self.own_model}
 
     def participants(self) -> list[int]:
         """The partitions taking part in the run (every connected client)."""
@@ -132,16 +86,16 @@ class FedAvg(FederatedStrategy):
     def sample(self) -> list[int]:
         """The partitions trained this round."""
         parts = self.participants()
-        k = ceil_fraction(self.fraction, len(parts))
+        k = ceil_fraction(self.params.fraction, len(parts))
         return sorted(int(p) for p in self.rng.choice(parts, size=k, replace=False))
 
     def planned_sample(self, population: int) -> int:
         """Clients per round (for the DP accountant's plan)."""
-        return ceil_fraction(self.fraction, population)
+        return ceil_fraction(self.params.fraction, population)
 
     def client_config(self, config: ConfigRecord, partition_id: int) -> ConfigRecord:
-        """The training settings sent to one client."""
-        return ConfigRecord({**config, "lr": self.lr, "local-epochs": self.local_epochs})
+        """The training message's config for one client (beyond the settings: none for FedAvg)."""
+        return config
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid

@@ -19,12 +19,12 @@ control variate as if it had sent that stand-in in every round it missed
 
 from __future__ import annotations
 
-from typing import Unpack
-
 import numpy as np
+from flwr.app import ArrayRecord
 
+from hetfed.methods.lsa import LSAParams
 from hetfed.records import to_record
-from strategies.lsa import LSAOptions, LSAStrategy
+from strategies.lsa import LSAStrategy
 
 
 class FedLSA(LSAStrategy):
@@ -34,10 +34,24 @@ class FedLSA(LSAStrategy):
     reply_key = "theta"
     client_handler = "lsa-local-steps"
 
-    def __init__(self, *, dim: int, **lsa: Unpack[LSAOptions]) -> None:
-        """The shared parameter starts at theta^0 = 0 (of size ``dim``)."""
-        lsa.setdefault("initial_arrays", to_record({"theta": np.zeros(dim)}))
-        super().__init__(dim=dim, **lsa)
+    def __init__(
+        self,
+        *,
+        dim: int,
+        num_rounds: int = 10,
+        params: LSAParams | None = None,
+        checkpoint_every: int = 1,
+        initial_arrays: ArrayRecord | None = None,
+    ) -> None:
+        """As :class:`LSAStrategy`; the shared parameter starts at theta^0 = 0 (of size ``dim``) unless
+        ``initial_arrays`` says otherwise."""
+        super().__init__(
+            dim=dim,
+            num_rounds=num_rounds,
+            params=params,
+            checkpoint_every=checkpoint_every,
+            initial_arrays=initial_arrays or to_record({"theta": np.zeros(dim)}),
+        )
 
     def remember(self, value: np.ndarray, start: np.ndarray | None) -> np.ndarray:
         """The agent's local step of this round, ``theta_c^{r,H} - theta^{r-1}``."""

@@ -25,36 +25,32 @@ Options composing with it: FedProx (``proximal-mu``, a client-side term) and Dit
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Unpack
+from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 
-from hetfed.config import ConfigError
+from hetfed.methods.decision import CalibratedParams, DecisionParams
+from hetfed.params import ConfigError
 from hetfed.secure_mean import unmasked_mean
 from strategies.base import FederationError, checked_arrays, reply_arrays, reply_metrics
-from strategies.fedavg import FedAvg, FedAvgOptions
+from strategies.fedavg import FedAvg
 
 # What a client's masked (lam0_j, lr0_j) must look like: two uint64 words.
 MASKED_CALIBRATION = {"masked-calibration": np.zeros(2, dtype=np.uint64)}
-# Losses whose lr and lam come from the per-client calibration (the others use `lr`).
-CALIBRATED_LOSSES = ("rspo+",)
 
 
 class FedRSPO(FedAvg):
     """Calibration, federated warm start, personalization and evaluation, for any decision loss."""
 
-    config_keys = {
-        "loss": "loss",
-        "personal_rounds": "personal-rounds",
-        "per_client_calibration": "per-client-calibration",
-    }
+    params_type = CalibratedParams
+    params: CalibratedParams
 
     @classmethod
-    def check_config(cls, cfg: Mapping[str, Any]) -> None:
+    def check_params(cls, params: DecisionParams) -> None:
         """Ditto keeps its own personal model: no personalization rounds on top of it."""
-        if cfg["ditto-mu"] > 0 and cfg["personal-rounds"] > 0:
+        if params.ditto_mu > 0 and params.personal_rounds > 0:
             raise ConfigError(
                 "run config 'ditto-mu': Ditto keeps its own personal model; set personal-rounds=0"
             )
@@ -62,16 +58,14 @@ class FedRSPO(FedAvg):
     def __init__(
         self,
         *,
-        loss: str = "mse",
-        personal_rounds: int = 10,
-        per_client_calibration: bool = True,
-        **fedavg: Unpack[FedAvgOptions],
+        initial_arrays: ArrayRecord,
+        num_rounds: int = 10,
+        seed: int = 42,
+        params: CalibratedParams | None = None,
     ) -> None:
-        """``num_rounds`` warm-start rounds of FedAvg (``fedavg``: its keywords), then one
-        personalization round of ``personal_rounds`` local rounds on every client (none if 0)."""
-        super().__init__(**fedavg)
-        self.loss, self.personal_rounds = loss, personal_rounds
-        self.per_client_calibration = per_client_calibration
+        """``num_rounds`` warm-start rounds of FedAvg, then one personalization round of
+        ``params.personal_rounds`` local rounds on every client (none if 0)."""
+        super().__init__(initial_arrays=initial_arrays, num_rounds=num_rounds, seed=seed, params=params)
         self.calibrated: list[int] = []  # the partitions that can take part
         self.shared: tuple[float, float] | None = None  # mean (lam0, lr0) without per-client calibration
         self.personal: dict[int, dict[str, float]] = {}
@@ -82,19 +76,19 @@ class FedRSPO(FedAvg):
 
     @property
     def num_rounds(self) -> int:
-        return self.warm_rounds + (1 if self.personal_rounds > 0 else 0)
+        return self.warm_rounds + (1 if self.params.personal_rounds > 0 else 0)
 
     def summary(self) -> None:
         self.log(
-            f"FedRSPO+ protocol, loss {self.loss}: {self.warm_rounds} warm-start rounds, "
-            f"{self.personal_rounds} personalization rounds"
+            f"FedRSPO+ protocol, loss {self.params.loss}: {self.warm_rounds} warm-start rounds, "
+            f"{self.params.personal_rounds} personalization rounds"
         )
 
     # --- 1. calibration ------------------------------------------------------------------------
     def setup(self) -> None:
         """Ask every client whether it can calibrate (its lam0_j, lr0_j stay on it); without
         per-client calibration, collect them and keep only their mean."""
-        share = not self.per_client_calibration
+        share = not self.params.per_client_calibration
         config = ConfigRecord({"run-name": self.pool.run_name, "share-calibration": share})
         content = RecordDict({"config": config})
         msgs = [self.pool.message(pid, "query.calibrate", content, 0) for pid in self.pool.partitions]
@@ -139,13 +133,10 @@ class FedRSPO(FedAvg):
         return float(mean[0]), float(mean[1])
 
     def step_sizes(self) -> dict[str, float]:
-        """What a training message carries of (lam, lr): nothing for RSPO+ with per-client calibration
-        (each client uses its own lam0_j, lr0_j); the shared mean without it; the run's ``lr`` for a
-        loss whose step is not calibrated."""
-        out = {} if self.shared is None else {"lam": self.shared[0], "lr": self.shared[1]}
-        if self.loss not in CALIBRATED_LOSSES:
-            out["lr"] = self.lr
-        return out
+        """What a training message carries of (lam0, lr0): nothing with per-client calibration (each
+        client uses its own lam0_j, lr0_j, or the run's ``lr`` for a loss whose step is not
+        calibrated); their mean over the clients without it (``shared-lam``, ``shared-lr``)."""
+        return {} if self.shared is None else {"shared-lam": self.shared[0], "shared-lr": self.shared[1]}
 
     # --- 2. warm start ---------------------------------------------------------------------------
     def participants(self) -> list[int]:
@@ -153,9 +144,7 @@ class FedRSPO(FedAvg):
         return self.calibrated
 
     def client_config(self, config: ConfigRecord, partition_id: int) -> ConfigRecord:
-        return ConfigRecord(
-            {**config, **self.step_sizes(), "local-epochs": self.local_epochs, "phase": "warm"}
-        )
+        return ConfigRecord({**config, **self.step_sizes(), "phase": "warm"})
 
     # --- 3. personalization ----------------------------------------------------------------------
     def configure_train(
@@ -208,7 +197,7 @@ class FedRSPO(FedAvg):
             self.calibrated = sorted(old)
             n = len(old)
             mean = (sum(c["lam0"] for c in old.values()) / n, sum(c["lr0"] for c in old.values()) / n)
-            self.shared = None if self.per_client_calibration else mean
+            self.shared = None if self.params.per_client_calibration else mean
         else:
             self.calibrated = [int(p) for p in state["calibrated"]]
             shared = state["shared"]

@@ -26,13 +26,14 @@ usable reply at all in a round, the run stops with one line.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar, TypedDict
+from typing import Any, ClassVar
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 
-from hetfed.config import ConfigError
+from hetfed.methods.lsa import LSAParams
+from hetfed.params import ConfigError
 from hetfed.records import to_numpy, to_record
 from problems.registry import get_problem
 from strategies.base import FederatedStrategy, FederationError, WeightedSum, reply_arrays, reply_metrics
@@ -58,42 +59,29 @@ def check_lsa_config(cfg: Mapping[str, Any]) -> None:
                 )
 
 
-class LSAOptions(TypedDict, total=False):
-    """The keywords of :class:`LSAStrategy` besides ``dim``, which every LSA method accepts."""
-
-    num_rounds: int
-    eta: float
-    local_steps: int
-    report_every: int
-    initial_arrays: ArrayRecord | None
-    client_options: Mapping[str, Any] | None
-
-
 class LSAStrategy(FederatedStrategy):
     """Full-participation rounds with an unweighted mean of one reply array (see the module docs)."""
 
     broadcast_key: ClassVar[str | None] = None
     reply_key: ClassVar[str | None] = None
     family = "lsa"
-    client_keys = ("lsa-batch", "lsa-exact", "checkpoint-every")  # client/lsa.py's oracle and log
-
-    config_keys = {"eta": "lsa-eta", "local_steps": "lsa-local-steps", "report_every": "lsa-report-every"}
+    params_type: ClassVar[type[LSAParams]] = LSAParams
+    params: LSAParams
 
     def __init__(
         self,
         *,
         dim: int,
         num_rounds: int = 10,
-        eta: float = 0.2,
-        local_steps: int = 1,
-        report_every: int = 1,
+        params: LSAParams | None = None,
+        checkpoint_every: int = 1,
         initial_arrays: ArrayRecord | None = None,
-        client_options: Mapping[str, Any] | None = None,
     ) -> None:
-        """Parameters of size ``dim``; ``local_steps`` H steps of size ``eta`` per round; the clients
-        report their error every ``report_every`` rounds."""
-        super().__init__(num_rounds=num_rounds, client_options=client_options, initial_arrays=initial_arrays)
-        self.dim, self.eta, self.local_steps, self.report_every = dim, eta, local_steps, report_every
+        """Parameters of size ``dim``; ``params``: H local steps of size eta per round, the clients'
+        oracle, and their error report every ``report_every`` rounds; the clients keep their log
+        on disk every ``checkpoint_every`` rounds (the run's checkpoints)."""
+        super().__init__(num_rounds=num_rounds, params=params, initial_arrays=initial_arrays)
+        self.dim, self.checkpoint_every = dim, checkpoint_every
         self.final: dict[str, Any] = {}
         self.behind: dict[int, int] = {}  # partition that missed rounds -> the last round it completed
         self.last_value: dict[int, np.ndarray] = {}  # partition -> what stands in for it (stand_in)
@@ -104,19 +92,27 @@ class LSAStrategy(FederatedStrategy):
         check_lsa_config(cfg)
         dims = get_problem(cfg["problem"]).model_dims
         assert dims is not None  # an LSA task: check_lsa_config checked the family
-        return cls(dim=dims(cfg)[0], **cls.config_kwargs(cfg))
+        return cls(
+            dim=dims(cfg)[0],
+            num_rounds=cfg["num-rounds"],
+            params=cls.params_type.from_config(cfg),
+            checkpoint_every=cfg["checkpoint-every"],
+        )
+
+    def client_settings(self) -> dict[str, Any]:
+        return {**super().client_settings(), "checkpoint-every": self.checkpoint_every}
 
     def iteration(self, server_round: int) -> int:
         """The iteration round ``server_round`` starts from."""
-        return (server_round - 1) * self.local_steps
+        return (server_round - 1) * self.params.local_steps
 
     def client_config(self, config: ConfigRecord, server_round: int, report: bool) -> ConfigRecord:
         """What every client needs for this round's step."""
         return ConfigRecord(
             {
                 **config,
-                "eta": float(self.eta),
-                "local-steps": self.local_steps,
+                "eta": float(self.params.eta),
+                "local-steps": self.params.local_steps,
                 "report": report,
             }
         )
@@ -142,7 +138,7 @@ class LSAStrategy(FederatedStrategy):
     def configure_train(
         self, server_round: int, arrays: ArrayRecord | None, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        report = (server_round - 1) % self.report_every == 0
+        report = (server_round - 1) % self.params.report_every == 0
         return self.broadcast(server_round, "train", arrays, self.client_config(config, server_round, report))
 
     def aggregate_train(
@@ -338,8 +334,8 @@ class LSAStrategy(FederatedStrategy):
 
     def summary(self) -> None:
         self.log(
-            f"{type(self).__name__}: {self.num_rounds} rounds x {self.local_steps} steps, "
-            f"eta = {self.eta:g}, batch = {self.client_options.get('lsa-batch', 1)}"
+            f"{type(self).__name__}: {self.num_rounds} rounds x {self.params.local_steps} steps, "
+            f"eta = {self.params.eta:g}, batch = {self.params.batch}"
         )
 
 

@@ -14,12 +14,11 @@ For any beta > 0 each theta_c converges to its own ``theta_c* = A_bar_c^{-1} b_b
 
 from __future__ import annotations
 
-from typing import Unpack
+from flwr.app import ArrayRecord, ConfigRecord
 
-from flwr.app import ConfigRecord
-
-from hetfed.config import ConfigError
-from strategies.lsa import LSAOptions, LSAStrategy
+from hetfed.methods.lsa import PFLSAParams
+from hetfed.params import ConfigError
+from strategies.lsa import LSAStrategy
 
 
 class PFLSA(LSAStrategy):
@@ -29,22 +28,37 @@ class PFLSA(LSAStrategy):
     reply_key = "g"
     client_handler = "lsa-mixing"
 
-    config_keys = {"beta": "pflsa-beta"}
+    params_type = PFLSAParams
+    params: PFLSAParams
 
-    def __init__(self, *, dim: int, beta: float = 0.0, **lsa: Unpack[LSAOptions]) -> None:
-        """Weight ``beta`` of an agent's own update (0: 1/N, the recommended value)."""
-        if lsa.get("local_steps", 1) != 1:
+    def __init__(
+        self,
+        *,
+        dim: int,
+        num_rounds: int = 10,
+        params: PFLSAParams | None = None,
+        checkpoint_every: int = 1,
+        initial_arrays: ArrayRecord | None = None,
+    ) -> None:
+        """As :class:`LSAStrategy`; ``params.beta``: the weight of an agent's own update (0: 1/N, the
+        recommended value)."""
+        super().__init__(
+            dim=dim,
+            num_rounds=num_rounds,
+            params=params,
+            checkpoint_every=checkpoint_every,
+            initial_arrays=initial_arrays,
+        )
+        if self.params.local_steps != 1:
             raise ConfigError(
                 "run config 'lsa-local-steps': PF-LSA exchanges every iteration, must be 1, "
-                f"got {lsa.get('local_steps')}"
+                f"got {self.params.local_steps}"
             )
-        super().__init__(dim=dim, **lsa)
-        self.requested_beta = beta
 
     @property
     def beta(self) -> float:
         """``beta``, or 1/N when it is 0."""
-        return self.requested_beta or 1.0 / len(self.pool.partitions)
+        return self.params.beta or 1.0 / len(self.pool.partitions)
 
     def client_config(self, config: ConfigRecord, server_round: int, report: bool) -> ConfigRecord:
         return ConfigRecord({**super().client_config(config, server_round, report), "beta": self.beta})

@@ -1,11 +1,11 @@
 """The methods: strategy name -> its server-side class, imported when a run builds it.
 
-The registry itself (name -> class path and the run-config keys the method reads) is
-hetfed.config.METHODS, beside the schema that is built from it.
+The registry itself (name -> class path and the method's typed parameters) is
+hetfed.methods.METHODS, from which the run-config schema is built.
 
 Each class says which kind of problem it solves (``family``: decision, constrained, lsa),
-which client class serves it and which run-config keys its clients read (``client_handler``,
-``client_keys``), and how it is built from the run config (``build``: its initial model).
+which client class serves it (``client_handler``), its parameters (``params_type``, the
+registry's), and how it is built from the run config (``build``: its initial model).
 Importing a class imports only its own module: an LSA run imports neither the torch models
 nor the decision and constrained strategies.
 """
@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from pkgutil import resolve_name
 from typing import Any
 
-from hetfed.config import METHODS, ConfigError
+from hetfed.methods import METHODS
+from hetfed.params import ConfigError
 from problems.registry import get_problem
 from strategies.base import FederatedStrategy
 

@@ -30,14 +30,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Required, TypedDict, Unpack
+from typing import Any, ClassVar
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.app.typing import MetricRecordValues
 from flwr.serverapp import Grid
 
-from hetfed.config import ConfigError
+from hetfed.methods.constrained import ConstrainedParams, SwitchingParams
+from hetfed.params import ConfigError
 from hetfed.records import to_numpy, to_record
 from problems.constrained import require
 from problems.models import model_record
@@ -155,28 +156,15 @@ class Steps:
     alpha_min: float  # 2 ln(m) / eps, the theory's lower bound on alpha (reported, not enforced)
 
 
-class StepOptions(TypedDict):
-    """The step settings a run asks for; :func:`resolve_steps` turns them into :class:`Steps`."""
-
-    clients_per_round: int
-    local_steps: int
-    eps: float
-    eta: float
-    gamma: float
-    threshold: float
-    theory_d: float
-    theory_l: float
-
-
-def resolve_steps(*, num_clients: int, num_rounds: int, **options: Unpack[StepOptions]) -> Steps:
+def resolve_steps(params: ConstrainedParams, *, num_clients: int, num_rounds: int) -> Steps:
     """The run's steps; with ``theory_d``, ``theory_l`` > 0: the theory's eta, gamma and threshold.
 
     ``clients_per_round`` = 0 means all. Raises ConfigError (naming the run-config key) for more
     clients per round than are connected, or a theory setting given only half.
     """
-    m = options["clients_per_round"] or num_clients
-    local_steps, eps = options["local_steps"], options["eps"]
-    theory_d, theory_l = options["theory_d"], options["theory_l"]
+    m = params.clients_per_round or num_clients
+    local_steps, eps = params.local_steps, params.eps
+    theory_d, theory_l = params.theory_d, params.theory_l
     if m > num_clients:
         raise ConfigError(
             f"run config 'switching-m': {m} clients per round, but only {num_clients} clients are connected"
@@ -187,25 +175,7 @@ def resolve_steps(*, num_clients: int, num_rounds: int, **options: Unpack[StepOp
     if theory_d > 0:
         theory = theory_defaults(theory_d, theory_l, num_rounds, local_steps, eps, m)
         return Steps(m, theory["eta"], theory["gamma"], local_steps, theory["threshold"], theory["alpha_min"])
-    return Steps(m, options["eta"], options["gamma"], local_steps, options["threshold"], alpha_min(m, eps))
-
-
-class HarnessOptions(TypedDict, total=False):
-    """The keywords of :class:`ConstrainedRounds`, which every method built on it accepts."""
-
-    initial_arrays: Required[ArrayRecord]
-    num_rounds: int
-    seed: int
-    clients_per_round: int
-    eta: float
-    gamma: float
-    local_steps: int
-    threshold: float
-    eps: float
-    theory_d: float
-    theory_l: float
-    eval_every: int
-    client_options: Mapping[str, Any] | None
+    return Steps(m, params.eta, params.gamma, local_steps, params.threshold, alpha_min(m, eps))
 
 
 class ConstrainedRounds(FederatedStrategy):
@@ -213,20 +183,8 @@ class ConstrainedRounds(FederatedStrategy):
 
     family = "constrained"
     client_handler = "constrained"
-    client_keys = ("batch-zeta", "batch-size")  # client/constrained.py's query and local steps
-
-    config_keys = {
-        "seed": "seed",
-        "clients_per_round": "switching-m",
-        "eta": "switching-eta",
-        "gamma": "switching-gamma",
-        "local_steps": "switching-local-steps",
-        "threshold": "switching-threshold",
-        "eps": "switching-eps",
-        "theory_d": "switching-theory-d",
-        "theory_l": "switching-theory-l",
-        "eval_every": "switching-eval-every",
-    }
+    params_type: ClassVar[type[ConstrainedParams]] = ConstrainedParams
+    params: ConstrainedParams
 
     @classmethod
     def build(cls, cfg: Mapping[str, Any]) -> FederatedStrategy:
@@ -234,7 +192,8 @@ class ConstrainedRounds(FederatedStrategy):
         make_model = get_problem(cfg["problem"]).make_model
         assert make_model is not None  # a constrained task: build_strategy checked the family
         model = model_record(make_model(cfg))
-        return cls(initial_arrays=model, **cls.config_kwargs(cfg))
+        params = cls.params_type.from_config(cfg)
+        return cls(initial_arrays=model, num_rounds=cfg["num-rounds"], seed=cfg["seed"], params=params)
 
     def __init__(
         self,
@@ -242,33 +201,14 @@ class ConstrainedRounds(FederatedStrategy):
         initial_arrays: ArrayRecord,
         num_rounds: int = 10,
         seed: int = 42,
-        clients_per_round: int = 0,
-        eta: float = 0.1,
-        gamma: float = 0.1,
-        local_steps: int = 1,
-        threshold: float = 0.025,
-        eps: float = 0.05,
-        theory_d: float = 0.0,
-        theory_l: float = 0.0,
-        eval_every: int = 10,
-        client_options: Mapping[str, Any] | None = None,
+        params: ConstrainedParams | None = None,
     ) -> None:
-        """``clients_per_round`` m (0 = all), server step ``eta``, ``local_steps`` E of size ``gamma``,
-        tolerance ``eps``; ``theory_d``, ``theory_l`` > 0 set eta, gamma and the threshold by theory;
-        ``eval_every`` k: evaluate F, G on every client every k rounds (0 = after the last)."""
-        super().__init__(num_rounds=num_rounds, client_options=client_options, initial_arrays=initial_arrays)
+        """``num_rounds`` rounds from ``initial_arrays``; ``params``: clients per round m (0 = all),
+        server step eta, E local steps of size gamma, tolerance eps (theory_d, theory_l > 0 set eta,
+        gamma and the threshold by theory), F, G evaluated every eval_every rounds (0 = after the
+        last) and the clients' batches; ``seed``: the sampling stream."""
+        super().__init__(num_rounds=num_rounds, params=params, initial_arrays=initial_arrays)
         self.rng = np.random.default_rng(np.random.SeedSequence([int(seed), SAMPLING_STREAM]))
-        self.requested = StepOptions(
-            clients_per_round=clients_per_round,
-            eta=eta,
-            gamma=gamma,
-            local_steps=local_steps,
-            threshold=threshold,
-            eps=eps,
-            theory_d=theory_d,
-            theory_l=theory_l,
-        )
-        self.eps, self.eval_every = eps, eval_every
         self._steps: Steps | None = None  # resolved in setup(), once the clients are known
         self.total: dict[str, np.ndarray] | None = None  # sum of the averaged w_k (float64)
         self.count = 0  # rounds in the average
@@ -302,9 +242,9 @@ class ConstrainedRounds(FederatedStrategy):
     # --- the harness -----------------------------------------------------------------
     def setup(self) -> None:
         n = len(self.pool.partitions)
-        self._steps = resolve_steps(num_clients=n, num_rounds=self.rounds, **self.requested)
+        self._steps = resolve_steps(self.params, num_clients=n, num_rounds=self.rounds)
         self.log(f"{type(self).__name__}: " + ", ".join(f"{k}={v:.4g}" for k, v in self.settings().items()))
-        if self.eval_every:
+        if self.params.eval_every:
             # F(w_0), G(w_0): the curves start at zero gradient evaluations.
             metrics = self._evaluate(self.pool.send(self._evaluate_messages(0), 0))
             metrics["grad-evals"] = 0
@@ -363,7 +303,7 @@ class ConstrainedRounds(FederatedStrategy):
         return self.aggregate_sum(server_round, replies, self.plain_sum(replies))
 
     def planned_sample(self, population: int) -> int:
-        return self.requested["clients_per_round"] or population
+        return self.params.clients_per_round or population
 
     # --- the summed round: w_{k+1} = w_k - eta sum_i a_i u_i / sum_i a_i, a_i = the plan's weight ----
     def sums(self, server_round: int) -> bool:
@@ -420,7 +360,7 @@ class ConstrainedRounds(FederatedStrategy):
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        every = self.eval_every
+        every = self.params.eval_every
         if server_round == self.num_rounds or (every and server_round % every == 0):
             return self._evaluate_messages(server_round)
         return []
@@ -445,7 +385,7 @@ class ConstrainedRounds(FederatedStrategy):
     def finish(self) -> dict[str, Any]:
         """Per-client final metrics; the aggregate adds F, G (and avg-F, avg-G), counts and settings."""
         last = self.history.get(self.num_rounds, {})
-        eps = self.eps
+        eps = self.params.eps
         extra = {k: v for k, v in last.items() if k in ("F", "G", "avg-F", "avg-G")}
         extra.update(
             {
@@ -491,24 +431,20 @@ class ConstrainedRounds(FederatedStrategy):
 class SoftmaxSwitching(ConstrainedRounds):
     """ALGORITHMS.md 2: softmax-weighted switching between the worst objectives and constraints."""
 
-    config_keys = {"alpha": "switching-alpha"}
-
-    def __init__(self, *, alpha: float = 10.0, **harness: Unpack[HarnessOptions]) -> None:
-        """Softmax temperature ``alpha``; ``harness``: :class:`ConstrainedRounds`' keywords."""
-        super().__init__(**harness)
-        self.alpha = alpha
+    params_type = SwitchingParams
+    params: SwitchingParams
 
     def settings(self) -> dict[str, float]:
         return {
             **super().settings(),
-            "alpha": self.alpha,
+            "alpha": self.params.alpha,
             "threshold": self.steps.threshold,
             "alpha-min": self.steps.alpha_min,
         }
 
     def setup(self) -> None:
         super().setup()
-        alpha = self.alpha
+        alpha = self.params.alpha
         if alpha < self.steps.alpha_min:
             self.log(
                 f"note: switching-alpha = {alpha:g} is below the theory's "
@@ -520,7 +456,7 @@ class SoftmaxSwitching(ConstrainedRounds):
         mask = np.array([pid in f for pid in parts])  # the sampled clients that answered
         fv = np.array([f.get(pid, np.nan) for pid in parts])
         gv = np.array([g.get(pid, np.nan) for pid in parts])
-        d = switching_decision(fv, gv, mask, self.alpha, self.steps.threshold)
+        d = switching_decision(fv, gv, mask, self.params.alpha, self.steps.threshold)
         weights = d.weights
         sampled = [(j, pid) for j, pid in enumerate(parts) if mask[j]]
         return RoundPlan(

@@ -19,6 +19,7 @@ import torch
 from client.decision import batch_generator, decision_metrics, train_epochs
 from client.decision_client import BATCHES, MONITOR, NOISE, calibrate, make_loss
 from hetfed.config import validate
+from hetfed.methods.decision import CalibratedParams
 from problems.metrics import qp_lp_gap
 from problems.models import make_mlp
 from problems.registry import get_problem
@@ -27,6 +28,7 @@ from problems.registry import get_problem
 def fedrspo_plain(overrides: dict[str, Any], clients: int) -> dict[str, dict[str, float]]:
     """Per-client test relative regret of the federated and personalized models."""
     cfg = validate({"strategy": "fedrspo", **overrides})
+    params = CalibratedParams.from_config(cfg)
     seed, loss = cfg["seed"], cfg["loss"]
     data = [get_problem(cfg["problem"]).load_client(cfg, j, clients, None) for j in range(clients)]
     cal = [calibrate(d, cfg["rspo-alpha"]) for d in data]
@@ -46,7 +48,7 @@ def fedrspo_plain(overrides: dict[str, Any], clients: int) -> dict[str, dict[str
                 warm_loss,
                 data[j].train,
                 data[j].polytope,
-                cfg,
+                params,
                 cal[j]["lam0"],
                 batch_generator(seed, NOISE, j, rnd),
             )
@@ -94,7 +96,12 @@ def fedrspo_plain(overrides: dict[str, Any], clients: int) -> dict[str, dict[str
             for group in opt.param_groups:
                 group["lr"] = lr
             batch_loss = make_loss(
-                per_loss, data[j].train, data[j].polytope, cfg, lam, batch_generator(seed, NOISE, j, 1000 + t)
+                per_loss,
+                data[j].train,
+                data[j].polytope,
+                params,
+                lam,
+                batch_generator(seed, NOISE, j, 1000 + t),
             )
             train_epochs(
                 personal,

@@ -18,6 +18,7 @@ from client.personalization import PersonalSchedule
 from hetfed.config import ConfigError, validate
 from hetfed.decide import state_folder
 from hetfed.engines.inline import InlineGrid, node_configs, run_inline
+from hetfed.methods.decision import DecisionParams
 from hetfed.records import to_numpy
 from hetfed.secure_mean import decode
 from problems.base import DecisionClientData, DecisionSplit
@@ -139,7 +140,10 @@ def test_a_client_failing_calibration_is_left_out(tmp_path: Path) -> None:
 
 
 # --- calibration stays on the client; warm start ------------------------------------------------
-CALIBRATION_KEYS = ("lam0", "lr0", "radius", "lam", "lr")
+CALIBRATION_KEYS = ("lam0", "lr0", "radius", "lam", "lr")  # in a metric record: never
+# In a config record: the shared calibration's mean only (per-client-calibration = false); "lr" is the
+# run's own public learning rate (DecisionParams), the same in every message.
+SHARED_KEYS = ("shared-lam", "shared-lr")
 
 
 def test_calibration_stays_on_the_client(tmp_path: Path) -> None:
@@ -152,7 +156,9 @@ def test_calibration_stays_on_the_client(tmp_path: Path) -> None:
     for ins, reply in seen:
         for message in (ins, reply):
             for record in message.content.config_records.values():
-                assert not set(record) & set(CALIBRATION_KEYS), (ins.metadata.message_type, dict(record))
+                secret = set(CALIBRATION_KEYS + SHARED_KEYS) - {"lr"}
+                assert not set(record) & secret, (ins.metadata.message_type, dict(record))
+                assert record.get("lr", SMALL.get("lr", 1e-3)) == SMALL.get("lr", 1e-3), dict(record)
             for record in message.content.metric_records.values():
                 leaked = [k for k in record if k in CALIBRATION_KEYS or k.endswith(("-lam", "-lr"))]
                 assert not leaked, (ins.metadata.message_type, leaked)
@@ -182,6 +188,7 @@ def test_shared_calibration_is_the_mean_and_other_losses_keep_their_lr(tmp_path:
             content = message.content
             for record in [*content.config_records.values(), *content.metric_records.values()]:
                 assert not set(record) & set(CALIBRATION_KEYS) - {"lam", "lr"}, dict(record)
+                assert record.get("lr", 1e-3) == 1e-3, dict(record)  # the run's lr, not a client's
                 numbers = [v for v in record.values() if isinstance(v, float)]
                 assert not any(v == pytest.approx(x, rel=1e-9) for v in numbers for x in secrets)
     for reply in masked:  # what replaces them: two uint64 words, far from every client's values
@@ -190,8 +197,9 @@ def test_shared_calibration_is_the_mean_and_other_losses_keep_their_lr(tmp_path:
         assert np.abs(decode(y)[:, None] - np.asarray(secrets)[None, :]).min() > 1e-3
     for ins, _ in seen:  # the server recovered the mean, and only the mean (the masks cancel)
         if ins.metadata.message_type == "train":
-            assert ins.content["config"]["lam"] == pytest.approx(np.mean([c["lam0"] for c in own]), abs=1e-11)
-            assert ins.content["config"]["lr"] == pytest.approx(np.mean([c["lr0"] for c in own]), abs=1e-11)
+            config = ins.content["config"]
+            assert config["shared-lam"] == pytest.approx(np.mean([c["lam0"] for c in own]), abs=1e-11)
+            assert config["shared-lr"] == pytest.approx(np.mean([c["lr0"] for c in own]), abs=1e-11)
     for line in (tmp_path / "r" / "traffic.jsonl").read_text().splitlines():  # the audit agrees
         assert not [k for k in json.loads(line)["metrics"] if k in CALIBRATION_KEYS]
     seen.clear()
@@ -208,8 +216,8 @@ def test_shared_calibration_is_the_mean_and_other_losses_keep_their_lr(tmp_path:
         observers=[lambda ins, reply: seen.append((ins, reply))],
     )
     trains = [i.content["config"] for i, _ in seen if i.metadata.message_type == "train"]
-    assert trains and all(c["lam"] == pytest.approx(2.0, abs=1e-11) for c in trains)
-    assert all(c["lr"] == pytest.approx(0.02 * 2.0 / 4, abs=1e-11) for c in trains)
+    assert trains and all(c["shared-lam"] == pytest.approx(2.0, abs=1e-11) for c in trains)
+    assert all(c["shared-lr"] == pytest.approx(0.02 * 2.0 / 4, abs=1e-11) for c in trains)
 
 
 def test_a_client_missing_from_the_masked_mean_fails_the_run_in_one_line(tmp_path: Path) -> None:
@@ -259,7 +267,7 @@ def personalize(cfg: dict, state_dir: Path | None = None, context: Context | Non
     context = context or Context(run_id=1, node_id=7, node_config=node, state=RecordDict(), run_config=full)
     model = make_mlp(8, 64, full["num-items"], seed=full["seed"])
     settings = build_strategy(full).client_settings()  # the method, as the strategy sends it
-    exchange = {"run-name": "p", "server-round": 3, "lam": 0.8, "lr": 0.002}
+    exchange = {"run-name": "p", "server-round": 3, "shared-lam": 0.8, "shared-lr": 0.002}
     content = RecordDict({"arrays": model_record(model), "config": ConfigRecord({**settings, **exchange})})
     ins = Message(content, dst_node_id=7, message_type="train.personalize")
     reply = client_app(ins, context)
@@ -299,7 +307,9 @@ def test_the_lam_lr_path_is_rebuilt_from_lam0_lr0_and_the_reported_freeze_statis
     m = personalize({"personal-rounds": 12, "freeze-tau": 0.05})
     rounds = int(m["rounds-trained"])
     assert 0 < int(m["frozen-at"]) < rounds  # a path with annealing, a freeze and the extra rounds
-    sched = PersonalSchedule.from_settings(validate({**SMALL, "freeze-tau": 0.05}), "rspo+", 0.8, 0.002)
+    sched = PersonalSchedule.from_params(
+        DecisionParams.from_config(validate({**SMALL, "freeze-tau": 0.05})), "rspo+", 0.8, 0.002
+    )
     path = sched.replay({t: m[f"r{t}-freeze-stat"] for t in range(1, rounds + 1)})
     assert path == {t: (m[f"r{t}-lam"], m[f"r{t}-lr"]) for t in range(1, rounds + 1)}
     assert sched.frozen_at == m["frozen-at"]
@@ -328,7 +338,7 @@ def test_the_personal_trace_reports_every_rounds_test_regret_and_changes_nothing
 
 
 def test_other_losses_do_not_anneal_or_freeze() -> None:
-    m = personalize({"loss": "spo+", "personal-rounds": 4, "freeze-tau": 10.0})
+    m = personalize({"loss": "spo+", "lr": 0.002, "personal-rounds": 4, "freeze-tau": 10.0})  # the run's lr
     assert m["frozen-at"] == 0 and m["rounds-trained"] == 4
     assert {m[f"r{t}-lr"] for t in range(1, 5)} == {0.002}
 
@@ -424,7 +434,7 @@ def test_a_polytope_without_the_needed_projection_is_named_before_round_1(tmp_pa
     """OptNet with the `exact` QP layer on a flow polytope (no closed-form projection): the client
     fails calibration with the reason and is left out; with every client so, the run stops."""
     from client.decision_client import check_projection
-    from hetfed.config import validate
+    from hetfed.methods.decision import CalibratedParams
     from problems.polytope import GridFlowPolytope
 
     poly = GridFlowPolytope(3)
@@ -432,10 +442,10 @@ def test_a_polytope_without_the_needed_projection_is_named_before_round_1(tmp_pa
         torch.zeros(2, 2, dtype=torch.float64), torch.ones(2, poly.dim, dtype=torch.float64)
     )
     data = DecisionClientData("silo-7", 0, split, split, split, poly)
-    cfg = validate({"strategy": "fedrspo", "loss": "optnet", "optnet-backend": "exact"})
+    params = CalibratedParams(loss="optnet", optnet_backend="exact")
     with pytest.raises(ValueError, match="silo-7: loss 'optnet' needs projections onto its GridFlowPolytope"):
-        check_projection(data, cfg)
-    check_projection(data, validate({"strategy": "fedrspo", "loss": "rspo+"}))  # auto picks DAQP: fine
+        check_projection(data, params)
+    check_projection(data, CalibratedParams(loss="rspo+"))  # auto picks DAQP: fine
 
 
 def test_a_client_with_fewer_samples_than_a_batch_trains_on_one_full_batch(tmp_path: Path) -> None:

@@ -77,6 +77,7 @@ def test_sampling_is_seeded_by_partition_and_independent_of_training(tmp_path: P
 
 def test_fedavg_aggregates_deltas_weighted_by_sample_counts(task_identity) -> None:
     """One round by hand: w + sum n_j (w_j - w) / sum n_j over the usable replies."""
+    from hetfed.methods.decision import DecisionParams
     from server.pool import ClientInfo, ClientPool
     from strategies.fedavg import FedAvg
 
@@ -91,7 +92,8 @@ def test_fedavg_aggregates_deltas_weighted_by_sample_counts(task_identity) -> No
     rng = np.random.default_rng(0)
     model = make_mlp(3, 4, 2, seed=0)
     w = to_numpy(to_record(model.state_dict()))
-    strategy = FedAvg(initial_arrays=to_record(w), num_rounds=1, fraction=1.0, lr=0.1, local_epochs=1, seed=0)
+    params = DecisionParams(fraction=1.0, lr=0.1, local_epochs=1)
+    strategy = FedAvg(initial_arrays=to_record(w), num_rounds=1, seed=0, params=params)
     grid = InlineGrid(client_app, [], {})
     pool = ClientPool(grid, Store(), required=0, wait_timeout=1, round_timeout=1, log=lambda _: None)
     pool.clients = {p: ClientInfo(p, 100 + p, f"c{p}", 0) for p in range(4)}
@@ -232,6 +234,7 @@ def test_a_strategy_started_from_plain_flower_code_runs_as_through_hetfed_run(tm
     from flwr.supercore.task_identity import TaskIdentity
 
     from hetfed.config import validate
+    from hetfed.methods.decision import CalibratedParams
     from problems.models import model_record
     from problems.registry import get_problem
     from server.store import load_checkpoint_file
@@ -243,14 +246,10 @@ def test_a_strategy_started_from_plain_flower_code_runs_as_through_hetfed_run(tm
 
     cfg = validate({**FAST, **method})
     in_dim, out_dim = get_problem("knapsack").model_dims(cfg)
-    strategy = FedRSPO(  # what a user writes: the constructor's keywords, client options by name
+    strategy = FedRSPO(  # what a user writes: the constructor's keywords and the method's typed parameters
         initial_arrays=model_record(make_mlp(in_dim, cfg["hidden"], out_dim, seed=4)),
-        fraction=0.5,
-        local_epochs=1,
         seed=4,
-        loss="rspo+",
-        personal_rounds=2,
-        client_options={"loss": "rspo+", "personal-rounds": 2},
+        params=CalibratedParams(fraction=0.5, local_epochs=1, loss="rspo+", personal_rounds=2),
     )
     grid = InlineGrid(client_app, node_configs(3), {k: cfg[k] for k in FAST | {"seed": 4}})
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1

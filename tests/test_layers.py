@@ -1,6 +1,7 @@
 """Import layers: no module imports a module of a higher layer (imports inside functions count).
 
-    0  leaves (import no other layer):     the run-config schema (hetfed.config), Flower records <->
+    0  leaves (import no other layer):     the run-config schema (hetfed.config), the methods' typed
+                                           parameters (hetfed.params, hetfed.methods), Flower records <->
                                            NumPy (hetfed.records), Flower's waits and their
                                            self-test (hetfed.runtime.waits, .internals), a silo's
                                            allow-list of app builds (hetfed.runtime.pinning), the
@@ -26,6 +27,7 @@ from tests.conftest import REPO
 
 BASE = {"hetfed.config", "hetfed.records", "hetfed.runtime.waits", "hetfed.runtime.internals"}
 BASE |= {"hetfed.runtime.pinning", "hetfed.secure_mean", "hetfed.paths", "hetfed.secagg"}
+BASE |= {"hetfed.params", "hetfed.methods"}
 PACKAGES = ("problems", "client", "strategies", "server", "hetfed", "bench")
 ENTRY_POINT = ("strategies/base.py", "server.rounds")  # FederatedStrategy.start -> start_on_grid
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from client.personalization import PersonalSchedule
+from hetfed.methods.decision import DecisionParams
 
 SETTINGS = {
     "rspo-alpha": 0.01,
@@ -16,6 +17,11 @@ SETTINGS = {
     "freeze-tau": 0.01,
     "freeze-extra-rounds": 2,
 }
+
+
+def schedule(settings: dict, loss: str, lam0: float, lr0: float) -> PersonalSchedule:
+    """The schedule of ``loss`` for run-config values ``settings`` (the rest at their defaults)."""
+    return PersonalSchedule.from_params(DecisionParams.from_config(settings), loss, lam0, lr0)
 
 
 def walk(schedule: PersonalSchedule, stats: list[float]) -> list[tuple[int, float, float]]:
@@ -31,7 +37,7 @@ def walk(schedule: PersonalSchedule, stats: list[float]) -> list[tuple[int, floa
 
 
 def test_rspo_anneals_both_schedules_freezes_at_the_first_small_gap_and_stops_two_rounds_later() -> None:
-    s = PersonalSchedule.from_settings(SETTINGS, "rspo+", lam0=0.8, lr0=0.02)
+    s = schedule(SETTINGS, "rspo+", lam0=0.8, lr0=0.02)
     assert s.lr0 == pytest.approx(0.002, rel=1e-15)  # 0.02 * 0.001 / 0.01: personalization's alpha
     trained = walk(s, [0.5, 0.2, 0.009, 0.0, 0.5, 0.5, 0.5])
     expected = [  # lam0 / (1 + (t - 1)), lr0 / (1 + 0.1 (t - 1)); frozen after round 3
@@ -47,7 +53,7 @@ def test_rspo_anneals_both_schedules_freezes_at_the_first_small_gap_and_stops_tw
 
 
 def test_the_coupled_learning_rate_follows_lam() -> None:
-    s = PersonalSchedule.from_settings({**SETTINGS, "coupled-lr": True}, "rspo+", lam0=2.0, lr0=1.0)
+    s = schedule({**SETTINGS, "coupled-lr": True}, "rspo+", lam0=2.0, lr0=1.0)
     trained = walk(s, [1.0, 1.0, 1.0])
     hand = [
         2.0,
@@ -62,7 +68,7 @@ def test_the_coupled_learning_rate_follows_lam() -> None:
 
 @pytest.mark.parametrize("loss,settings", [("spo+", SETTINGS), ("rspo+", {**SETTINGS, "anneal": False})])
 def test_without_annealing_lam_and_lr_stay_and_nothing_freezes(loss: str, settings: dict) -> None:
-    s = PersonalSchedule.from_settings(settings, loss, lam0=0.8, lr0=0.02)
+    s = schedule(settings, loss, lam0=0.8, lr0=0.02)
     trained = walk(s, [0.0] * 6)  # every U_t <= tau, and still no freeze
     lr = 0.02 * 0.001 / 0.01 if loss == "rspo+" else 0.02
     assert [t for t, _, _ in trained] == [1, 2, 3, 4, 5, 6] and s.frozen_at == 0
@@ -70,12 +76,12 @@ def test_without_annealing_lam_and_lr_stay_and_nothing_freezes(loss: str, settin
 
 
 def test_a_resumed_schedule_continues_exactly() -> None:
-    whole = PersonalSchedule.from_settings(SETTINGS, "rspo+", lam0=0.8, lr0=0.02)
+    whole = schedule(SETTINGS, "rspo+", lam0=0.8, lr0=0.02)
     stats = [0.5, 0.2, 0.3, 0.001, 0.5, 0.5, 0.5, 0.5]
     reference = walk(whole, stats)
-    first = PersonalSchedule.from_settings(SETTINGS, "rspo+", lam0=0.8, lr0=0.02)
+    first = schedule(SETTINGS, "rspo+", lam0=0.8, lr0=0.02)
     walk(first, stats[:4])  # the node dies after round 4 (frozen there) ...
-    again = PersonalSchedule.from_settings(SETTINGS, "rspo+", lam0=0.8, lr0=0.02)
+    again = schedule(SETTINGS, "rspo+", lam0=0.8, lr0=0.02)
     again.resume(first.position())  # ... and a new one continues from the kept position
     rest = []
     for t, u in enumerate(stats, 1):

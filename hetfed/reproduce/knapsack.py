@@ -177,11 +177,13 @@ def pooled(run_config: Mapping[str, Any], clients: int) -> dict[str, float]:
     from client.decision import batch_generator, decision_metrics, train_epochs
     from client.decision_client import calibrate, make_loss
     from hetfed.config import validate
+    from hetfed.methods.decision import DecisionParams
     from problems.models import make_mlp
     from problems.registry import get_problem
 
     torch.set_num_threads(1)  # tiny matrices: more threads only spin (and fight the worker processes)
     cfg: dict[str, Any] = validate(dict(run_config))  # SCHEMA-typed values
+    params = DecisionParams.from_config(cfg)
     seed, loss = cfg["seed"], cfg["loss"]
     spec = get_problem(cfg["problem"])
     assert spec.model_dims is not None  # a decision problem
@@ -193,7 +195,7 @@ def pooled(run_config: Mapping[str, Any], clients: int) -> dict[str, float]:
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     gen = batch_generator(seed, 99)
     losses = [
-        make_loss(loss, d.train, d.polytope, cfg, c["lam0"], gen) for d, c in zip(data, cal, strict=True)
+        make_loss(loss, d.train, d.polytope, params, c["lam0"], gen) for d, c in zip(data, cal, strict=True)
     ]
     epochs = cfg["num-rounds"] * cfg["local-epochs"] + cfg["personal-rounds"] * cfg["personal-epochs"]
     train_epochs(

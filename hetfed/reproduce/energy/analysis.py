@@ -426,6 +426,7 @@ def personalization_trace(plan: Plan, results_dir: Path, jobs: list[Job]) -> dic
     from client.decision_client import calibrate
     from client.personalization import PersonalSchedule
     from hetfed.config import validate
+    from hetfed.methods.decision import DecisionParams
 
     out: dict[str, Any] = {}
     for variant, extra in VARIANTS.items():
@@ -439,7 +440,9 @@ def personalization_trace(plan: Plan, results_dir: Path, jobs: list[Job]) -> dic
                 trained = int(float(row["rounds-trained"]))
                 data = _zone_data(zone, **extra)  # the client's calibration, from the same settings
                 cal = calibrate(data, cfg["rspo-alpha"], cfg["calibration-norm"], cfg["fixed-lam0"])
-                sched = PersonalSchedule.from_settings(cfg, "rspo+", cal["lam0"], cal["lr0"])
+                sched = PersonalSchedule.from_params(
+                    DecisionParams.from_config(cfg), "rspo+", cal["lam0"], cal["lr0"]
+                )
                 stats = {t: float(row[f"r{t}-freeze-stat"]) for t in range(1, trained + 1)}
                 path = sched.replay(stats)
                 cases.setdefault(zone, {})[str(job.seed)] = {
