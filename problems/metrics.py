@@ -1,4 +1,4 @@
-"""Decision-quality metrics (ALGORITHMS.md 1.4 and 1.8), pure functions of tensors and a polytope.
+"""Decision-quality metrics (docs/algorithms.md 1.5 and 1.6), pure functions of tensors and a polytope.
 
 Per client, with the LP oracle ``w*``:
 
@@ -105,7 +105,7 @@ def pooled_relative_regret(summaries: Sequence[RegretSummary]) -> float:
 
 
 def qp_lp_gap(c: Any, polytope: Polytope, lam: float, z_star: torch.Tensor | None = None) -> float:
-    """``U = mean_i(c_i'w_lam(c_i) - z*_i) / (mean_i |z*_i| + 1e-8)`` (ALGORITHMS.md 1.4)."""
+    """``U = mean_i(c_i'w_lam(c_i) - z*_i) / (mean_i |z*_i| + 1e-8)`` (docs/algorithms.md 1.5)."""
     c_t = polytope.validate(c, "c").detach().reshape(-1, polytope.dim)
     z = optimal_values(c_t, polytope) if z_star is None else torch.as_tensor(z_star, dtype=torch.float64)
     if z.shape != (c_t.shape[0],):
