@@ -1,7 +1,7 @@
 """Cost of one training epoch per decision-focused loss, as ratios to SPO+.
 
 Same MLP (p=8 -> 64 -> d=50, Glorot-uniform weights, zero biases), same synthetic fractional
-knapsack data (ALGORITHMS.md 1.6 without heterogeneity), batch 64, Adam with per-parameter
+knapsack data (docs/algorithms.md 1.7 without heterogeneity), batch 64, Adam with per-parameter
 gradient clipping at 1.0, one torch thread. Epochs of the different losses are interleaved so
 that machine noise hits them alike; the median epoch CPU time (process time, far less noisy than
 wall time on a shared machine) is reported. "cached" means the
@@ -86,7 +86,7 @@ def main() -> None:
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(0)
     x, c, poly = knapsack_data(gen)
-    lam = float(c.norm(dim=1).mean()) / poly.radius()  # lam0 of ALGORITHMS.md 1.3
+    lam = float(c.norm(dim=1).mean()) / poly.radius()  # lam0 of docs/algorithms.md 1.3
     fns = losses(poly, c, lam)
     runs = {name: make_model(0) for name in fns}
     opts = {name: torch.optim.Adam(model.parameters(), lr=1e-3) for name, model in runs.items()}

@@ -1,4 +1,4 @@
-"""Client side of the constrained worst-case methods (ALGORITHMS.md 2) and their baselines.
+"""Client side of the constrained worst-case methods (docs/algorithms.md section 2) and their baselines.
 
 One client class serves the softmax-weighted switching strategy and every baseline
 on the same harness. Per round k:
@@ -189,7 +189,8 @@ class ConstrainedClient:
         return RecordDict({"metrics": MetricRecord({"f": f, "g": g})})
 
     def train(self, content: RecordDict) -> RecordDict:
-        """E local steps from the kept w_k on the instructed objective; reply u_i (ALGORITHMS.md 2.3)."""
+        """E local steps from the kept w_k on the instructed objective; reply u_i
+        (docs/algorithms.md section 2, step 3)."""
         config = content.config_records["config"]
         server_round = int(scalar(config["server-round"]))
         state = self.state(config)

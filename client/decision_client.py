@@ -4,7 +4,7 @@ One client holds features -> costs data and its own polytope. Handlers:
 
 - ``query.info``: partition, name, n_j.
 - ``query.calibrate``: checks that the client can calibrate, ``R_j = max_{w in S_j} ||w||``,
-  ``lam0_j = mean_i ||c_i|| / R_j``, ``lr0_j = alpha lam0_j / 4`` (ALGORITHMS.md 1.3); the client
+  ``lam0_j = mean_i ||c_i|| / R_j``, ``lr0_j = alpha lam0_j / 4`` (docs/algorithms.md 1.3); the client
   keeps them. When the strategy asks for a shared calibration (``share-calibration``), the
   reply carries a fresh public key for the secure mean (hetfed.secure_mean).
 - ``query.masked_calibration`` (shared calibration only): ``(lam0_j, lr0_j)`` masked with the
@@ -16,7 +16,7 @@ One client holds features -> costs data and its own polytope. Handlers:
   with a fresh Adam (clip per array), optional FedProx term ``(mu/2)||theta - theta_g||^2``
   and Ditto update of the persistent personal model; replies with the new weights.
   ``local-only``: the client trains its own stored model instead and replies with scalars only.
-- ``train.personalize``: all R_per personalization rounds locally (ALGORITHMS.md 1.4); the
+- ``train.personalize``: all R_per personalization rounds locally (docs/algorithms.md 1.5); the
   personal model, Adam state and schedule are saved after every round, so a re-sent
   instruction continues where a restarted node stopped. The lam_t, lr_t path stays in the
   client's state (``personal-log``); the reply carries the freeze statistic and losses only.
@@ -48,7 +48,7 @@ from problems.base import DecisionClientData, DecisionSplit
 from problems.metrics import qp_lp_gap
 from problems.models import load_record, make_mlp, model_manifest, model_record
 
-# Random streams of a client (ALGORITHMS.md 1.5: separate streams for batches, noise, monitor).
+# Random streams of a client (separate ones for batches, noise and the monitor, as the specification asks).
 BATCHES, NOISE, MONITOR, LOCAL_INIT = 2, 3, 4, 5
 
 
@@ -385,7 +385,7 @@ class DecisionClient:
         )
 
     def train_personalize(self, content: RecordDict) -> RecordDict:
-        """All personalization rounds t = 1..R_per, locally (ALGORITHMS.md 1.4); lam_t, lr_t, the
+        """All personalization rounds t = 1..R_per, locally (docs/algorithms.md 1.5); lam_t, lr_t, the
         freeze and the stop follow :class:`~client.personalization.PersonalSchedule`."""
         params, config = self.params, content.config_records["config"]
         state = self.state(content)

@@ -1,4 +1,4 @@
-"""Decision-focused training losses on predicted costs ``c_hat`` and true costs ``c`` (ALGORITHMS.md 1.1).
+"""Decision-focused losses on predicted costs ``c_hat`` and true costs ``c`` (docs/algorithms.md 1.1).
 
 Every loss works on a batch ``[B, d]`` (or one sample ``[d]``) and a client's
 :class:`~problems.polytope.Polytope` S, returns the batch mean (``reduction="mean"``) or the

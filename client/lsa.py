@@ -1,4 +1,4 @@
-"""Client side of the LSA strategies (ALGORITHMS.md 3): one agent's own parameter and TD(0) oracle.
+"""Client side of the LSA strategies (docs/algorithms.md 3): one agent's own parameter and TD(0) oracle.
 
 Agent ``c`` holds its Garnet MDP (``session.data()``, a :class:`problems.garnet.GarnetAgent`)
 and never sends it anywhere. At iteration ``t`` (1-based, counted over all local steps) it

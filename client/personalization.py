@@ -1,4 +1,4 @@
-"""FedRSPO+'s personalization schedule (ALGORITHMS.md 1.4) as a unit of its own: no model, no data.
+"""FedRSPO+'s personalization schedule (docs/algorithms.md 1.5) as a unit of its own: no model, no data.
 
 A client runs personalization rounds t = 1..R with its own calibrated ``lam0``, ``lr0``.
 With RSPO+ and annealing on, until the client freezes:

@@ -58,7 +58,7 @@ DATA_KEYS: dict[str, Key] = {
     "n-test": Key(100, "Test samples per client", low=1),
 }
 
-# Knapsack (ALGORITHMS.md 1.6).
+# Knapsack (docs/algorithms.md 1.7).
 KNAPSACK_KEYS: dict[str, Key] = {
     "num-items": Key(50, "Knapsack items d", low=1),
     "capacity-ratio": Key(0.6, "Base capacity C = ratio * d", low=0.0),
@@ -67,7 +67,7 @@ KNAPSACK_KEYS: dict[str, Key] = {
     "eta-d": Key(0.0, "Data heterogeneity (feature location and scale)", low=0.0),
 }
 
-# Energy purchasing (ALGORITHMS.md 1.7): energy (ERCOT), energy-pjm (a PJM-layout CSV).
+# Energy purchasing (quota sets, docs/algorithms.md 1.2): energy (ERCOT), energy-pjm (a PJM-layout CSV).
 ENERGY_KEYS: dict[str, Key] = {
     "energy-zones": Key(
         "", "Energy: comma-separated ERCOT zones, partition i takes the i-th; empty = all 13 (ERCOT_ZONES)"
@@ -86,7 +86,7 @@ ENERGY_KEYS: dict[str, Key] = {
     ),
 }
 
-# Grid shortest path (ALGORITHMS.md 1.7).
+# Grid shortest path (the flow polytope of docs/algorithms.md 1.2).
 SHORTEST_PATH_KEYS: dict[str, Key] = {
     "grid-size": Key(5, "Shortest path: k of the k x k grid (PyEPO: 5; 12 works too)", low=2),
     "sp-endpoints": Key(
@@ -119,7 +119,7 @@ LP_KEYS: dict[str, Key] = {
     ),
 }
 
-# A silo's own table for the constrained classification tasks (problems/tabular.py, ALGORITHMS.md 2):
+# A silo's own table for the constrained classification tasks (problems/tabular.py, docs/algorithms.md 2):
 # the model's inputs and the constraint, the same on every silo.
 TABULAR_KEYS: dict[str, Key] = {
     "tabular-features": Key(
@@ -153,7 +153,7 @@ SIMULATED_NODE_KEYS: dict[str, Key] = {
     "node-state-dir": Key("", "Simulated nodes: state-dir of each ({partition} = its id), from hetfed run"),
 }
 
-# Garnet MDPs for federated TD(0) (ALGORITHMS.md 3).
+# Garnet MDPs for federated TD(0) (docs/algorithms.md section 3).
 GARNET_KEYS: dict[str, Key] = {
     "garnet-seed": Key(-1, "Seed of the Garnet MDPs; -1 = seed (fix it to vary only the samples)", low=-1),
     "garnet-states": Key(10, "Garnet: states", low=2),
@@ -165,7 +165,7 @@ GARNET_KEYS: dict[str, Key] = {
     "garnet-zeta-rew": Key(0.0, "Garnet: reward heterogeneity zeta_rew", low=0.0),
 }
 
-# Constrained tasks (ALGORITHMS.md 2): NP and fair classification, safe RL, the quadratic test.
+# Constrained tasks (docs/algorithms.md section 2): NP and fair classification, safe RL, the quadratic test.
 CONSTRAINED_TASK_KEYS: dict[str, Key] = {
     "np-r": Key(0.2, "NP classification: bound r on the class-1 loss", low=0.0),
     "np-dirichlet-alpha": Key(0.5, "NP classification: Dirichlet label skew", low=0.0, low_open=True),

@@ -3,7 +3,7 @@
 The constrained classification tasks on a silo's own table (problem ``tabular``,
 problems/tabular.py) keep, at every evaluation, in the silo's client state
 (``<state-dir>/<run>.<run-id>-p<partition>/``, client/constrained.py ``save_inference``): the models
-(``average``: the method's output, the mean of the averaged rounds' iterates, ALGORITHMS.md 2 step 5;
+(``average``: the method's output, the mean of the averaged rounds' iterates, docs/algorithms.md 2, step 5;
 ``last``: the last iterate; ``.npz``), the feature standardisation (``scaling.npz``: the mean and
 std of the silo's training rows) and the manifest (``manifest.json``: features, label, group column,
 constraint, run, method, round). For each row of the new features

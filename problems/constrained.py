@@ -1,4 +1,4 @@
-"""Common interface of the constrained worst-case tasks (ALGORITHMS.md section 2).
+"""Common interface of the constrained worst-case tasks (docs/algorithms.md section 2).
 
 The softmax-weighted switching gradient method solves
 

@@ -1,8 +1,9 @@
 """Energy purchasing: each client buys D_j hours of energy a day at the cheapest predicted hours.
 
-Decision (ALGORITHMS.md 1.7): ``min_w c'w  s.t.  sum_h w_h = D_j, 0 <= w_h <= 1`` with ``c`` the 24
-hourly prices of the target day, predicted from features known the day before. Prices stay in
-$/MWh (no scaling), so regrets are in $/MWh x hours bought ($ per MW of flat purchase).
+Decision (the daily-quota set of docs/algorithms.md 1.2): ``min_w c'w  s.t.  sum_h w_h = D_j,
+0 <= w_h <= 1`` with ``c`` the 24 hourly prices of the target day, predicted from features known
+the day before. Prices stay in $/MWh (no scaling), so regrets are in $/MWh x hours bought ($ per
+MW of flat purchase).
 
 Two data sources, one sample per client-day, chronological 50/10/40 train/val/test split per client,
 features z-scored with the client's own training statistics:

@@ -1,4 +1,4 @@
-"""Fair classification on UCI Adult with an MLP (ALGORITHMS.md 2, experiment b).
+"""Fair classification on UCI Adult with an MLP (docs/algorithms.md 2; the spec's experiment b).
 
 Label ``y = 1`` is income >50K; ``pi(x) = sigmoid(z(x))`` is the MLP's predicted
 probability. For client i, with ``P_i`` / ``U_i`` its protected / unprotected rows,

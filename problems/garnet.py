@@ -1,4 +1,4 @@
-"""Heterogeneous Garnet MDPs: the federated TD(0) instance of PF-LSA (ALGORITHMS.md section 3).
+"""Heterogeneous Garnet MDPs: the federated TD(0) instance of PF-LSA (docs/algorithms.md section 3).
 
 Agent ``c`` evaluates the uniform random policy on its own Garnet MDP with linear
 features; TD(0) is the linear stochastic approximation ``A_c theta = b_c`` with

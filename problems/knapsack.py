@@ -1,4 +1,4 @@
-"""Synthetic fractional knapsack with three heterogeneity axes (ALGORITHMS.md 1.6).
+"""Synthetic fractional knapsack with three heterogeneity axes (docs/algorithms.md 1.7).
 
 Client j maximises item value under its own capacity, stored as the minimisation
 ``min_{w in S_j} c'w`` with negative costs and

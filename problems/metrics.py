@@ -1,24 +1,21 @@
-"""Decision-quality metrics (ALGORITHMS.md 1.4 and 1.8), pure functions of tensors and a polytope.
+"""Decision-quality metrics (docs/algorithms.md 1.5 and 1.6), pure functions of tensors and a polytope.
 
 Per client, with the LP oracle ``w*``:
 
 * regret per sample ``c'w*(c_hat) - z*(c)`` with ``z*(c) = c'w*(c)`` (>= 0);
 * absolute regret = mean regret; relative regret = mean regret / mean |z*|
-  (:class:`RegretSummary`), so a client's relative regret is a ratio of its own means;
-* across clients: the macro average of the per-client relative regrets and the pooled ratio
-  ``sum of regrets / sum of |z*|`` over all clients' samples.
+  (:class:`RegretSummary`), so a client's relative regret is a ratio of its own means. The
+  client reports the totals too, so that the run's summary (strategies/summary.py) forms, next
+  to the mean over clients of every metric, the pooled ratio ``sum of regrets / sum of |z*|``
+  over all clients' samples.
 
-With the regularized minimiser ``w_lam``:
-
-* the QP-LP gap ``U = mean_i(c_i'w_lam(c_i) - z*_i) / (mean_i |z*_i| + 1e-8)`` (the freeze statistic);
-* the decision gap ``mean_i ||w_lam(c_hat_i) - w_lam(c_i)||_2`` (the reference code's
-  "regularized decision gap").
+With the regularized minimiser ``w_lam``, the QP-LP gap
+``U = mean_i(c_i'w_lam(c_i) - z*_i) / (mean_i |z*_i| + 1e-8)`` (the freeze statistic).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,35 +84,11 @@ def summarize_regret(c_hat: Any, c: Any, polytope: Polytope) -> RegretSummary:
     )
 
 
-def _nonempty(summaries: Sequence[RegretSummary]) -> Sequence[RegretSummary]:
-    if len(summaries) == 0:
-        raise ValueError("summaries must contain at least one client")
-    return summaries
-
-
-def macro_relative_regret(summaries: Sequence[RegretSummary]) -> float:
-    """Mean over clients of each client's relative regret (every client counts once)."""
-    return sum(s.relative for s in _nonempty(summaries)) / len(summaries)
-
-
-def pooled_relative_regret(summaries: Sequence[RegretSummary]) -> float:
-    """``sum of all regrets / sum of all |z*|`` over every client's samples."""
-    total_abs = sum(s.total_abs_optimal for s in _nonempty(summaries))
-    return sum(s.total_regret for s in summaries) / total_abs if total_abs > 0 else math.nan
-
-
 def qp_lp_gap(c: Any, polytope: Polytope, lam: float, z_star: torch.Tensor | None = None) -> float:
-    """``U = mean_i(c_i'w_lam(c_i) - z*_i) / (mean_i |z*_i| + 1e-8)`` (ALGORITHMS.md 1.4)."""
+    """``U = mean_i(c_i'w_lam(c_i) - z*_i) / (mean_i |z*_i| + 1e-8)`` (docs/algorithms.md 1.5)."""
     c_t = polytope.validate(c, "c").detach().reshape(-1, polytope.dim)
     z = optimal_values(c_t, polytope) if z_star is None else torch.as_tensor(z_star, dtype=torch.float64)
     if z.shape != (c_t.shape[0],):
         raise ValueError(f"z_star must have shape [{c_t.shape[0]}]; got {tuple(z.shape)}")
     qp_values = (c_t * polytope.regularized_argmin(c_t, lam)).sum(-1)
     return float((qp_values - z).mean() / (z.abs().mean() + U_EPS))
-
-
-def decision_gap(c_hat: Any, c: Any, polytope: Polytope, lam: float) -> float:
-    """``mean_i ||w_lam(c_hat_i) - w_lam(c_i)||_2``."""
-    c_hat_t, c_t = _pair(c_hat, c, polytope)
-    gap = polytope.regularized_argmin(c_hat_t, lam) - polytope.regularized_argmin(c_t, lam)
-    return float(gap.norm(dim=-1).mean())

@@ -17,7 +17,7 @@ def make_mlp(in_dim: int, hidden: int, out_dim: int, seed: int) -> nn.Sequential
     """``in_dim -> hidden (ReLU) -> out_dim`` in float64, Glorot-uniform weights, zero biases;
     ``hidden = 0``: the linear predictor ``c_hat = W x`` (no hidden layer, no bias).
 
-    The reference code's initialisation (ALGORITHMS.md 1.5): PyTorch's default init
+    The reference code's initialisation (docs/algorithms.md section 1): PyTorch's default init
     changes the baselines' results by several points.
     """
     gen = torch.Generator().manual_seed(seed)

@@ -1,4 +1,4 @@
-"""Neyman-Pearson classification on the Wisconsin breast-cancer data (ALGORITHMS.md 2, experiment a).
+"""Neyman-Pearson classification on the Wisconsin breast-cancer data (docs/algorithms.md 2).
 
 Labels: ``y = 1`` is **malignant** (sklearn's target 0, 212 rows), ``y = 0`` is
 **benign** (sklearn's target 1, 357 rows). The model is logistic regression
@@ -7,7 +7,7 @@ Labels: ``y = 1`` is **malignant** (sklearn's target 0, 212 rows), ``y = 0`` is
     f_i(w) = mean_{x in benign_i}    log(1 + exp(z))      (false-alarm loss, minimised)
     g_i(w) = mean_{x in malignant_i} log(1 + exp(-z)) - r  (missed-cancer loss, bounded by r)
 
-so the constraint protects the class whose errors are costly.
+so the constraint protects the class whose errors are costly (the spec's experiment a).
 
 Split rule (heterogeneous label skew, reproducible from ``instance_seed``, which
 defaults to the run seed): for each class separately, shuffle its rows, give every

@@ -191,7 +191,7 @@ def shortest_path_client(cfg: RunConfig, pid: int, n: int, path: Path | None) ->
 
 
 def garnet_agent(cfg: RunConfig, partition_id: int) -> garnet.GarnetAgent:
-    """Agent ``partition_id`` of the Garnet federation the run config describes (ALGORITHMS.md 3)."""
+    """Agent ``partition_id`` of the Garnet federation the run config describes (docs/algorithms.md 3)."""
     from problems import garnet
 
     return garnet.make_agent(

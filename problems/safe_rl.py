@@ -1,4 +1,4 @@
-"""Federated safe RL on heterogeneous CartPole CMDPs (ALGORITHMS.md 2, experiment c).
+"""Federated safe RL on heterogeneous CartPole CMDPs (docs/algorithms.md 2; the spec's experiment c).
 
 Each client runs gymnasium's CartPole-v1 dynamics (its vectorised implementation,
 ``CartPoleVectorEnv``) with its own physics and episodes capped at ``horizon``

@@ -1,8 +1,9 @@
-"""Shortest paths on a k x k grid with PyEPO's features-to-cost law, one route per client (ALGORITHMS.md 1.7).
+"""Shortest paths on a k x k grid with PyEPO's features-to-cost law, one route per client.
 
 Client j routes one unit from its source to its sink over the grid's ``d = 2k(k-1)`` edges,
 ``min_{w in S_j} c'w`` with ``S_j`` = the flow polytope of :class:`problems.polytope.GridFlowPolytope`
-(edges oriented source -> sink, LP by dynamic program, projection by DAQP). Generative law::
+(docs/algorithms.md 1.2; edges oriented source -> sink, LP by dynamic program, projection by
+DAQP). Generative law::
 
     B      ~ Bernoulli(0.5)^{d x p}                                             (shared, PyEPO's B)
     x      ~ N(0, I_p)

@@ -1,4 +1,4 @@
-"""A silo's own table for the constrained classification tasks (problem ``tabular``; ALGORITHMS.md 2).
+"""A silo's own table for the constrained classification tasks (problem ``tabular``; docs/algorithms.md 2).
 
 The silo's data folder (node config ``data-path``) holds ``samples.csv`` with
 

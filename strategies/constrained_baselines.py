@@ -1,4 +1,4 @@
-"""Baselines of the softmax switching method, on its harness (ALGORITHMS.md 2).
+"""Baselines of the softmax switching method, on its harness (docs/algorithms.md section 2).
 
 Every baseline runs the same two exchanges, local steps, gradient-evaluation count and
 evaluation as :class:`~strategies.softmax_switching.SoftmaxSwitching`; only the round's

@@ -1,4 +1,4 @@
-"""FedLSA and SCAFFLSA: the FedAvg-style baselines of PF-LSA (ALGORITHMS.md 3).
+"""FedLSA and SCAFFLSA: the FedAvg-style baselines of PF-LSA (docs/algorithms.md section 3).
 
 Round r: every agent runs H = ``lsa-local-steps`` local LSA steps from the shared
 parameter theta^{r-1} and returns its local parameter; the server sets

@@ -1,4 +1,4 @@
-"""FedRSPO+ and its baselines: one protocol for every loss (ALGORITHMS.md 1.3-1.5).
+"""FedRSPO+ and its baselines: one protocol for every loss (docs/algorithms.md 1.3-1.6).
 
 1. **Calibration** (``setup``): a ``query.calibrate`` exchange; client j computes from its
    private data ``lam0_j = mean_i ||c_i|| / R_j`` and ``lr0_j = alpha lam0_j / 4`` and keeps

@@ -1,4 +1,4 @@
-"""The round loop every LSA strategy shares (ALGORITHMS.md 3), and single-agent LSA.
+"""The round loop every LSA strategy shares (docs/algorithms.md section 3), and single-agent LSA.
 
 Every client takes part in every round (full participation: the iteration of one agent
 needs the others'). Round ``r`` covers iterations ``(r - 1) H + 1 .. r H`` (H = 1 for

@@ -1,4 +1,4 @@
-"""PF-LSA: personalized federated LSA (ALGORITHMS.md 3; Labbi, Mangold, Moulines 2026).
+"""PF-LSA: personalized federated LSA (docs/algorithms.md section 3; Labbi, Mangold, Moulines 2026).
 
 Every agent keeps its own parameter theta_c on its node; the server only ever sees and
 averages *updates*. One exchange per iteration, pipelined: the message of iteration t

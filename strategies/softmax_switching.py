@@ -1,4 +1,4 @@
-"""Softmax-weighted switching gradient for worst-client constrained FL (ALGORITHMS.md 2).
+"""Softmax-weighted switching gradient for worst-client constrained FL (docs/algorithms.md section 2).
 
 Problem: ``min_w max_i f_i(w)`` subject to ``max_i g_i(w) <= 0``. Round k:
 
@@ -179,7 +179,7 @@ def resolve_steps(params: ConstrainedParams, *, num_clients: int, num_rounds: in
 
 
 class ConstrainedRounds(FederatedStrategy):
-    """The two-exchange round of ALGORITHMS.md 2 with the method's decision left to :meth:`plan`."""
+    """The two-exchange round of docs/algorithms.md 2 with the method's decision left to :meth:`plan`."""
 
     family = "constrained"
     client_handler = "constrained"
@@ -429,7 +429,7 @@ class ConstrainedRounds(FederatedStrategy):
 
 
 class SoftmaxSwitching(ConstrainedRounds):
-    """ALGORITHMS.md 2: softmax-weighted switching between the worst objectives and constraints."""
+    """docs/algorithms.md 2: softmax-weighted switching between the worst objectives and constraints."""
 
     params_type = SwitchingParams
     params: SwitchingParams

@@ -1,4 +1,4 @@
-"""FedRSPO+ as a plain single-process loop (ALGORITHMS.md 1.3-1.5), without Flower.
+"""FedRSPO+ as a plain single-process loop (docs/algorithms.md 1.3-1.6), without Flower.
 
 An independent transcription of the protocol for two uses: tests check that the Flower
 strategy + ClientApp compute the same numbers, and bench/knapsack_run.py measures the

@@ -1,4 +1,4 @@
-"""Independent NumPy reference of federated LSA (ALGORITHMS.md section 3), for tests.
+"""Independent NumPy reference of federated LSA (docs/algorithms.md section 3), for tests.
 
 N agents solve ``A_bar_c theta = b_bar_c`` from samples. An *oracle* returns one draw for
 every agent: ``A`` [N, d, d] and ``b`` [N, d] (each the mean of ``batch`` samples).
@@ -245,7 +245,7 @@ def stacked(agents: Sequence[GarnetAgent]) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 # ---------------------------------------------------------------------------
-# The measurements ALGORITHMS.md section 3 reports (gamma 0.95, theta^0 = 0, seed 42).
+# The measurements the method's specification reports for PF-LSA (gamma 0.95, theta^0 = 0, seed 42).
 
 
 def fig1_errors(

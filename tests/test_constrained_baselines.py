@@ -35,7 +35,7 @@ CASES = {
 
 
 def reference(cfg: dict, n: int) -> tuple[np.ndarray, np.ndarray, list[float]]:
-    """The baselines of ALGORITHMS.md 2 on f_i = |w - a_i|^2 / 2, g_i = <b_i, w> - c_i, exact gradients.
+    """The baselines of docs/algorithms.md 2 on f_i = |w - a_i|^2 / 2, g_i = <b_i, w> - c_i, exact gradients.
 
     Returns the last iterate, the output average and the multipliers lambda_k used per round.
     """

@@ -99,7 +99,7 @@ def test_the_reference_checker_catches_a_stale_name(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("doc", ["README.md", "docs/results/knapsack.md"])
 def test_no_link_to_a_missing_algorithms_file(doc: str) -> None:
-    """The README once pointed to an ALGORITHMS.md that is not in the repository."""
+    """The README once pointed to a specification file that is not in the repository."""
     text = (ROOT / doc).read_text(encoding="utf-8")
     for target in re.findall(r"\]\(([^)#]+)", text):
         if not target.startswith(("http://", "https://")):

@@ -1,4 +1,4 @@
-"""FedRSPO+ protocol logic against hand-computed values (ALGORITHMS.md 1.3-1.5)."""
+"""FedRSPO+ protocol logic against hand-computed values (docs/algorithms.md 1.3-1.6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The synthetic knapsack generator against its definition (ALGORITHMS.md 1.6)."""
+"""The synthetic knapsack generator against its definition (docs/algorithms.md 1.7)."""
 
 from __future__ import annotations
 

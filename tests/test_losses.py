@@ -86,7 +86,9 @@ def test_rspo_plus_is_nonnegative_and_zero_at_truth(name, lam):
 
 @pytest.mark.parametrize("name", list(SETS))
 def test_rspo_plus_matches_definition_and_identity(name):
-    """l = (lam/2)(||p - w_c||^2 - ||p - w_u||^2) and the identity of ALGORITHMS.md 1.1, in numpy."""
+    """l = (lam/2)(||p - w_c||^2 - ||p - w_u||^2) (docs/algorithms.md 1.1) and the identity
+    l = (lam/2)(||w_c||^2 - ||w_u||^2) + u'(w_c - w_u), u = 2 c_hat - c, that the method's
+    specification states, in numpy."""
     poly, lam = SETS[name], 0.7
     c_hat, c = costs(poly, 16, seed=2)
     loss = rspo_plus_loss(c_hat, c, poly, lam, reduction="none").numpy()

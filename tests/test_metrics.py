@@ -1,5 +1,5 @@
-"""Regret, relative regret (per client, macro, pooled), QP-LP gap and decision gap against
-direct numpy formulas with LP solutions from scipy.linprog."""
+"""Regret, relative regret (per client, and over clients as the run's summary forms it) and the
+QP-LP gap against direct numpy formulas with LP solutions from scipy.linprog."""
 
 from __future__ import annotations
 
@@ -9,17 +9,13 @@ import numpy as np
 import pytest
 import torch
 from scipy.optimize import linprog
+from torch import nn
 
-from problems.metrics import (
-    decision_gap,
-    macro_relative_regret,
-    optimal_values,
-    pooled_relative_regret,
-    qp_lp_gap,
-    regret,
-    summarize_regret,
-)
+from client.decision import decision_metrics
+from problems.base import DecisionSplit
+from problems.metrics import optimal_values, qp_lp_gap, regret, summarize_regret
 from problems.polytope import GridFlowPolytope, KnapsackPolytope, Polytope, QuotaPolytope
+from strategies.summary import summarize
 
 
 def lp_solution(poly: Polytope, c: np.ndarray) -> np.ndarray:
@@ -65,7 +61,15 @@ def test_regret_matches_linprog(poly):
     )
 
 
+def reported(poly: Polytope, c_hat: np.ndarray, c: np.ndarray) -> dict[str, float]:
+    """What a client reports for a model predicting ``c_hat`` (client/decision.py)."""
+    split = DecisionSplit(x=torch.from_numpy(c_hat), c=torch.from_numpy(c))
+    return decision_metrics(nn.Identity(), split, poly)
+
+
 def test_summary_macro_and_pooled_relative_regret():
+    """Per client (problems/metrics.py), then over clients as the run's summary forms them
+    (strategies/summary.py) from what the clients report."""
     clients = [client(1, 30), client(2, 5), client(3, 12)]
     summaries = [summarize_regret(torch.from_numpy(h), torch.from_numpy(c), p) for p, h, c in clients]
     per_client_regret, per_client_abs_z = [], []
@@ -82,17 +86,20 @@ def test_summary_macro_and_pooled_relative_regret():
         per_client_abs_z.append(z)
     macro = np.mean([r.mean() / z.mean() for r, z in zip(per_client_regret, per_client_abs_z, strict=True)])
     pooled = np.concatenate(per_client_regret).sum() / np.concatenate(per_client_abs_z).sum()
-    assert math.isclose(macro_relative_regret(summaries), macro, rel_tol=1e-9)
-    assert math.isclose(pooled_relative_regret(summaries), pooled, rel_tol=1e-9)
+    aggregate = summarize({f"c{i}": reported(*x) for i, x in enumerate(clients)})["aggregate"]
+    assert math.isclose(aggregate["relative-regret"], macro, rel_tol=1e-9)
+    assert math.isclose(aggregate["pooled-relative-regret"], pooled, rel_tol=1e-9)
     assert abs(macro - pooled) > 1e-3  # the two aggregations genuinely differ here
 
 
 def test_relative_regret_is_nan_when_every_optimum_is_zero():
     poly = KnapsackPolytope([1.0, 2.0], 1.0)
     c = torch.tensor([[1.0, 2.0], [0.5, 0.1]])  # positive costs: w* = 0, z* = 0
-    s = summarize_regret(torch.tensor([[-1.0, 2.0], [0.3, 0.1]]), c, poly)
+    c_hat = torch.tensor([[-1.0, 2.0], [0.3, 0.1]])
+    s = summarize_regret(c_hat, c, poly)
     assert s.total_abs_optimal == 0 and s.absolute > 0 and math.isnan(s.relative)
-    assert math.isnan(pooled_relative_regret([s]))
+    metrics = decision_metrics(nn.Identity(), DecisionSplit(x=c_hat, c=c), poly)
+    assert math.isnan(summarize({"c0": metrics})["aggregate"]["pooled-relative-regret"])
 
 
 def test_qp_lp_gap_matches_formula_and_shrinks_with_lam():
@@ -112,20 +119,6 @@ def test_qp_lp_gap_matches_formula_and_shrinks_with_lam():
     assert math.isclose(qp_lp_gap(c_t, poly, 0.5, z_star=torch.from_numpy(z)), gaps[1], rel_tol=1e-9)
 
 
-def test_decision_gap_matches_formula():
-    poly, c_hat, c = client(5, 8)
-    lam = 0.3
-    expected = np.linalg.norm(
-        poly.project(-torch.from_numpy(c_hat) / lam, backend="highs").numpy()
-        - poly.project(-torch.from_numpy(c) / lam, backend="highs").numpy(),
-        axis=1,
-    ).mean()
-    assert math.isclose(
-        decision_gap(torch.from_numpy(c_hat), torch.from_numpy(c), poly, lam), expected, rel_tol=1e-8
-    )
-    assert decision_gap(torch.from_numpy(c), torch.from_numpy(c), poly, lam) == 0.0
-
-
 def test_bad_inputs_raise_clear_errors():
     poly, c_hat, c = client(6, 4)
     c_hat_t, c_t = torch.from_numpy(c_hat), torch.from_numpy(c)
@@ -137,9 +130,6 @@ def test_bad_inputs_raise_clear_errors():
         (lambda: regret(c_hat_t[:, :3], c_t[:, :3], poly), r"c_hat must have shape \[12\]"),
         (lambda: regret(c_hat_t, c_t, poly, z_star=torch.zeros(3)), "z_star must have shape"),
         (lambda: qp_lp_gap(c_t, poly, 0.0), "lam must be finite and > 0"),
-        (lambda: decision_gap(c_hat_t, c_t, poly, -1.0), "lam must be finite and > 0"),
-        (lambda: macro_relative_regret([]), "at least one client"),
-        (lambda: pooled_relative_regret([]), "at least one client"),
         (lambda: summarize_regret(c_hat_t * float("inf"), c_t, poly), "c_hat contains NaN or Inf"),
     ]
     for call, message in cases:

@@ -20,8 +20,8 @@ def test_quick_reproduction_writes_figures_and_tables_and_pflsa_speeds_up_with_n
     for name in ("pflsa-fig1.png", "pflsa-fig2.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     result = json.loads((tmp_path / "pflsa.json").read_text())
-    # Homogeneous agents: iterations to 1e-2 of the initial error fall as N grows (ALGORITHMS.md 3:
-    # speed-up over single-agent LSA about 1 / 3.9 / 8 for N = 2 / 8 / 16).
+    # Homogeneous agents: iterations to 1e-2 of the initial error fall as N grows (the method's
+    # specification reports a speed-up over single-agent LSA of about 1 / 3.9 / 8 for N = 2 / 8 / 16).
     (level,) = [row for row in result["fig2"]["levels"] if row["zeta_rew"] == 0.0]
     pf = [level["N"][n]["pflsa-iterations"] for n in ("2", "8", "16")]
     speed = [level["N"][n]["speed-up"] for n in ("2", "8", "16")]

@@ -1,4 +1,4 @@
-"""Softmax-weighted switching (ALGORITHMS.md 2): its pieces by hand, and whole runs against NumPy."""
+"""Softmax-weighted switching (docs/algorithms.md 2): its pieces by hand, and whole runs against NumPy."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def reference_switching(
     E: int,
     seed: int,
 ) -> tuple[list[np.ndarray], np.ndarray, list[bool]]:
-    """ALGORITHMS.md 2 transcribed for f_i = |w - a_i|^2 / 2, g_i = <b_i, w> - c_i (exact gradients)."""
+    """docs/algorithms.md 2 transcribed for f_i = |w - a_i|^2 / 2, g_i = <b_i, w> - c_i (exact gradients)."""
     rng = np.random.default_rng(np.random.SeedSequence([seed, SAMPLING_STREAM]))
     w, total, count, iterates, modes = w0.copy(), np.zeros_like(w0), 0, [w0.copy()], []
     for _ in range(rounds):

@@ -1,4 +1,4 @@
-"""FedRSPO+ on the synthetic knapsack (ALGORITHMS.md 1.6): Tables 3, 4, 9 and 14 of the paper.
+"""FedRSPO+ on the synthetic knapsack (docs/algorithms.md 1.7): Tables 3, 4, 9 and 14 of the paper.
 
 Every federated number is a real hetfed run (the ServerApp strategy and ClientApp clients, on
 the inline engine by default, any engine with ``--engine``); one run gives both the federated
@@ -38,7 +38,7 @@ TABLE4_ROWS = ("(0,0,0)", "(1,0,0)", "(0,1,0)", "(0,0,1)")
 ABLATION_ROWS = ("(0,0,0)", "(1,0,0)", "(0,1,0)")
 OPTNET_MULTS = (0.05, 0.1, 0.25)
 
-# The paper's numbers (relative regret %, ALGORITHMS.md 1.6). Table 3: (Fed, +P).
+# The paper's numbers (relative regret %, as the method's specification quotes them). Table 3: (Fed, +P).
 PAPER_T3 = {
     "(0,0,0)": {
         "mse": (15.9, 10.5),

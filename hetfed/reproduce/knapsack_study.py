@@ -1,4 +1,4 @@
-"""Knapsack studies beyond the paper's tables (ALGORITHMS.md 1.6): any grid, as real federations.
+"""Knapsack studies beyond the paper's tables (docs/algorithms.md 1.7): any grid, as real federations.
 
 ``hetfed reproduce knapsack-study STUDY`` runs a grid of heterogeneity rows ``(eta_o, eta_c,
 eta_d)`` x losses x variants x seeds, each cell a FedRSPO+ run (calibration, warm start,

@@ -1,4 +1,4 @@
-"""PF-LSA (ALGORITHMS.md 3): Fig. 1 and Fig. 2 of federated TD(0) on Garnet MDPs, on the inline engine.
+"""PF-LSA (docs/algorithms.md 3): Fig. 1 and Fig. 2 of federated TD(0) on Garnet MDPs, on the inline engine.
 
 Every curve is a real hetfed run (ServerApp strategy + ClientApp clients, inline engine):
 
@@ -33,7 +33,7 @@ OUT = Path(__file__).resolve().parents[2] / "docs" / "results"
 THRESHOLD = 1e-2  # "iterations to reach 1e-2 of the initial error"
 ETA_SINGLE = 0.2
 
-# What ALGORITHMS.md 3 reports (gamma = 0.95, theta^0 = 0, generator seed 42).
+# What the method's specification reports for PF-LSA (gamma = 0.95, theta^0 = 0, generator seed 42).
 SPEC: dict[str, dict[str, Any]] = {
     "fedlsa-plateau": {"0.5": 10.5, "1.0": 41.1},
     "pflsa-floor": {"0.5": 0.33, "1.0": 0.44},
@@ -451,7 +451,7 @@ def _spread(values: list[float]) -> str:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    """The results page: tables of Fig. 1 and Fig. 2, and how they compare with ALGORITHMS.md 3."""
+    """The results page: tables of Fig. 1 and Fig. 2, and how they compare with the method's specification."""
     s, f1, f2 = result["settings"], result["fig1"], result["fig2"]
     lines = [
         "# PF-LSA: personalized federated TD(0) on Garnet MDPs",
@@ -534,8 +534,8 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def comparison(result: dict[str, Any]) -> list[str]:
-    """The measurements next to the numbers ALGORITHMS.md 3 reports, and why they differ."""
-    lines = ["## Against ALGORITHMS.md 3", ""]
+    """The measurements next to the numbers the method's specification reports, and why they differ."""
+    lines = ["## Against the specification's measurements", ""]
     f1 = {(r["zeta_ker"], r["zeta_rew"]): r for r in result["fig1"]["levels"]}
     for zeta in (0.5, 1.0):
         if (zeta, zeta) in f1:

@@ -625,6 +625,6 @@ def findings(result: dict[str, Any]) -> list[str]:
         )
     out += [
         "- Not checked: the paper's regime threshold (when averaging the updates speeds agents up); "
-        "ALGORITHMS.md does not state it.",
+        "the method's specification does not state it.",
     ]
     return out

@@ -1,8 +1,9 @@
-"""FedRSPO+ on grid shortest paths (ALGORITHMS.md 1.7): five losses, Fed and +P, optimality gap.
+"""FedRSPO+ on grid shortest paths: five losses, Fed and +P, optimality gap.
 
-20 clients route one unit across a k x k grid with PyEPO's features-to-cost law
-(``problems.shortest_path``: p = 5 features, degree 4, multiplicative noise U[0.5, 1.5]). Three
-parts, each a key of ``shortest-path.json`` (a part not run keeps what the file holds):
+20 clients route one unit across a k x k grid (flow polytopes, docs/algorithms.md 1.2) with
+PyEPO's features-to-cost law (``problems.shortest_path``: p = 5 features, degree 4, multiplicative
+noise U[0.5, 1.5]). Three parts, each a key of ``shortest-path.json`` (a part not run keeps what
+the file holds):
 
 - ``table8``: the paper's shortest-path settings (its Table 8: client fraction 0.5, 2
   personalization epochs, a fixed lam0 = 2) on the 12 x 12 grid (Warcraft's size) and on 5 x 5,
@@ -11,7 +12,7 @@ parts, each a key of ``shortest-path.json`` (a part not run keeps what the file 
   degree and the model (linear or the MLP), and RSPO+'s own lam schedule (kappa_lam, a
   calibrated lam0), 3 seeds;
 - ``heterogeneity``: clients with their own source, sink and terrain under the knapsack protocol
-  (ALGORITHMS.md 1.5), 5 x 5, 5 seeds.
+  (docs/algorithms.md 1.3-1.6, with the knapsack's hyperparameters), 5 x 5, 5 seeds.
 
 The optimality gap is the relative regret in %: per client mean regret / mean |z*| on its test
 set with the LP oracle (the dynamic program), then the mean over clients. Writes
@@ -54,10 +55,11 @@ BASE = {
     "checkpoint-every": 0,
 }
 # The paper's Table 8 as issue 17 quotes it. kappa_lam is not quoted, so the synthetic 1.0 stays
-# (the sweep shows what it changes); everything else is ALGORITHMS.md 1.5's.
+# (the sweep shows what it changes); everything else is the knapsack's, as the method's specification
+# gives them.
 TABLE8 = {"fraction": 0.5, "personal-epochs": 2, "fixed-lam0": 2.0, "kappa-lam": 1.0}
 # What is known of the paper's Table 6 (Warcraft 12 x 12): its ordering, as issue 17 states it;
-# ALGORITHMS.md has none of its values.
+# the method's specification has none of its values.
 PAPER_TABLE6 = {"best-loss": "spo+", "rspo+-personalization-change-%": -66.0}
 SWEEP: dict[
     str, tuple[tuple[str, ...], list[tuple[str, str, dict[str, Any]]]]
@@ -236,12 +238,13 @@ def table8_section(d: dict[str, Any]) -> list[str]:
         f"(run config `fixed-lam0`; RSPO+'s lr0 = alpha lam0 / 4 = {0.01 * lam0 / 4:g}). "
         "Table 8's kappa_lam is not quoted anywhere we "
         f"have, so the synthetic knapsack's {d['settings']['kappa-lam']:g} is used (the sweep below varies "
-        "it); everything else as ALGORITHMS.md 1.5 (10 + 10 rounds, 3 local epochs, batch 64, tau 0.01, "
-        "the other losses Adam lr 1e-3, PFYL/DPO eps 1 with 10 samples).",
+        "it); everything else as the method's specification sets it for the knapsack (10 + 10 rounds, "
+        "3 local epochs, batch 64, tau 0.01, the other losses Adam lr 1e-3, PFYL/DPO eps 1 with 10 "
+        "samples).",
         "",
         "Optimality gap % (Fed / +P), mean ± std over seeds, beside what is known of the paper's Table 6 "
-        "(Warcraft 12 x 12, costs from map images; its values are not in ALGORITHMS.md, only its ordering "
-        "as issue 17 states it):",
+        "(Warcraft 12 x 12, costs from map images; its values are not in the method's specification, "
+        "only its ordering as issue 17 states it):",
         "",
         "| | " + " | ".join(LOSSES) + " | best loss (Fed / +P) | RSPO+ gap change by personalization |",
         "|---|" + "---|" * (len(LOSSES) + 2),
@@ -339,7 +342,8 @@ def heterogeneity_section(d: dict[str, Any]) -> list[str]:
         f"{edges(d['grid-size'])} edges; the runs took {d['runs-wall-time-s'] / 60:.0f} min (summed wall "
         "times on a shared 2-core machine). The rows go from PyEPO's homogeneous setting to clients "
         "with their own source and sink and their own terrain multipliers. Protocol and "
-        "hyperparameters as for the synthetic knapsack (ALGORITHMS.md 1.5: 10 + 10 rounds, "
+        "hyperparameters as for the synthetic knapsack (docs/algorithms.md 1.3-1.6 and the method's "
+        "specification: 10 + 10 rounds, "
         "fraction 0.4, 3 local epochs, 1 personalization epoch, calibrated lam0_j, RSPO+ "
         "alpha 0.01, tau 0.01; the other losses Adam lr 1e-3; PFYL/DPO eps 1, 10 samples).",
         "",
@@ -459,7 +463,7 @@ NOTES = """\
 - With every client corner to corner under one cost law there is nothing personal to learn:
   personalization is 20 more epochs on a client's 100 samples, which can only fit their noise.
   A large cut by personalization (Table 6's 66% for RSPO+) needs clients that differ; how the
-  paper splits Warcraft's maps across clients is not described in ALGORITHMS.md.
+  paper splits Warcraft's maps across clients is not described in the method's specification.
 - Clients with their own source and sink have different flow polytopes (edges outside a client's
   source-sink rectangle carry no flow), so one federated cost model serves different decision
   problems; the terrain multipliers m_j = exp(t h_j) (a hill and a valley per client) are a
@@ -480,7 +484,7 @@ def render(data: dict[str, Any]) -> str:
         "10 validation / 100 test samples per client, problems/shortest_path.py) with the paper's "
         "settings (its Table 8) on the 12 x 12 grid and on 5 x 5: they say how the losses rank on grid "
         "shortest paths, not whether the paper's numbers reproduce. Table 6's values are not in "
-        "ALGORITHMS.md; what is known of it (its ordering) stands beside ours.",
+        "the method's specification; what is known of it (its ordering) stands beside ours.",
         "",
         "Optimality gap in %: per client mean regret / mean |z*| on its test set with the LP oracle, "
         "then the mean over clients; Fed = the federated model after the warm start, +P = after "

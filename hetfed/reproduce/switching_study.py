@@ -1,4 +1,4 @@
-"""Softmax switching's theory on NP classification (ALGORITHMS.md 2), and how fast each method gets feasible.
+"""Softmax switching's theory on NP classification (docs/algorithms.md 2); how fast each method gets feasible.
 
 Three sweeps of real inline runs (switching on the Wisconsin breast cancer task of
 ``hetfed reproduce np-classification``: 10 clients, eps = 0.05, the theorem's steps, 5 seeds):

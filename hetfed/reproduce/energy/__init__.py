@@ -1,11 +1,12 @@
-"""FedRSPO+ on real ERCOT day-ahead prices (ALGORITHMS.md 1.7): the Table 5 ablation and the cold start.
+"""FedRSPO+ on real ERCOT day-ahead prices: the Table 5 ablation and the cold start.
 
 Thirteen ERCOT hubs / load zones are the silos; each buys its quota of hours every day at the
-hours its model predicts cheapest (``problems.energy``). Every federated number is a real hetfed
-run (ServerApp strategy and ClientApp clients, inline engine by default); one run gives the
-federated model's result (Fed) and the personalized one (+P). Two data variants run side by
-side: the training split as it is (it holds the February 2021 winter-storm days, prices up to
-~$9,000/MWh) and the same split without those days (``energy-exclude-storm``).
+hours its model predicts cheapest (``problems.energy``; the daily-quota set of docs/algorithms.md
+1.2). Every federated number is a real hetfed run (ServerApp strategy and ClientApp clients,
+inline engine by default); one run gives the federated model's result (Fed) and the personalized
+one (+P). Two data variants run side by side: the training split as it is (it holds the February
+2021 winter-storm days, prices up to ~$9,000/MWh) and the same split without those days
+(``energy-exclude-storm``).
 
 * **Ablation** (the paper's Table 5): federated MSE and SPO+, RSPO+ fed-only with a shared lam,
   + personalization, + per-client lam/eta, full (annealing and freezing); mean absolute regret in

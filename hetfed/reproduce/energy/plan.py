@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 SEEDS = (42, 69, 1993, 67, 2026)  # the paper's seeds
-ENERGY: dict[str, Any] = {  # ALGORITHMS.md 1.5, energy: alpha 0.01 warm / 0.001 personalization, tau 0.03
+ENERGY: dict[str, Any] = {  # the spec's energy values: alpha 0.01 warm / 0.001 personalization, tau 0.03
     "problem": "energy",
     "strategy": "fedrspo",
     "rspo-alpha": 0.01,

