@@ -18,7 +18,8 @@
   instead of writing the same files; the kernel releases it when the writer dies.
 
 Every file is written to a temporary name and renamed, so a crash leaves the
-previous complete version in place.
+previous complete version in place. :class:`RunResult` reads a run folder back: everything that
+reads runs (reports, reproductions, tools) goes through it, so the files' layout is known here only.
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ import json
 import math
 import os
 import platform
+import re
 import sys
 import time
 import uuid
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -77,7 +80,7 @@ class RunStore:
         self.path.mkdir(parents=True, exist_ok=True)
         self.segment = 0  # the segment this process writes (begin_segment); 0 = none
         self._lock: int | None = None  # fd holding .writer.lock while a segment is written
-        self.rows: list[dict[str, Any]] = self._read_rows()
+        self.rows: list[dict[str, Any]] = list(_read_rows(self.path))
         self._columns: list[str] = list(FIRST_COLUMNS)  # the columns of rounds.csv on disk
         self._written = 0  # how many of self.rows rounds.csv holds
         self.started = time.time()
@@ -297,13 +300,6 @@ class RunStore:
         except (OSError, json.JSONDecodeError):
             return None
 
-    def _read_rows(self) -> list[dict[str, Any]]:
-        path = self.path / "rounds.csv"
-        if not path.exists():
-            return []
-        with open(path, newline="") as f:
-            return [{k: v for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
-
     def write_json(self, name: str, obj: Any) -> None:
         """Write ``name`` (JSON) into the run folder atomically."""
         self._write_json(name, obj)
@@ -357,6 +353,106 @@ def read_models(run_dir: Path) -> dict[str, dict[str, np.ndarray]]:
             name, _, array = key.partition("/")
             models.setdefault(name, {})[array] = stored[key]
     return models
+
+
+# --- reading a run back -----------------------------------------------------------------------
+LOCAL_ROUND = re.compile(r"^r(\d+)-(.+)$")  # a reply's value of one local round t: r{t}-{metric}
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A run folder read back: its summary, config, rounds.csv rows, per-client series and final
+    models. Reports, reproductions and tools read runs through this, never the files themselves."""
+
+    path: Path
+    summary: dict[str, Any]  # summary.json ({} while the run has none)
+    config: dict[str, Any]  # config.json's resolved run config
+    rows: list[dict[str, str]]  # rounds.csv, one dict per row, blank cells left out
+
+    @classmethod
+    def read(cls, run_dir: str | os.PathLike) -> RunResult:
+        """The run in ``run_dir`` (whatever it has written so far); StoreError if it has nothing."""
+        path = Path(run_dir)
+        config, summary = _json_or_none(path / "config.json"), _json_or_none(path / "summary.json")
+        rows = _read_rows(path)
+        if not rows and config is None:
+            raise StoreError(f"{path}: no run there (neither config.json nor rounds.csv)")
+        return cls(path, summary or {}, (config or {}).get("config", {}), rows)
+
+    @property
+    def completed(self) -> bool:
+        return self.summary.get("status") == "completed"
+
+    def rows_of(
+        self, exchange: str | None = None, *, ok: bool = False, client: str | None = None
+    ) -> list[dict[str, str]]:
+        """The rows of one ``exchange`` (every exchange if None); ``client``: only one client's rows,
+        or the server's (``"server"``); ``ok``: only the replies that were used."""
+        return [
+            r
+            for r in self.rows
+            if (exchange is None or r["exchange"] == exchange)
+            and (client is None or r["client"] == client)
+            and (not ok or r.get("status") == "ok")
+        ]
+
+    def values(
+        self, metric: str, exchange: str | None = None, *, client: str | None = None
+    ) -> list[tuple[int, str, float]]:
+        """``(round, client, value)`` of every row of ``exchange`` that has ``metric``."""
+        return [
+            (int(r["round"]), r["client"], float(r[metric]))
+            for r in self.rows_of(exchange, client=client)
+            if metric in r
+        ]
+
+    def series(self, metric: str, exchange: str = "train") -> tuple[np.ndarray, list[str], np.ndarray]:
+        """Rounds [R], clients [N] and ``metric`` per round and client [R, N] (NaN where a client
+        has no value: not sampled, failed)."""
+        found = [(t, c, v) for t, c, v in self.values(metric, exchange) if c != "server"]
+        rounds = sorted({t for t, _, _ in found})
+        clients = sorted({c for _, c, _ in found})
+        table = np.full((len(rounds), len(clients)), np.nan)
+        for t, c, v in found:
+            table[rounds.index(t), clients.index(c)] = v
+        return np.array(rounds, dtype=int), clients, table
+
+    def local_rounds(self, metric: str, exchange: str = "train.personalize") -> dict[str, dict[int, float]]:
+        """Per client: ``metric`` of each local round t that one reply covers (FedRSPO+'s
+        personalization reports its rounds as ``r{t}-<metric>``)."""
+        out: dict[str, dict[int, float]] = {}
+        for row in self.rows_of(exchange, ok=True):
+            for key, value in row.items():
+                match = LOCAL_ROUND.match(key)
+                if match and match.group(2) == metric:
+                    out.setdefault(row["client"], {})[int(match.group(1))] = float(value)
+        return {c: dict(sorted(v.items())) for c, v in out.items()}
+
+    def by_client(self, metric: str, exchange: str, default: float = math.nan) -> dict[str, float]:
+        """Per client with a used reply to ``exchange``: its ``metric`` (``default`` where the reply
+        has none; the last reply of a client that sent several)."""
+        return {r["client"]: float(r.get(metric, default)) for r in self.rows_of(exchange, ok=True)}
+
+    def models(self) -> dict[str, dict[str, np.ndarray]]:
+        """The final models (``models.npz``): see :func:`read_models`."""
+        return read_models(self.path)
+
+
+def _read_rows(run_dir: Path) -> list[dict[str, str]]:
+    """rounds.csv's rows, blank cells left out ([] before the first commit)."""
+    path = run_dir / "rounds.csv"
+    if not path.exists():
+        return []
+    with open(path, newline="", encoding="utf-8") as f:
+        return [{k: v for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
+
+
+def _json_or_none(path: Path) -> Any:
+    """A JSON file's content; None if it is missing or unreadable (a run still being written)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _finite(obj: Any) -> Any:

@@ -48,13 +48,14 @@ def chosen_seeds(seeds: Sequence[int], args: argparse.Namespace) -> tuple[int, .
 def completed_run(folder: Path, cfg: Mapping[str, Any]) -> dict[str, Any] | None:
     """The summary of a completed run of exactly ``cfg`` in ``folder`` (so an interrupted
     reproduction resumes where it stopped, and a changed config runs again), else None."""
+    from server.store import RunResult, StoreError
+
     try:
-        summary = json.loads((folder / "summary.json").read_text())
-        saved = json.loads((folder / "config.json").read_text())["config"]
-    except (OSError, ValueError, KeyError):
+        run = RunResult.read(folder)
+    except StoreError:
         return None
-    same = all(saved.get(key) == value for key, value in cfg.items() if key != "results-dir")
-    return summary if same and summary.get("status") == "completed" else None
+    same = all(run.config.get(key) == value for key, value in cfg.items() if key != "results-dir")
+    return run.summary if same and run.completed else None
 
 
 def _run_one(job: tuple[str, Mapping[str, Any], int, str, str | None]) -> dict[str, Any]:

@@ -20,7 +20,6 @@ warm-start updates within the clip (rounds.csv ``dp-within``).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import time
@@ -87,8 +86,9 @@ def configs(
 
 def within_clip(run_dir: Path) -> float | None:
     """Share of the run's warm-start updates within the clip (rounds.csv ``dp-within``; None without DP)."""
-    with open(run_dir / "rounds.csv", newline="", encoding="utf-8") as f:
-        values = [float(r["dp-within"]) for r in csv.DictReader(f) if r.get("dp-within")]
+    from server.store import RunResult
+
+    values = [value for _, _, value in RunResult.read(run_dir).values("dp-within")]
     return sum(values) / len(values) if values else None
 
 

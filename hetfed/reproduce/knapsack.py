@@ -10,7 +10,6 @@ Writes ``knapsack.md``, ``knapsack.json`` and ``knapsack-*.png`` to ``--out``.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import re
@@ -225,38 +224,29 @@ def cell(summary: Mapping[str, Any], stage: str) -> float:
 
 def curves(run_dir: Path) -> dict[str, Any]:
     """Per-round validation regret (warm start, then personalization) and per-client freeze statistics."""
-    with open(run_dir / "rounds.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
+    from server.store import RunResult
+
+    run = RunResult.read(run_dir)
     warm: dict[int, list[float]] = {}
-    for r in rows:
-        if r["exchange"] == "train" and r.get("val-relative-regret"):
-            warm.setdefault(int(r["round"]), []).append(100 * float(r["val-relative-regret"]))
+    for t, _, value in run.values("val-relative-regret", "train"):
+        warm.setdefault(t, []).append(100 * value)
     personal: dict[int, list[float]] = {}
-    freeze: dict[str, dict[int, float]] = {}
-    for r in rows:
-        if r["exchange"] != "train.personalize" or r["status"] != "ok":
-            continue
-        for key, value in r.items():
-            if key.startswith("r") and key.endswith("-val-relative-regret") and value:
-                personal.setdefault(int(key[1:].split("-")[0]), []).append(100 * float(value))
-            if key.startswith("r") and key.endswith("-freeze-stat") and value:
-                freeze.setdefault(r["client"], {})[int(key[1:].split("-")[0])] = float(value)
+    for by_round in run.local_rounds("val-relative-regret").values():
+        for t, value in by_round.items():
+            personal.setdefault(t, []).append(100 * value)
     return {
         "warm": {t: sum(v) / len(v) for t, v in sorted(warm.items())},
         "personal": {t: sum(v) / len(v) for t, v in sorted(personal.items())},
-        "freeze": freeze,
+        "freeze": run.local_rounds("freeze-stat"),
     }
-
-
-def personalization_rows(run_dir: Path) -> list[dict[str, str]]:
-    """A run's rounds.csv rows of the clients' completed personalization (one per client)."""
-    with open(run_dir / "rounds.csv", newline="") as f:
-        return [r for r in csv.DictReader(f) if r["exchange"] == "train.personalize" and r["status"] == "ok"]
 
 
 def frozen_at(run_dir: Path) -> dict[str, int]:
     """Per client of a run: the personalization round at which it froze (0 = never)."""
-    return {r["client"]: int(float(r["frozen-at"] or 0)) for r in personalization_rows(run_dir)}
+    from server.store import RunResult
+
+    frozen = RunResult.read(run_dir).by_client("frozen-at", "train.personalize", 0)
+    return {client: int(t) for client, t in frozen.items()}
 
 
 def plot_warm_then_personal(ax: Any, run_dir: Path, label: str) -> None:

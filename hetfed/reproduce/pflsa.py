@@ -18,7 +18,6 @@ Writes ``pflsa.md``, ``pflsa.json``, ``pflsa-fig1.png`` and ``pflsa-fig2.png``.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import shutil
 import tempfile
@@ -236,13 +235,14 @@ def read_errors(run_dir: Path, local_steps: int, nodes: int) -> tuple[np.ndarray
     A train row of round r reports iteration ``(r - 1) H``; the final evaluate row iteration ``T H``.
     """
     by_iteration: dict[int, dict[int, float]] = {}
-    with open(run_dir / "rounds.csv", newline="") as f:
-        for row in csv.DictReader(f):
-            if row["exchange"] not in ("train", "evaluate") or not row.get("sq-error"):
-                continue
-            r = int(row["round"])
-            it = (r - 1) * local_steps if row["exchange"] == "train" else r * local_steps
-            by_iteration.setdefault(it, {})[int(row["partition-id"])] = float(row["sq-error"])
+    from server.store import RunResult
+
+    for row in RunResult.read(run_dir).rows:
+        if row["exchange"] not in ("train", "evaluate") or "sq-error" not in row:
+            continue
+        r = int(row["round"])
+        it = (r - 1) * local_steps if row["exchange"] == "train" else r * local_steps
+        by_iteration.setdefault(it, {})[int(row["partition-id"])] = float(row["sq-error"])
     its = sorted(by_iteration)
     if any(len(by_iteration[i]) != nodes for i in its):
         raise RuntimeError(f"{run_dir}: some iterations lack a client's error")

@@ -23,7 +23,6 @@ completed run of an identical config, so an interrupted reproduction resumes, an
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -399,8 +398,9 @@ def run_config(exp: Experiment, setting: Setting, method: Method, seed: int) -> 
 
 def read_result(folder: Path, summary: dict[str, Any]) -> dict[str, Any]:
     """A completed run's final aggregate and its evaluation curve (the server rows with F, G)."""
-    with open(folder / "rounds.csv", newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r["client"] == "server" and r.get("F")]
+    from server.store import RunResult
+
+    rows = [r for r in RunResult.read(folder).rows_of(client="server") if "F" in r]
     required = ("grad-evals", "F", "G")
     curve: dict[str, list[float | None]] = {
         key: [float(r[key]) for r in rows] for key in required if all(r.get(key) for r in rows)

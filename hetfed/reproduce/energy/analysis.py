@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +9,7 @@ import numpy as np
 
 from hetfed.reproduce.common import stat
 from hetfed.reproduce.energy.plan import ABLATION, ENERGY, EXTRA, OPTNET_MULTS, RUNS, VARIANTS, Job, Plan
-from hetfed.reproduce.knapsack import curves, personalization_rows
+from hetfed.reproduce.knapsack import curves
 
 
 def ablation_table(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -427,32 +426,33 @@ def personalization_trace(plan: Plan, results_dir: Path, jobs: list[Job]) -> dic
     from client.personalization import PersonalSchedule
     from hetfed.config import validate
     from hetfed.methods.decision import DecisionParams
+    from server.store import RunResult
 
     out: dict[str, Any] = {}
     for variant, extra in VARIANTS.items():
         cases: dict[str, dict[str, Any]] = {}
         for job in (j for j in jobs if j.key[1:] == (variant, "rspo+-full")):
-            run_dir = results_dir / job.config["run-name"]
-            summary = json.loads((run_dir / "summary.json").read_text())
+            run = RunResult.read(results_dir / job.config["run-name"])
             cfg: dict[str, Any] = validate(job.config)
-            for row in personalization_rows(run_dir):
-                zone, m = row["client"], summary["clients"][row["client"]]
-                trained = int(float(row["rounds-trained"]))
+            freeze, val = run.local_rounds("freeze-stat"), run.local_rounds("val-relative-regret")
+            test = run.local_rounds("test-absolute-regret")
+            frozen = run.by_client("frozen-at", "train.personalize")
+            for zone, trained_rounds in run.by_client("rounds-trained", "train.personalize").items():
+                m, trained = run.summary["clients"][zone], int(trained_rounds)
                 data = _zone_data(zone, **extra)  # the client's calibration, from the same settings
                 cal = calibrate(data, cfg["rspo-alpha"], cfg["calibration-norm"], cfg["fixed-lam0"])
                 sched = PersonalSchedule.from_params(
                     DecisionParams.from_config(cfg), "rspo+", cal["lam0"], cal["lr0"]
                 )
-                stats = {t: float(row[f"r{t}-freeze-stat"]) for t in range(1, trained + 1)}
-                path = sched.replay(stats)
+                path = sched.replay({t: freeze[zone][t] for t in range(1, trained + 1)})
                 cases.setdefault(zone, {})[str(job.seed)] = {
                     "fed-val-%": 100 * m["fed-val-relative-regret"],
                     "fed-test": m["fed-absolute-regret"],
                     "per-test": m["per-absolute-regret"],
-                    "frozen-at": int(float(row["frozen-at"])),
+                    "frozen-at": int(frozen[zone]),
                     "rounds-trained": trained,
-                    "val-%": [100 * float(row[f"r{t}-val-relative-regret"]) for t in range(1, trained + 1)],
-                    "test": [float(row[f"r{t}-test-absolute-regret"]) for t in range(1, trained + 1)],
+                    "val-%": [100 * val[zone][t] for t in range(1, trained + 1)],
+                    "test": [test[zone][t] for t in range(1, trained + 1)],
                     "lam": [path[t][0] for t in range(1, trained + 1)],
                     "lr": [path[t][1] for t in range(1, trained + 1)],
                 }
