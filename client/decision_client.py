@@ -28,7 +28,6 @@ One client holds features -> costs data and its own polytope. Handlers:
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, cast
 
@@ -36,8 +35,9 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, MetricRecordValues, RecordDict
 
+from client.batch_losses import make_loss
 from client.decision import BatchLoss, batch_generator, decision_metrics, train_epochs
-from client.losses import dpo_loss, mse_loss, optnet_loss, pfyl_loss, rspo_plus_loss, spo_plus_loss
+from client.losses import spo_plus_loss
 from client.personalization import PersonalSchedule
 from client.session import ClientSession
 from client.state import ROUND_KEY, ClientState, optimizer_from_state, optimizer_to_state
@@ -113,71 +113,6 @@ def proximal_term(model: torch.nn.Module, anchor: torch.nn.Module, mu: float) ->
         return 0.5 * mu * cast(torch.Tensor, squares)
 
     return term
-
-
-class SolutionCache:
-    """``w*(c)`` and ``w_lam(c)`` of a split, computed once and reused across epochs and rounds."""
-
-    def __init__(self, split: DecisionSplit, polytope) -> None:
-        self.split, self.polytope = split, polytope
-        self._w_star: torch.Tensor | None = None
-        self._w_lam: dict[float, torch.Tensor] = {}
-
-    def w_star(self) -> torch.Tensor:
-        if self._w_star is None:
-            self._w_star = self.polytope.solve_lp(self.split.c)
-        return self._w_star
-
-    def w_lam(self, lam: float) -> torch.Tensor:
-        if lam not in self._w_lam:
-            self._w_lam = {lam: self.polytope.regularized_argmin(self.split.c, lam)}  # keep only the latest
-        return self._w_lam[lam]
-
-
-_CACHES: OrderedDict[int, tuple[DecisionSplit, SolutionCache]] = OrderedDict()
-
-
-def solution_cache(split: DecisionSplit, polytope) -> SolutionCache:
-    """The per-process cache of a split's LP/QP solutions (the last few splits seen)."""
-    key = id(split)
-    if key not in _CACHES:
-        _CACHES[key] = (split, SolutionCache(split, polytope))  # holding the split keeps its id unique
-        if len(_CACHES) > 16:
-            _CACHES.popitem(last=False)
-    return _CACHES[key][1]
-
-
-def make_loss(
-    name: str, split: DecisionSplit, poly, params: DecisionParams, lam: float, generator: torch.Generator
-) -> BatchLoss:
-    """The batch loss ``loss(c_hat, c, index)`` of ``name`` on a training split over ``poly``."""
-    cache = solution_cache(split, poly)
-    eps, samples = params.perturb_eps, params.perturb_samples
-    losses: dict[str, Callable[[], BatchLoss]] = {
-        "mse": lambda: lambda c_hat, c, idx: mse_loss(c_hat, c),
-        "spo+": lambda: lambda c_hat, c, idx: spo_plus_loss(c_hat, c, poly, w_star=cache.w_star()[idx]),
-        "rspo+": lambda: (
-            lambda c_hat, c, idx: rspo_plus_loss(c_hat, c, poly, lam, w_lam_c=cache.w_lam(lam)[idx])
-        ),
-        "pfyl": lambda: (
-            lambda c_hat, c, idx: pfyl_loss(
-                c_hat, c, poly, eps, samples, generator, w_star=cache.w_star()[idx]
-            )
-        ),
-        "dpo": lambda: (
-            lambda c_hat, c, idx: dpo_loss(
-                c_hat, c, poly, eps, samples, generator, w_star=cache.w_star()[idx]
-            )
-        ),
-        "optnet": lambda: (
-            lambda c_hat, c, idx: optnet_loss(
-                c_hat, c, poly, params.optnet_mult * lam, backend=params.optnet_backend
-            )
-        ),
-    }
-    if name not in losses:
-        raise ValueError(f"run config 'loss': unknown decision loss {name!r}")
-    return losses[name]()
 
 
 class DecisionClient:

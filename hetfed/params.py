@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Self, cast
 
@@ -36,7 +36,7 @@ class Key:
 
     default: Value
     help: str
-    choices: tuple[str, ...] | None = None
+    choices: Collection[str] | None = None  # a registry's keys view stays current (LOSSES)
     low: float | None = None  # inclusive lower bound
     high: float | None = None  # inclusive upper bound
     low_open: bool = False  # lower bound is exclusive (e.g. a step size > 0)
@@ -101,7 +101,7 @@ def param(
     default: Value,
     help: str,
     *,
-    choices: tuple[str, ...] | None = None,
+    choices: Collection[str] | None = None,
     low: float | None = None,
     high: float | None = None,
     low_open: bool = False,

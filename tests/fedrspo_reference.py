@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from client.batch_losses import make_loss
 from client.decision import batch_generator, decision_metrics, train_epochs
-from client.decision_client import BATCHES, MONITOR, NOISE, calibrate, make_loss
+from client.decision_client import BATCHES, MONITOR, NOISE, calibrate
 from hetfed.config import validate
 from hetfed.methods.decision import CalibratedParams
 from problems.metrics import qp_lp_gap

@@ -21,6 +21,7 @@ class Loss:
     set, so lam0 comes from the client's calibration, 1.3), a calibrated step ``lr0 = alpha lam0 /
     4``, the annealed and frozen personalization (1.5), and the loss it personalizes with."""
 
+    batch_loss: str = ""  # its builder, "module:function" (client/batch_losses.py), imported on use
     projects: bool = False
     calibrated_lr: bool = False
     anneals: bool = False
@@ -32,15 +33,24 @@ class Loss:
         return self.projects or self.calibrated_lr
 
 
+BUILT_IN = "client.batch_losses"
 LOSSES: dict[str, Loss] = {
-    "mse": Loss(),
-    "spo+": Loss(),
-    "rspo+": Loss(projects=True, calibrated_lr=True, anneals=True),
-    "pfyl": Loss(),
-    "dpo": Loss(),
-    "mse->spo+": Loss(personalizes_with="spo+"),
-    "optnet": Loss(projects=True),
+    "mse": Loss(f"{BUILT_IN}:mse"),
+    "spo+": Loss(f"{BUILT_IN}:spo_plus"),
+    "rspo+": Loss(f"{BUILT_IN}:rspo_plus", projects=True, calibrated_lr=True, anneals=True),
+    "pfyl": Loss(f"{BUILT_IN}:pfyl"),
+    "dpo": Loss(f"{BUILT_IN}:dpo"),
+    "mse->spo+": Loss(personalizes_with="spo+"),  # no builder: its phases train with mse, then spo+
+    "optnet": Loss(f"{BUILT_IN}:optnet", projects=True),
 }
+
+
+def register_loss(name: str, loss: Loss) -> None:
+    """Make ``loss`` a choice of the run-config key ``loss`` (docs/algorithms.md "How to add a loss");
+    every process that trains or builds a strategy with it must have registered it."""
+    if name in LOSSES:
+        raise ValueError(f"loss {name!r} is registered already")
+    LOSSES[name] = loss
 
 
 def phase_loss(loss: str, phase: str) -> str:
@@ -64,7 +74,7 @@ class DecisionParams(Params):
     batch_size: int = param(64, BATCH_SIZE_HELP, low=1)
     lr: float = param(1e-3, "Client learning rate (Adam)", low=0.0, low_open=True)
     clip_norm: float = param(1.0, "Gradient-norm clip per parameter array; 0 = off", low=0.0)
-    loss: str = param("mse", "Training loss of the decision-focused model", choices=tuple(LOSSES))
+    loss: str = param("mse", "Training loss of the decision-focused model", choices=LOSSES.keys())
     hidden: int = param(
         64, "Hidden units of the MLP; 0 = the linear predictor (no hidden layer, no bias)", low=0
     )

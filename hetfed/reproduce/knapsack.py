@@ -173,8 +173,9 @@ def pooled(run_config: Mapping[str, Any], clients: int) -> dict[str, float]:
     client's loss and polytope), with the federated run's whole budget of epochs."""
     import torch
 
+    from client.batch_losses import make_loss
     from client.decision import batch_generator, decision_metrics, train_epochs
-    from client.decision_client import calibrate, make_loss
+    from client.decision_client import calibrate
     from hetfed.config import validate
     from hetfed.methods.decision import DecisionParams
     from problems.models import make_mlp
