@@ -99,6 +99,7 @@ class FederatedStrategy(Strategy):
         its ``params_type``), from ``initial_arrays``."""
         self.rounds = num_rounds
         self.params = params or self.params_type()
+        self.check_params()
         self.arrays = initial_arrays
         self._pool: Clients | None = None  # set by the round loop
         self.history: dict[int, dict[str, float]] = {}  # round -> aggregate metrics
@@ -120,6 +121,10 @@ class FederatedStrategy(Strategy):
         return cls(num_rounds=cfg["num-rounds"], params=cls.params_type.from_config(cfg))
 
     # --- what subclasses provide ---------------------------------------------------------
+    def check_params(self) -> None:
+        """Cross-key checks of ``params`` the schema cannot express (ConfigError naming the key),
+        at construction. Default: none."""
+
     def client_settings(self) -> dict[str, Any]:
         """What every message to a client carries besides the exchange's own values."""
         return {"client": self.client_handler, "method": self.method, **self.params.to_config()}

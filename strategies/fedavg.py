@@ -56,19 +56,17 @@ class FedAvg(FederatedStrategy):
     def build(cls, cfg: Mapping[str, Any]) -> FederatedStrategy:
         """The strategy with the seeded MLP of the problem's feature and cost dimensions."""
         params = cls.params_type.from_config(cfg)
-        cls.check_params(params)
         dims = get_problem(cfg["problem"]).model_dims
         assert dims is not None  # a decision problem: build_strategy checked the family
         in_dim, out_dim = dims(cfg)
         model = model_record(make_mlp(in_dim, params.hidden, out_dim, seed=cfg["seed"]))
         return cls(initial_arrays=model, num_rounds=cfg["num-rounds"], seed=cfg["seed"], params=params)
 
-    @classmethod
-    def check_params(cls, params: DecisionParams) -> None:
-        """Cross-key checks the schema cannot express: RSPO+ and OptNet need a calibration."""
-        if LOSSES[params.loss].needs_calibration:
+    def check_params(self) -> None:
+        """RSPO+ and OptNet need a calibration."""
+        if LOSSES[self.params.loss].needs_calibration:
             raise ConfigError(
-                f"run config 'loss': {params.loss!r} needs the per-client calibration of "
+                f"run config 'loss': {self.params.loss!r} needs the per-client calibration of "
                 "strategy 'fedrspo' (or 'local-only')"
             )
 

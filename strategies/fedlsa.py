@@ -22,7 +22,6 @@ from __future__ import annotations
 import numpy as np
 from flwr.app import ArrayRecord
 
-from hetfed.methods.lsa import LSAParams
 from hetfed.records import to_record
 from strategies.lsa import LSAStrategy
 
@@ -34,24 +33,10 @@ class FedLSA(LSAStrategy):
     reply_key = "theta"
     client_handler = "lsa-local-steps"
 
-    def __init__(
-        self,
-        *,
-        dim: int,
-        num_rounds: int = 10,
-        params: LSAParams | None = None,
-        checkpoint_every: int = 1,
-        initial_arrays: ArrayRecord | None = None,
-    ) -> None:
-        """As :class:`LSAStrategy`; the shared parameter starts at theta^0 = 0 (of size ``dim``) unless
-        ``initial_arrays`` says otherwise."""
-        super().__init__(
-            dim=dim,
-            num_rounds=num_rounds,
-            params=params,
-            checkpoint_every=checkpoint_every,
-            initial_arrays=initial_arrays or to_record({"theta": np.zeros(dim)}),
-        )
+    @classmethod
+    def default_arrays(cls, dim: int) -> ArrayRecord | None:
+        """The shared parameter starts at theta^0 = 0 (of size ``dim``)."""
+        return to_record({"theta": np.zeros(dim)})
 
     def remember(self, value: np.ndarray, start: np.ndarray | None) -> np.ndarray:
         """The agent's local step of this round, ``theta_c^{r,H} - theta^{r-1}``."""

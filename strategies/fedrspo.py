@@ -31,7 +31,7 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 
-from hetfed.methods.decision import CalibratedParams, DecisionParams
+from hetfed.methods.decision import CalibratedParams
 from hetfed.params import ConfigError
 from hetfed.secure_mean import unmasked_mean
 from strategies.base import FederationError, checked_arrays, reply_arrays, reply_metrics
@@ -47,10 +47,9 @@ class FedRSPO(FedAvg):
     params_type = CalibratedParams
     params: CalibratedParams
 
-    @classmethod
-    def check_params(cls, params: DecisionParams) -> None:
+    def check_params(self) -> None:
         """Ditto keeps its own personal model: no personalization rounds on top of it."""
-        if params.ditto_mu > 0 and params.personal_rounds > 0:
+        if self.params.ditto_mu > 0 and self.params.personal_rounds > 0:
             raise ConfigError(
                 "run config 'ditto-mu': Ditto keeps its own personal model; set personal-rounds=0"
             )

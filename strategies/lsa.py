@@ -80,11 +80,17 @@ class LSAStrategy(FederatedStrategy):
         """Parameters of size ``dim``; ``params``: H local steps of size eta per round, the clients'
         oracle, and their error report every ``report_every`` rounds; the clients keep their log
         on disk every ``checkpoint_every`` rounds (the run's checkpoints)."""
+        initial_arrays = initial_arrays or self.default_arrays(dim)
         super().__init__(num_rounds=num_rounds, params=params, initial_arrays=initial_arrays)
         self.dim, self.checkpoint_every = dim, checkpoint_every
         self.final: dict[str, Any] = {}
         self.behind: dict[int, int] = {}  # partition that missed rounds -> the last round it completed
         self.last_value: dict[int, np.ndarray] = {}  # partition -> what stands in for it (stand_in)
+
+    @classmethod
+    def default_arrays(cls, dim: int) -> ArrayRecord | None:
+        """What the server holds at the start when not given (default: nothing; the agents hold theta)."""
+        return None
 
     @classmethod
     def build(cls, cfg: Mapping[str, Any]) -> FederatedStrategy:

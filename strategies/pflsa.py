@@ -14,7 +14,7 @@ For any beta > 0 each theta_c converges to its own ``theta_c* = A_bar_c^{-1} b_b
 
 from __future__ import annotations
 
-from flwr.app import ArrayRecord, ConfigRecord
+from flwr.app import ConfigRecord
 
 from hetfed.methods.lsa import PFLSAParams
 from hetfed.params import ConfigError
@@ -31,24 +31,8 @@ class PFLSA(LSAStrategy):
     params_type = PFLSAParams
     params: PFLSAParams
 
-    def __init__(
-        self,
-        *,
-        dim: int,
-        num_rounds: int = 10,
-        params: PFLSAParams | None = None,
-        checkpoint_every: int = 1,
-        initial_arrays: ArrayRecord | None = None,
-    ) -> None:
-        """As :class:`LSAStrategy`; ``params.beta``: the weight of an agent's own update (0: 1/N, the
-        recommended value)."""
-        super().__init__(
-            dim=dim,
-            num_rounds=num_rounds,
-            params=params,
-            checkpoint_every=checkpoint_every,
-            initial_arrays=initial_arrays,
-        )
+    def check_params(self) -> None:
+        """PF-LSA exchanges every iteration: one local step per round."""
         if self.params.local_steps != 1:
             raise ConfigError(
                 "run config 'lsa-local-steps': PF-LSA exchanges every iteration, must be 1, "
