@@ -24,7 +24,7 @@ from flwr.app import ConfigRecord, ConfigRecordValues, Message, RecordDict
 from flwr.serverapp import Grid
 
 from hetfed.records import scalar, to_numpy
-from server.store import RunStore
+from server.store import RunStore, split_local_rounds
 from strategies.base import FederationError
 
 POLL_INTERVAL = 0.1  # seconds between pulls (Flower's own loop sleeps 3 s)
@@ -291,6 +291,7 @@ class ClientPool:
         for msg, reply in zip(msgs, replies, strict=True):
             pid = self._node_to_partition[msg.metadata.dst_node_id]
             kind = msg.metadata.message_type
+            local_rounds: dict[int, dict[str, Any]] = {}
             row: dict[str, Any] = {
                 "round": server_round,
                 "exchange": kind,
@@ -308,7 +309,8 @@ class ClientPool:
             else:
                 sent[msg.metadata.message_id] = pid
                 ok.append(reply)
-                row.update(_scalar_metrics(reply.content))
+                metrics, local_rounds = split_local_rounds(_scalar_metrics(reply.content))
+                row.update(metrics)
                 self._client_state(pid, reply.content, row, f"round {server_round} {kind}")
                 if self.audit:
                     self.store.audit(_traffic(server_round, kind, pid, reply.content))
@@ -317,6 +319,8 @@ class ClientPool:
                 who = f"{self.name(pid)} (partition {pid})"
                 self.log(f"round {server_round} {kind}: {who} failed: {failed[pid]}")
             rows[pid] = self.store.add_row(**row)  # reject() and note() complete this row
+            if pid not in failed and local_rounds:
+                self.store.add_local_rounds(row, local_rounds)
         return ok, failed, sent, rows
 
     def _client_state(self, pid: int, content: RecordDict, row: dict[str, Any], where: str) -> None:

@@ -5,6 +5,8 @@
 - ``config.json``: the full resolved run config, seeds, engine, package versions;
 - ``rounds.csv``: one row per round, exchange and client (plus ``server`` rows for
   round-level quantities), rewritten atomically after every round;
+- ``local-rounds.csv``: one row per local round t of a reply that covers several (FedRSPO+'s
+  personalization reports its rounds' values as ``r{t}-<metric>``; here ``local-round`` = t);
 - ``progress.json``: rounds done / total and the last aggregate metrics;
 - ``summary.json`` and ``report.md``: per-client and aggregate final metrics;
 - ``checkpoint.pt``: the server's state after the last completed round (resume);
@@ -47,6 +49,21 @@ from hetfed.paths import exclusive_lock, flock_holder
 
 PACKAGES = ("hetfed", "flwr", "torch", "numpy", "scipy", "highspy", "osqp", "daqp", "qpth", "ray")
 FIRST_COLUMNS = ("round", "exchange", "partition-id", "client", "status", "error")
+LOCAL_COLUMNS = ("round", "exchange", "partition-id", "client", "local-round")
+LOCAL_ROUND = re.compile(r"^r(\d+)-(.+)$")  # a reply's value of one local round t: r{t}-{metric}
+
+
+def split_local_rounds(metrics: Mapping[str, Any]) -> tuple[dict[str, Any], dict[int, dict[str, Any]]]:
+    """A reply's metrics without the values of its local rounds (``r{t}-<metric>``), and those by t."""
+    plain: dict[str, Any] = {}
+    local: dict[int, dict[str, Any]] = {}
+    for key, value in metrics.items():
+        match = LOCAL_ROUND.match(key)
+        if match:
+            local.setdefault(int(match.group(1)), {})[match.group(2)] = value
+        else:
+            plain[key] = value
+    return plain, local
 
 
 class StoreError(ValueError):
@@ -83,6 +100,8 @@ class RunStore:
         self.rows: list[dict[str, Any]] = list(_read_rows(self.path))
         self._columns: list[str] = list(FIRST_COLUMNS)  # the columns of rounds.csv on disk
         self._written = 0  # how many of self.rows rounds.csv holds
+        self.local_rows: list[dict[str, Any]] = list(_read_rows(self.path, "local-rounds.csv"))
+        self._local_written = len(self.local_rows)  # -1: local-rounds.csv must be rewritten
         self.started = time.time()
 
     # --- config ---------------------------------------------------------------
@@ -133,6 +152,12 @@ class RunStore:
         self.rows.append(row)
         return row
 
+    def add_local_rounds(self, row: Mapping[str, Any], by_round: Mapping[int, Mapping[str, Any]]) -> None:
+        """One row per local round t of the reply recorded in ``row`` (local-rounds.csv), written
+        at the next ``commit``."""
+        for t, values in sorted(by_round.items()):
+            self.local_rows.append({**{k: row[k] for k in LOCAL_COLUMNS[:4]}, "local-round": t, **values})
+
     def commit(
         self, server_round: int, total_rounds: int, aggregate: Mapping[str, float] | None = None
     ) -> None:
@@ -157,6 +182,16 @@ class RunStore:
             writer.writerows(self.rows)
             self._write_text("rounds.csv", buf.getvalue())
         self._columns, self._written = columns, len(self.rows)
+        if self._local_written != len(self.local_rows):  # rare (a personalization round): rewrite it
+            local_columns = list(LOCAL_COLUMNS)
+            for row in self.local_rows:
+                local_columns += [k for k in row if k not in local_columns]
+            buf = io.StringIO()
+            writer = csv.DictWriter(buf, fieldnames=local_columns, restval="", lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(self.local_rows)
+            self._write_text("local-rounds.csv", buf.getvalue())
+            self._local_written = len(self.local_rows)
         self._write_json(
             "progress.json",
             {
@@ -172,6 +207,8 @@ class RunStore:
         """Forget rows of rounds after ``server_round`` (a resumed run redoes them)."""
         self.rows = [r for r in self.rows if int(r["round"]) <= server_round]
         self._columns, self._written = list(FIRST_COLUMNS), 0  # the next commit rewrites the file
+        self.local_rows = [r for r in self.local_rows if int(r["round"]) <= server_round]
+        self._local_written = -1
 
     # --- checkpoint -----------------------------------------------------------
     def save_checkpoint(self, state: Mapping[str, Any]) -> None:
@@ -356,7 +393,6 @@ def read_models(run_dir: Path) -> dict[str, dict[str, np.ndarray]]:
 
 
 # --- reading a run back -----------------------------------------------------------------------
-LOCAL_ROUND = re.compile(r"^r(\d+)-(.+)$")  # a reply's value of one local round t: r{t}-{metric}
 
 
 @dataclass(frozen=True)
@@ -368,6 +404,7 @@ class RunResult:
     summary: dict[str, Any]  # summary.json ({} while the run has none)
     config: dict[str, Any]  # config.json's resolved run config
     rows: list[dict[str, str]]  # rounds.csv, one dict per row, blank cells left out
+    local: list[dict[str, str]]  # local-rounds.csv, likewise
 
     @classmethod
     def read(cls, run_dir: str | os.PathLike) -> RunResult:
@@ -377,7 +414,8 @@ class RunResult:
         rows = _read_rows(path)
         if not rows and config is None:
             raise StoreError(f"{path}: no run there (neither config.json nor rounds.csv)")
-        return cls(path, summary or {}, (config or {}).get("config", {}), rows)
+        local = _read_rows(path, "local-rounds.csv")
+        return cls(path, summary or {}, (config or {}).get("config", {}), rows, local)
 
     @property
     def completed(self) -> bool:
@@ -421,11 +459,14 @@ class RunResult:
         """Per client: ``metric`` of each local round t that one reply covers (FedRSPO+'s
         personalization reports its rounds as ``r{t}-<metric>``)."""
         out: dict[str, dict[int, float]] = {}
-        for row in self.rows_of(exchange, ok=True):
-            for key, value in row.items():
-                match = LOCAL_ROUND.match(key)
-                if match and match.group(2) == metric:
-                    out.setdefault(row["client"], {})[int(match.group(1))] = float(value)
+        for row in self.local:
+            if row["exchange"] == exchange and metric in row:
+                out.setdefault(row["client"], {})[int(row["local-round"])] = float(row[metric])
+        if not self.local:  # a run written before local-rounds.csv: the values are r{t}- columns
+            for row in self.rows_of(exchange, ok=True):
+                for t, values in split_local_rounds(row)[1].items():
+                    if metric in values:
+                        out.setdefault(row["client"], {})[t] = float(values[metric])
         return {c: dict(sorted(v.items())) for c, v in out.items()}
 
     def by_client(self, metric: str, exchange: str, default: float = math.nan) -> dict[str, float]:
@@ -438,9 +479,9 @@ class RunResult:
         return read_models(self.path)
 
 
-def _read_rows(run_dir: Path) -> list[dict[str, str]]:
-    """rounds.csv's rows, blank cells left out ([] before the first commit)."""
-    path = run_dir / "rounds.csv"
+def _read_rows(run_dir: Path, name: str = "rounds.csv") -> list[dict[str, str]]:
+    """A table's rows, blank cells left out ([] before the first commit)."""
+    path = run_dir / name
     if not path.exists():
         return []
     with open(path, newline="", encoding="utf-8") as f:

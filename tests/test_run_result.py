@@ -62,19 +62,45 @@ def test_series_has_each_sampled_clients_value_and_nan_elsewhere(run_dir: Path) 
     assert (~np.isnan(table)).sum(axis=1).tolist() == [2, 2, 2]  # fraction 0.5 of 4 clients
 
 
-def test_local_rounds_and_by_client_read_the_personalization_replies(run_dir: Path) -> None:
+def local_rows(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "local-rounds.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_local_rounds_are_rows_and_by_client_reads_the_personalization_replies(run_dir: Path) -> None:
+    """The personalization reply's per-round values (r{t}-<metric> on the wire) are rows of
+    local-rounds.csv, not columns of rounds.csv."""
     run = RunResult.read(run_dir)
-    freeze = run.local_rounds("freeze-stat")
+    freeze, val = run.local_rounds("freeze-stat"), run.local_rounds("val-relative-regret")
     trained = run.by_client("rounds-trained", "train.personalize")
     frozen = run.by_client("frozen-at", "train.personalize")
     rows = [r for r in csv_rows(run_dir) if r["exchange"] == "train.personalize"]
+    assert not [k for k in rows[0] if k.startswith("r1-")]  # no per-round columns
     assert sorted(freeze) == sorted(trained) == sorted(r["client"] for r in rows) and len(rows) == 4
+    local = local_rows(run_dir)
     for r in rows:
         t_max = int(float(r["rounds-trained"]))
         assert trained[r["client"]] == t_max and frozen[r["client"]] == float(r["frozen-at"])
-        assert freeze[r["client"]] == {t: float(r[f"r{t}-freeze-stat"]) for t in range(1, t_max + 1)}
+        mine = [x for x in local if x["client"] == r["client"]]
+        assert [int(x["local-round"]) for x in mine] == list(range(1, t_max + 1))
+        assert {x["round"] for x in mine} == {r["round"]} and {x["exchange"] for x in mine} == {r["exchange"]}
+        assert freeze[r["client"]] == {int(x["local-round"]): float(x["freeze-stat"]) for x in mine}
+        assert val[r["client"]] == {int(x["local-round"]): float(x["val-relative-regret"]) for x in mine}
     assert run.by_client("no-such-metric", "train.personalize", default=-1.0) == dict.fromkeys(trained, -1.0)
     assert all(math.isnan(v) for v in run.by_client("no-such-metric", "train.personalize").values())
+
+
+def test_a_run_written_before_local_rounds_csv_reads_its_per_round_columns(tmp_path: Path) -> None:
+    header = "round,exchange,partition-id,client,status,error,rounds-trained,r1-freeze-stat,r2-freeze-stat"
+    lines = [
+        header,
+        "3,train.personalize,0,client-00,ok,,2,0.5,0.25",
+        "3,train.personalize,1,client-01,failed,x,,,",
+    ]
+    (tmp_path / "rounds.csv").write_text("\n".join(lines) + "\n")
+    run = RunResult.read(tmp_path)
+    assert run.local_rounds("freeze-stat") == {"client-00": {1: 0.5, 2: 0.25}}
+    assert run.by_client("rounds-trained", "train.personalize") == {"client-00": 2.0}
 
 
 def test_a_run_still_being_written_reads_and_an_empty_folder_is_refused(tmp_path: Path) -> None:
