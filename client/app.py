@@ -1,9 +1,10 @@
 """The hetfed ClientApp: one entry point for every strategy, dispatching by message type.
 
 Every message names, in its ConfigRecord's ``client``, the client class that serves it
-(``CLIENTS``; the strategy sets it, strategies/base.py ``client_settings``), whose methods
-handle the message types it lists in ``handles`` (``query.info`` -> ``query_info``). The
-node's own partition comes from its node config, its problem from the run config.
+(``CLIENTS``, hetfed/methods; the strategy sets it, strategies/base.py ``client_settings``),
+whose methods handle the message types the table lists for it (``query.info`` ->
+``query_info``). The node's own partition comes from its node config, its problem from the run
+config.
 
 A client class is imported on its first message, so a node imports only what its run
 needs: the LSA clients (NumPy) never import torch.
@@ -23,33 +24,13 @@ from flwr.app import ConfigRecordValues, Context, Message
 from flwr.clientapp import ClientApp
 
 from client.session import ClientSession
-
-# Client handler name (a message's ``client``) -> its class, "module:attribute". Every class
-# handles "query.info".
-CLIENTS: dict[str, str] = {
-    "decision": "client.decision_client:DecisionClient",
-    "constrained": "client.constrained:ConstrainedClient",
-    "lsa-mixing": "client.lsa:PFLSAClient",
-    "lsa-local-steps": "client.lsa:FedLSAClient",
-    "lsa-control-variates": "client.lsa:SCAFFLSAClient",
-    "lsa-alone": "client.lsa:SingleLSAClient",
-}
+from hetfed.methods import CLIENTS
 
 # Secure aggregation's exchanges, served for every client class (client/secure_aggregation.py).
 SECAGG_EXCHANGES = ("query.secagg_keys", "query.secagg_shares", "query.secagg_check", "query.secagg_unmask")
 
-# Every message type some client class handles (the union of their ``handles``, checked by a
-# test): registered up front, without importing the classes.
-MESSAGE_TYPES = (
-    "query.info",
-    "query.calibrate",
-    "query.masked_calibration",
-    "query.fg",
-    "train",
-    "train.personalize",
-    "evaluate",
-    *SECAGG_EXCHANGES,
-)
+# Every message type some client class handles: registered up front, without importing the classes.
+MESSAGE_TYPES = (*dict.fromkeys(kind for c in CLIENTS.values() for kind in c.handles), *SECAGG_EXCHANGES)
 
 app = ClientApp()
 
@@ -86,7 +67,7 @@ def client_class(name: str) -> Any:
             f"the message names client {name!r}, which this ClientApp does not have "
             f"({', '.join(CLIENTS)}): is the server running another hetfed version?"
         )
-    cls = resolve_name(CLIENTS[name])
+    cls = resolve_name(CLIENTS[name].cls)
     if "torch" in sys.modules:
         # Small models: one thread is faster and leaves the other core to the other clients.
         sys.modules["torch"].set_num_threads(1)
@@ -105,8 +86,9 @@ def handle(message: Message, context: Context) -> Message:
 
         content = secure_aggregation.handle(kind, config, context, session.partition_id)
         return Message(content, reply_to=message)
-    client_cls = client_class(str(config.get("client", "")))
-    if kind not in client_cls.handles:
+    name = str(config.get("client", ""))
+    client_cls = client_class(name)
+    if kind not in CLIENTS[name].handles:
         raise ValueError(f"client {config['client']!r} has no handler for {kind!r}")
     client = client_cls(session, context, config)
     summed = "sum-weight" in config  # a summed round (server/aggregation.py): DP and secure aggregation

@@ -25,7 +25,7 @@ so every engine draws the same batches.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -132,8 +132,6 @@ def num_examples(task: ConstrainedClientTask) -> int:
 
 class ConstrainedClient:
     """Handlers of one client holding a :class:`~problems.constrained.ConstrainedClientTask`."""
-
-    handles: ClassVar[tuple[str, ...]] = ("query.info", "query.fg", "train", "evaluate")
 
     def __init__(self, session: ClientSession, context: Context, settings: Mapping[str, Any]) -> None:
         self.session = session

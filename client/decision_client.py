@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, cast
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -117,15 +117,6 @@ def proximal_term(model: torch.nn.Module, anchor: torch.nn.Module, mu: float) ->
 
 class DecisionClient:
     """Handlers of one client holding a decision problem (features -> LP costs)."""
-
-    handles: ClassVar[tuple[str, ...]] = (
-        "query.info",
-        "query.calibrate",
-        "query.masked_calibration",
-        "train",
-        "train.personalize",
-        "evaluate",
-    )
 
     def __init__(self, session: ClientSession, context: Context, settings: Mapping[str, Any]) -> None:
         self.session = session
@@ -251,15 +242,19 @@ class DecisionClient:
         return RecordDict({"arrays": to_record({"masked-calibration": y})})
 
     def train(self, content: RecordDict) -> RecordDict:
-        """One warm-start round (or one local-only round)."""
+        """One warm-start round: this round's loss and step sizes, then :meth:`train_round`."""
         config = content.config_records["config"]
         rnd = int(scalar(config["server-round"]))
         name = self.params.phase_loss("warm")
         lam, lr = self.step_sizes(config, name)
         loss = make_loss(name, self.data.train, self.data.polytope, self.params, lam, self.gen(NOISE, rnd))
-        epochs = self.params.local_epochs
-        if self.settings["own-model"]:
-            return self._train_local_only(content, loss, lr, epochs, rnd)
+        return self.train_round(content, loss, lr, self.params.local_epochs, rnd)
+
+    def train_round(
+        self, content: RecordDict, loss: BatchLoss, lr: float, epochs: int, rnd: int
+    ) -> RecordDict:
+        """The received model after ``epochs`` epochs (with FedProx's term, and Ditto's step for the
+        personal model); replies with its weights."""
         model = self.model(content.array_records["arrays"])
         val = decision_metrics(model, self.data.val, self.data.polytope)
         optimizer = torch.optim.Adam(model.parameters(), lr=lr)
@@ -297,28 +292,6 @@ class DecisionClient:
         self.fit(personal, torch.optim.Adam(personal.parameters(), lr=lr), loss, epochs, rnd, penalty)
         state.set_round_arrays("personal", personal.state_dict(), rnd)
 
-    def _train_local_only(
-        self, content: RecordDict, loss: BatchLoss, lr: float, epochs: int, rnd: int
-    ) -> RecordDict:
-        """Local-only baseline: the client's own model, never shared; replies with scalars only."""
-        state = self.state(content)
-        kept = state.round_arrays("local", rnd)
-        model = self.model_of(kept) if kept is not None else self.new_model()
-        val = decision_metrics(model, self.data.val, self.data.polytope)
-        train_loss = self.fit(model, torch.optim.Adam(model.parameters(), lr=lr), loss, epochs, rnd)
-        state.set_round_arrays("local", model.state_dict(), rnd)
-        return RecordDict(
-            {
-                "metrics": MetricRecord(
-                    {
-                        "num-examples": len(self.data.train),
-                        "train-loss": train_loss,
-                        "val-relative-regret": val["relative-regret"],
-                    }
-                )
-            }
-        )
-
     def train_personalize(self, content: RecordDict) -> RecordDict:
         """All personalization rounds t = 1..R_per, locally (docs/algorithms.md 1.5); lam_t, lr_t, the
         freeze and the stop follow :class:`~client.personalization.PersonalSchedule`."""
@@ -328,9 +301,8 @@ class DecisionClient:
         lam, lr = self.step_sizes(config, name)
         sched = PersonalSchedule.from_params(params, name, lam, lr)
         kept = state.values("schedule")
-        if kept is None:  # a fresh start from the global (or, local-only, the client's own) model
-            start = self.stored_model(state, "local") if self.settings["own-model"] else None
-            model = start or self.model(content.array_records["arrays"])
+        if kept is None:  # a fresh start
+            model = self.personal_start(state, content)
             optimizer = torch.optim.Adam(model.parameters(), lr=sched.lr0)
         else:  # a restarted node continues where it stopped
             sched.resume(kept)
@@ -388,6 +360,17 @@ class DecisionClient:
         }
         return RecordDict({"metrics": MetricRecord({**metrics, **done})})
 
+    def personal_start(self, state: ClientState, content: RecordDict) -> torch.nn.Module:
+        """The model personalization starts from: the received federated model."""
+        return self.model(content.array_records["arrays"])
+
+    def evaluated_models(self, state: ClientState, content: RecordDict) -> dict[str, torch.nn.Module | None]:
+        """The models the evaluation tests (by metric prefix): the personal and the federated one."""
+        return {
+            "per": self.stored_model(state, "personal"),
+            "fed": self.model(content.array_records["arrays"]),
+        }
+
     def interp_dffl(self, fed: torch.nn.Module) -> dict[str, float]:
         """Interp-DFFL: ``c_hat = (1 - a) c_hat_local + a c_hat_fed`` with ``a`` in {0, 0.05, ..., 1}
         chosen on a calibration split (the last ``interp-split`` of the training data) by the
@@ -441,11 +424,7 @@ class DecisionClient:
         test, poly = self.data.test, self.data.polytope
         metrics: dict[str, MetricRecordValues] = {}
         state = self.state(content)
-        models = {"per": self.stored_model(state, "personal")}
-        if self.settings["own-model"]:
-            models["per"] = models["per"] or self.stored_model(state, "local")
-        else:
-            models["fed"] = fed = self.model(content.array_records["arrays"])
+        models = self.evaluated_models(state, content)
         tested: dict[str, dict[str, float]] = {}
         val: dict[str, float] = {}
         for prefix, model in models.items():
@@ -465,10 +444,10 @@ class DecisionClient:
             assert deployed is not None  # tested holds only the models that exist
             state.set_arrays(DEPLOYED, deployed.state_dict())
             state.set_values(DEPLOYED, {"model": "personal" if chosen == "per" else "federated"})
-            if "fed" in models:
-                state.set_arrays(FEDERATED, models["fed"].state_dict())  # type: ignore[union-attr]
+            if (fed := models.get("fed")) is not None:
+                state.set_arrays(FEDERATED, fed.state_dict())
             self.save_inference(state, content, deployed, kept=[MODEL_NAMES[p] for p in tested])
-        if self.params.interp_dffl and not self.settings["own-model"]:
+        if self.params.interp_dffl and (fed := models.get("fed")) is not None:
             metrics.update({f"interp-{k}": v for k, v in self.interp_dffl(fed).items()})
         metrics["num-examples"] = len(test)
         return RecordDict({"metrics": MetricRecord(metrics)})
@@ -497,3 +476,38 @@ class DecisionClient:
             **source,
         }
         state.set_values(MANIFEST, model_manifest(arrays, **about))
+
+
+class LocalOnlyClient(DecisionClient):
+    """The local-only baseline's client: its own model, trained on its own data every round and
+    never shared; the same calibration, schedules and evaluation as FedRSPO+'s (docs/algorithms.md 1)."""
+
+    def train_round(
+        self, content: RecordDict, loss: BatchLoss, lr: float, epochs: int, rnd: int
+    ) -> RecordDict:
+        """Local-only baseline: the client's own model, never shared; replies with scalars only."""
+        state = self.state(content)
+        kept = state.round_arrays("local", rnd)
+        model = self.model_of(kept) if kept is not None else self.new_model()
+        val = decision_metrics(model, self.data.val, self.data.polytope)
+        train_loss = self.fit(model, torch.optim.Adam(model.parameters(), lr=lr), loss, epochs, rnd)
+        state.set_round_arrays("local", model.state_dict(), rnd)
+        return RecordDict(
+            {
+                "metrics": MetricRecord(
+                    {
+                        "num-examples": len(self.data.train),
+                        "train-loss": train_loss,
+                        "val-relative-regret": val["relative-regret"],
+                    }
+                )
+            }
+        )
+
+    def personal_start(self, state: ClientState, content: RecordDict) -> torch.nn.Module:
+        """Personalization continues this client's own model."""
+        return self.stored_model(state, "local") or self.model(content.array_records["arrays"])
+
+    def evaluated_models(self, state: ClientState, content: RecordDict) -> dict[str, torch.nn.Module | None]:
+        """Its personal model, or its own model when it did not personalize (no federated one)."""
+        return {"per": self.stored_model(state, "personal") or self.stored_model(state, "local")}

@@ -110,8 +110,6 @@ class RoundLog:
 class LSAClient:
     """What every LSA client shares: identity, the residual oracle, the error metric, the log."""
 
-    handles: ClassVar[tuple[str, ...]] = ("query.info", "train", "evaluate")
-
     def __init__(self, session: ClientSession, context: Context, settings: Mapping[str, Any]) -> None:
         self.session = session
         self.cfg = session.cfg  # the problem's keys only (seed, data)

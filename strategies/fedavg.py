@@ -35,7 +35,7 @@ class FedAvg(FederatedStrategy):
     client_handler = "decision"
     params_type = DecisionParams
     params: DecisionParams
-    own_model: ClassVar[bool] = False  # local-only: each client trains and evaluates its own model
+    own_model: ClassVar[bool] = False  # local-only: each client trains and evaluates its own model (no sum)
 
     def __init__(
         self,
@@ -69,9 +69,6 @@ class FedAvg(FederatedStrategy):
                 f"run config 'loss': {self.params.loss!r} needs the per-client calibration of "
                 "strategy 'fedrspo' (or 'local-only')"
             )
-
-    def client_settings(self) -> dict[str, Any]:
-        return {**super().client_settings(), "own-model": self.own_model}
 
     def participants(self) -> list[int]:
         """The partitions taking part in the run (every connected client)."""

@@ -209,6 +209,7 @@ class LocalOnly(FedRSPO):
     its own model on its own data every round and nothing is averaged (no model crosses the wire)."""
 
     own_model = True
+    client_handler = "decision-local"
 
     def sample(self) -> list[int]:
         return self.participants()  # every client, every round

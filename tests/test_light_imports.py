@@ -87,7 +87,10 @@ def client_settings(strategy: str, problem: str) -> str:
 def test_the_client_table_covers_every_strategy_and_message_type() -> None:
     # Every strategy names a client class the ClientApp has, and every client class serves one.
     assert {strategy_class(name).client_handler for name in METHODS} == set(CLIENTS)
-    handled = {kind for name in CLIENTS for kind in client_class(name).handles}
+    for name, handler in CLIENTS.items():  # each message type the table lists has its handler method
+        cls = client_class(name)
+        assert all(callable(getattr(cls, kind.replace(".", "_"), None)) for kind in handler.handles), name
+    handled = {kind for handler in CLIENTS.values() for kind in handler.handles}
     # Secure aggregation's exchanges are served for every client class (client/secure_aggregation.py).
     assert sorted(MESSAGE_TYPES) == sorted(handled | set(SECAGG_EXCHANGES))
     assert not handled & set(SECAGG_EXCHANGES)

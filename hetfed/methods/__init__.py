@@ -1,5 +1,7 @@
 """The methods: name -> its strategy class (imported only when a run builds it) and its typed
-parameters, from which the run-config schema and every message's settings come."""
+parameters, from which the run-config schema and every message's settings come; and the client
+handlers a message can name (``client``), with the message types each serves, from which the
+ClientApp registers its handlers (client/app.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,36 @@ class Method:
     strategy: str
     params: type[Params]
 
+
+@dataclass(frozen=True)
+class ClientHandler:
+    """A client class (``module:Class``, imported by a node on the first message naming it) and the
+    message types it serves, each by its method of that name (``query.info`` -> ``query_info``)."""
+
+    cls: str
+    handles: tuple[str, ...]
+
+
+DECISION_MESSAGES = (
+    "query.info",
+    "query.calibrate",
+    "query.masked_calibration",
+    "train",
+    "train.personalize",
+    "evaluate",
+)
+LSA_MESSAGES = ("query.info", "train", "evaluate")
+CLIENTS: dict[str, ClientHandler] = {
+    "decision": ClientHandler("client.decision_client:DecisionClient", DECISION_MESSAGES),
+    "decision-local": ClientHandler("client.decision_client:LocalOnlyClient", DECISION_MESSAGES),
+    "constrained": ClientHandler(
+        "client.constrained:ConstrainedClient", ("query.info", "query.fg", "train", "evaluate")
+    ),
+    "lsa-mixing": ClientHandler("client.lsa:PFLSAClient", LSA_MESSAGES),
+    "lsa-local-steps": ClientHandler("client.lsa:FedLSAClient", LSA_MESSAGES),
+    "lsa-control-variates": ClientHandler("client.lsa:SCAFFLSAClient", LSA_MESSAGES),
+    "lsa-alone": ClientHandler("client.lsa:SingleLSAClient", LSA_MESSAGES),
+}
 
 METHODS: dict[str, Method] = {
     "fedavg": Method("strategies.fedavg:FedAvg", DecisionParams),
