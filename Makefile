@@ -31,7 +31,7 @@ demo: install
 
 lint: install
 	$(BIN)/ruff check .
-	$(BIN)/mypy problems client strategies server hetfed bench
+	$(BIN)/mypy hetfed bench
 
 # Real-process tests mostly wait on Flower's 3 s polling: three workers (one test file each) overlap them.
 test: install lint

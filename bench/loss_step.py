@@ -24,8 +24,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._report import markdown_table, write_section  # noqa: E402
-from client.losses import dpo_loss, mse_loss, pfyl_loss, rspo_plus_loss, spo_plus_loss  # noqa: E402
-from problems.polytope import KnapsackPolytope  # noqa: E402
+from hetfed.client.losses import dpo_loss, mse_loss, pfyl_loss, rspo_plus_loss, spo_plus_loss  # noqa: E402
+from hetfed.problems.polytope import KnapsackPolytope  # noqa: E402
 
 P, D, N, BATCH = 8, 50, 2048, 64
 EPOCHS = 15  # timed epochs per loss (median reported)

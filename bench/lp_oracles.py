@@ -1,7 +1,7 @@
 """A silo's own LP (problem ``lp``): its solver workspaces built once against a plain loop of fresh
 solver calls and against the structured sets' exact oracles.
 
-Two user LP files in CPLEX LP format, read with ``problems.lp.read_lp`` as a silo reads its own:
+Two user LP files in CPLEX LP format, read with ``hetfed.problems.lp.read_lp`` as a silo reads its own:
 
 * 24 variables: the worked pilot's first silo (``examples/pilot/silo-0/problem.lp``): buy 12 MWh a
   day, ``0 <= h <= 1.2``, hour-to-hour ramps of at most 0.4;
@@ -51,8 +51,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench._report import markdown_table, write_section  # noqa: E402
-from problems.lp import read_lp  # noqa: E402
-from problems.polytope import Polytope, QuotaPolytope  # noqa: E402
+from hetfed.problems.lp import read_lp  # noqa: E402
+from hetfed.problems.polytope import Polytope, QuotaPolytope  # noqa: E402
 
 ROWS = 512  # rows of a training epoch and of a decision batch
 REPEATS = 5  # at most this many runs of a route, interleaved across routes; the best is reported
@@ -374,7 +374,8 @@ def main() -> None:
 
 def describe(shapes: list[str], machine: str) -> str:
     return (
-        "Two user LP files in CPLEX LP format, read with `problems.lp.read_lp` as a silo reads its own: "
+        "Two user LP files in CPLEX LP format, read with `hetfed.problems.lp.read_lp` "
+        "as a silo reads its own: "
         "the pilot's first silo (its `problem.lp` in `examples/pilot`: 12 MWh a day, 0 <= h <= 1.2, "
         "ramps of 0.4) and an 11-day buyer of the same kind (a quota row per day, ramp rows within and "
         "across days, the same bounds, and a weekly cap: days 1-7's h17-h21 purchases at most "

@@ -38,9 +38,9 @@ from lsa_reference import per_agent_oracle, pflsa, stacked  # noqa: E402
 
 from bench._report import markdown_table, write_section  # noqa: E402
 from bench.round_latency import RoundClock  # noqa: E402
-from client.lsa import sample_rng  # noqa: E402
+from hetfed.client.lsa import sample_rng  # noqa: E402
 from hetfed.engines.runner import run_experiment  # noqa: E402
-from problems.garnet import make_agents  # noqa: E402
+from hetfed.problems.garnet import make_agents  # noqa: E402
 
 AGENTS, SEED, ZETA, ETA = 10, 42, 0.5, 1.0
 RUN = {

@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._report import markdown_table, write_section  # noqa: E402
-from problems.polytope import (  # noqa: E402
+from hetfed.problems.polytope import (  # noqa: E402
     PROJECTION_ACCURACY,
     GridFlowPolytope,
     KnapsackPolytope,

@@ -103,7 +103,7 @@ def inline_with_replay(results: Path) -> tuple[list[float], float, list[float]]:
     """Inline round times, and the pure compute of one round (median per client, per client list)."""
     from flwr.app import Context, RecordDict
 
-    from client.app import app as client_app
+    from hetfed.client.app import app as client_app
     from hetfed.engines.inline import node_configs, run_inline
     from hetfed.engines.runner import prepare
 
@@ -131,7 +131,9 @@ def clientapp_process_start() -> float:
     times = []
     for _ in range(3):
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import client.app"], check=True, cwd=Path(__file__).parents[1])
+        subprocess.run(
+            [sys.executable, "-c", "import hetfed.client.app"], check=True, cwd=Path(__file__).parents[1]
+        )
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -212,7 +214,7 @@ Flower 1.42), so a message waits 1.5 s on average before a SuperNode fetches it.
 default (0.5 s on average); `FLWR_SUPEREXEC_TASK_POLL_INTERVAL` (seconds, in the SuperNode's \
 environment) lowers it, see the last row.
 - **A new ClientApp process per message**: starting Python and importing torch, Flower and hetfed took \
-{start:.2f} s here (median of 3 cold `import client.app`), and the process then regenerates or reads \
+{start:.2f} s here (median of 3 cold `import hetfed.client.app`), and the process then regenerates or reads \
 its partition's data, which a long-lived process (inline, simulation) caches.
 - **Reply push**: the SuperNode checks for the ClientApp's reply every 0.5 s (0.25 s on average).
 - **Server pull**: hetfed's ServerApp pulls replies every 0.1 s (Flower's own `send_and_receive` \

@@ -41,8 +41,8 @@ RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "bench-secu
 def parameters() -> int:
     """Entries of one update: the task's MLP."""
     from hetfed.config import validate
-    from problems.models import make_mlp
-    from problems.registry import get_problem
+    from hetfed.problems.models import make_mlp
+    from hetfed.problems.registry import get_problem
 
     cfg = validate(TASK)
     dims = get_problem("knapsack").model_dims
@@ -62,10 +62,10 @@ def inline_costs(results: Path, nodes: int, secure: bool) -> dict[str, float]:
     from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
     from flwr.supercore.task_identity import TaskIdentity
 
-    from client.app import app as client_app
+    from hetfed.client.app import app as client_app
     from hetfed.engines.inline import InlineGrid, node_configs
     from hetfed.engines.runner import prepare
-    from server.app import run_server
+    from hetfed.server.app import run_server
 
     sent = received = 0
     client_cpu = 0.0

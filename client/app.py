@@ -23,7 +23,7 @@ from typing import Any
 from flwr.app import ConfigRecordValues, Context, Message
 from flwr.clientapp import ClientApp
 
-from client.session import ClientSession
+from hetfed.client.session import ClientSession
 from hetfed.methods import CLIENTS
 
 # Secure aggregation's exchanges, served for every client class (client/secure_aggregation.py).
@@ -82,7 +82,7 @@ def handle(message: Message, context: Context) -> Message:
     config: Mapping[str, ConfigRecordValues] = records["config"] if "config" in records else {}
     kind = message.metadata.message_type
     if kind in SECAGG_EXCHANGES:
-        from client import secure_aggregation
+        from hetfed.client import secure_aggregation
 
         content = secure_aggregation.handle(kind, config, context, session.partition_id)
         return Message(content, reply_to=message)
@@ -93,12 +93,12 @@ def handle(message: Message, context: Context) -> Message:
     client = client_cls(session, context, config)
     summed = "sum-weight" in config  # a summed round (server/aggregation.py): DP and secure aggregation
     if summed and "secagg" in message.content.config_records:
-        from client import secure_aggregation
+        from hetfed.client import secure_aggregation
 
         secure_aggregation.receive_shares(message.content, context, config, session.partition_id)
     content = getattr(client, kind.replace(".", "_"))(message.content)
     if summed:
-        from client import secure_aggregation
+        from hetfed.client import secure_aggregation
 
         content = secure_aggregation.finish_reply(message.content, content, config, context)
     if "run-name" in config and (report := session.state_report(context, config)) is not None:

@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from client.decision import BatchLoss
-from client.losses import dpo_loss, mse_loss, optnet_loss, pfyl_loss, rspo_plus_loss, spo_plus_loss
+from hetfed.client.decision import BatchLoss
+from hetfed.client.losses import dpo_loss, mse_loss, optnet_loss, pfyl_loss, rspo_plus_loss, spo_plus_loss
 from hetfed.methods.decision import LOSSES, DecisionParams
-from problems.base import DecisionSplit
+from hetfed.problems.base import DecisionSplit
 
 
 class SolutionCache:

@@ -5,7 +5,7 @@ on the same harness. Per round k:
 
 - ``query.fg`` carries ``w_k``; the client returns ``f_i(w_k, xi)`` and ``g_i(w_k, xi)``
   on a fresh batch of ``batch-zeta`` samples (two scalars) and KEEPS ``w_k`` in its
-  :class:`~client.state.ClientState`;
+  :class:`~hetfed.client.state.ClientState`;
 - ``train`` carries no arrays, only the local objective and the step sizes; starting
   from the kept ``w_k`` the client takes E steps ``w <- w - gamma grad h_i(w, xi_e)``
   with a fresh batch of ``batch-size`` samples per step, where ``h_i`` is ``f_i``,
@@ -31,14 +31,14 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, MetricRecordValues, RecordDict
 
-from client.session import ClientSession
-from client.state import ClientState
-from client.trust_region import natural_step
+from hetfed.client.session import ClientSession
+from hetfed.client.state import ClientState
+from hetfed.client.trust_region import natural_step
 from hetfed.methods.constrained import ConstrainedParams
+from hetfed.problems.base import Standardization
+from hetfed.problems.constrained import ConstrainedClientTask
+from hetfed.problems.models import model_manifest
 from hetfed.records import scalar, to_numpy, to_record
-from problems.base import Standardization
-from problems.constrained import ConstrainedClientTask
-from problems.models import model_manifest
 
 QUERY_STREAM, TRAIN_STREAM = 11, 12  # batch RNG streams of the two exchanges
 KEPT = "switching-w"  # ClientState group holding the w_k of the last query
@@ -131,7 +131,7 @@ def num_examples(task: ConstrainedClientTask) -> int:
 
 
 class ConstrainedClient:
-    """Handlers of one client holding a :class:`~problems.constrained.ConstrainedClientTask`."""
+    """Handlers of one client holding a :class:`~hetfed.problems.constrained.ConstrainedClientTask`."""
 
     def __init__(self, session: ClientSession, context: Context, settings: Mapping[str, Any]) -> None:
         self.session = session

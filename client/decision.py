@@ -12,9 +12,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from problems.base import DecisionSplit
-from problems.metrics import summarize_regret
-from problems.polytope import Polytope
+from hetfed.problems.base import DecisionSplit
+from hetfed.problems.metrics import summarize_regret
+from hetfed.problems.polytope import Polytope
 
 # loss(c_hat, c, index) -> scalar; ``index`` selects the batch rows of the split, so
 # losses can reuse per-sample caches (e.g. w*(c)).

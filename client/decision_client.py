@@ -35,18 +35,18 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, MetricRecordValues, RecordDict
 
-from client.batch_losses import make_loss
-from client.decision import BatchLoss, batch_generator, decision_metrics, train_epochs
-from client.losses import spo_plus_loss
-from client.personalization import PersonalSchedule
-from client.session import ClientSession
-from client.state import ROUND_KEY, ClientState, optimizer_from_state, optimizer_to_state
+from hetfed.client.batch_losses import make_loss
+from hetfed.client.decision import BatchLoss, batch_generator, decision_metrics, train_epochs
+from hetfed.client.losses import spo_plus_loss
+from hetfed.client.personalization import PersonalSchedule
+from hetfed.client.session import ClientSession
+from hetfed.client.state import ROUND_KEY, ClientState, optimizer_from_state, optimizer_to_state
 from hetfed.methods.decision import LOSSES, DecisionParams
+from hetfed.problems.base import DecisionClientData, DecisionSplit
+from hetfed.problems.metrics import qp_lp_gap
+from hetfed.problems.models import load_record, make_mlp, model_manifest, model_record
 from hetfed.records import scalar, to_record
 from hetfed.secure_mean import masked, new_key_pair
-from problems.base import DecisionClientData, DecisionSplit
-from problems.metrics import qp_lp_gap
-from problems.models import load_record, make_mlp, model_manifest, model_record
 
 # Random streams of a client (separate ones for batches, noise and the monitor, as the specification asks).
 BATCHES, NOISE, MONITOR, LOCAL_INIT = 2, 3, 4, 5
@@ -294,7 +294,7 @@ class DecisionClient:
 
     def train_personalize(self, content: RecordDict) -> RecordDict:
         """All personalization rounds t = 1..R_per, locally (docs/algorithms.md 1.5); lam_t, lr_t, the
-        freeze and the stop follow :class:`~client.personalization.PersonalSchedule`."""
+        freeze and the stop follow :class:`~hetfed.client.personalization.PersonalSchedule`."""
         params, config = self.params, content.config_records["config"]
         state = self.state(content)
         name = params.phase_loss("personal")

@@ -1,7 +1,7 @@
 """Decision-focused losses on predicted costs ``c_hat`` and true costs ``c`` (docs/algorithms.md 1.1).
 
 Every loss works on a batch ``[B, d]`` (or one sample ``[d]``) and a client's
-:class:`~problems.polytope.Polytope` S, returns the batch mean (``reduction="mean"``) or the
+:class:`~hetfed.problems.polytope.Polytope` S, returns the batch mean (``reduction="mean"``) or the
 per-sample values (``reduction="none"``), and sends gradients to ``c_hat`` only (``c`` is data).
 
 * :func:`mse_loss`: ``mean_k (c_hat_k - c_k)^2``.
@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from problems.polytope import Polytope
+from hetfed.problems.polytope import Polytope
 
 REDUCTIONS = ("mean", "none")
 

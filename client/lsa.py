@@ -1,6 +1,6 @@
 """Client side of the LSA strategies (docs/algorithms.md 3): one agent's own parameter and TD(0) oracle.
 
-Agent ``c`` holds its Garnet MDP (``session.data()``, a :class:`problems.garnet.GarnetAgent`)
+Agent ``c`` holds its Garnet MDP (``session.data()``, a :class:`hetfed.problems.garnet.GarnetAgent`)
 and never sends it anywhere. At iteration ``t`` (1-based, counted over all local steps) it
 evaluates its residual at its current parameter,
 
@@ -26,8 +26,8 @@ from typing import Any, ClassVar
 import numpy as np
 from flwr.app import ConfigRecord, Context, MetricRecord, RecordDict
 
-from client.session import ClientSession
-from client.state import ClientState
+from hetfed.client.session import ClientSession
+from hetfed.client.state import ClientState
 from hetfed.methods.lsa import LSAParams
 from hetfed.records import scalar, to_numpy, to_record
 

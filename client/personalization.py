@@ -8,7 +8,7 @@ With RSPO+ and annealing on, until the client freezes:
     lr_t  = lr0 / (1 + kappa_lr (t - 1))     (otherwise)
 
 After training round t, the freeze statistic U_t (the QP-LP gap on the monitor set,
-problems.metrics.qp_lp_gap) freezes lam and lr at their round-t values the first time
+hetfed.problems.metrics.qp_lp_gap) freezes lam and lr at their round-t values the first time
 ``U_t <= tau``; a frozen client trains ``extra`` more rounds at those values and stops.
 Any other loss (or annealing off) keeps ``lam0``, ``lr0`` and never freezes. RSPO+'s
 personalization has its own lr scale: ``lr0 = lr0_warm alpha_per / alpha``.

@@ -18,16 +18,16 @@ from typing import Any
 
 from flwr.app import ConfigRecord, ConfigRecordValues, Context
 
-from client.state import ClientState, run_key
+from hetfed.client.state import ClientState, run_key
 from hetfed.config import PROBLEM_KEYS, validate
-from problems.registry import get_problem
+from hetfed.problems.registry import get_problem
 
 
 class NodeConfigError(ValueError):
     """A node's configuration (partition, data path) is unusable; the message names the node.
 
     Once the partition is known, messages start with ``partition <i> of <n>: ``, which the
-    server reads to leave that partition out (server.pool).
+    server reads to leave that partition out (hetfed.server.pool).
     """
 
 

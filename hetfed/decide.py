@@ -63,7 +63,7 @@ class SiloModel:
 def state_folder(state_dir: Path, run: str, partition: int | None = None) -> Path:
     """The folder of ``run`` (its name, or ``<name>.<run-id>`` when several runs used the name) in
     a silo's state dir (client/state.py ``run_key``), among those that kept a model."""
-    from client.state import list_states
+    from hetfed.client.state import list_states
 
     if not state_dir.is_dir():
         raise DecideError(f"--state-dir {state_dir}: no such folder")
@@ -90,7 +90,7 @@ def state_folder(state_dir: Path, run: str, partition: int | None = None) -> Pat
 
 def load_silo_model(folder: Path, which: str) -> SiloModel:
     """Model ``which`` of a silo's run folder, its manifest and standardisation (NumPy, no pickle)."""
-    from problems.models import mlp_from_arrays
+    from hetfed.problems.models import mlp_from_arrays
 
     manifest = json.loads((folder / "manifest.json").read_text())
     if not manifest.get("variables") or not manifest.get("problem-file"):
@@ -132,7 +132,7 @@ def decide(
 ) -> dict[str, Any]:
     """Write ``out`` (one decision per input id) and ``out`` with suffix ``.json`` (the sidecar);
     returns the sidecar's contents."""
-    from problems.lp import file_sha256, read_lp, read_samples
+    from hetfed.problems.lp import file_sha256, read_lp, read_samples
 
     silo = load_silo_model(state_folder(state_dir, run, partition), model)
     manifest = silo.manifest
@@ -191,7 +191,7 @@ def write_decisions(
     objective: np.ndarray,
 ) -> None:
     """``id``, one column per variable, ``cost:<variable>`` (predicted), ``objective`` (predicted)."""
-    from problems.lp import COST_PREFIX
+    from hetfed.problems.lp import COST_PREFIX
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
@@ -206,7 +206,7 @@ def write_decisions(
 
 
 def _version() -> str:
-    from problems.models import hetfed_version
+    from hetfed.problems.models import hetfed_version
 
     return hetfed_version()
 

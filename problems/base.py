@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:  # the polytope module imports torch/solvers; keep this light
-    from problems.polytope import Polytope
+    from hetfed.problems.polytope import Polytope
 
 
 @dataclass(frozen=True)

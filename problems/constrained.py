@@ -6,8 +6,8 @@ The softmax-weighted switching gradient method solves
 
 where client i only ever evaluates its own ``f_i`` and ``g_i`` (and their
 gradients) on fresh batches of its private data. Every task module
-(:mod:`problems.np_classification`, :mod:`problems.fair_classification`,
-:mod:`problems.safe_rl`) exposes the same two functions:
+(:mod:`hetfed.problems.np_classification`, :mod:`hetfed.problems.fair_classification`,
+:mod:`hetfed.problems.safe_rl`) exposes the same two functions:
 
 * ``load_client(partition_id, num_partitions, seed, **params) -> ConstrainedClientTask``:
   builds client ``partition_id``'s task from its own data only;

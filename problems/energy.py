@@ -9,7 +9,7 @@ Two data sources, one sample per client-day, chronological 50/10/40 train/val/te
 features z-scored with the client's own training statistics:
 
 * **ERCOT (real)**: day-ahead prices 2021-2022 at 13 hubs / load zones (the silos, ``ERCOT_ZONES``),
-  via :mod:`problems.ercot`. Features (``FEATURE_NAMES``) use only days before the target day.
+  via :mod:`hetfed.problems.ercot`. Features (``FEATURE_NAMES``) use only days before the target day.
 * **PJM layout (the paper's)**: ``client_id,date,total_lmp_0..23,congestion_0..23,<8 weather and
   calendar features>,bess,client_name`` with ``D_j = bess``; real PJM data is brought by the user,
   :func:`generate_pjm_like_csv` writes a synthetic file in that layout.
@@ -29,15 +29,15 @@ import numpy as np
 import torch
 
 from hetfed.config import ConfigError
-from problems.base import (
+from hetfed.problems.base import (
     DecisionClientData,
     DecisionSplit,
     Standardization,
     chronological_split_sizes,
     standardized_splits,
 )
-from problems.datafile import DataFileError, at, empty_file, finite, missing_columns, row_length
-from problems.ercot import ErcotData, load_ercot
+from hetfed.problems.datafile import DataFileError, at, empty_file, finite, missing_columns, row_length
+from hetfed.problems.ercot import ErcotData, load_ercot
 
 HOURS = 24
 HISTORY_DAYS = 7  # trailing window of the price features; the first sample is day 8 of the data
@@ -88,7 +88,7 @@ class ClientSamples:
 
     def to_client_data(self, partition_id: int, dtype: torch.dtype = torch.float64) -> DecisionClientData:
         """Chronological 50/10/40 splits (x z-scored on train) and the polytope {0<=w<=1, sum w = quota}."""
-        from problems.polytope import QuotaPolytope  # lazy: the polytope module pulls in the solvers
+        from hetfed.problems.polytope import QuotaPolytope  # lazy: the polytope module pulls in the solvers
 
         (train, val, test), scaling = _splits(self.x, self.c, dtype)
         polytope = QuotaPolytope(HOURS, self.quota)
@@ -287,7 +287,7 @@ def load_client(
     """Client ``partition_id`` of the ERCOT task: zone ``(zones or ERCOT_ZONES)[partition_id]``.
 
     Runs use the first ``num_partitions`` zones. Reads only that zone's rows from ``data_path``
-    (a directory as made by :func:`problems.ercot.fetch_ercot`; None fetches into the cache).
+    (a directory as made by :func:`hetfed.problems.ercot.fetch_ercot`; None fetches into the cache).
     ``seed`` is accepted for the common ``load_client`` signature; the real data involve no randomness.
     """
     del seed
@@ -314,7 +314,7 @@ def pjm_samples(path: str | Path, partition_id: int, num_partitions: int | None 
     Samples are that client's rows ordered by date: x = PJM_FEATURES (8), c = total_lmp_0..23 ($/MWh),
     quota D_j = bess (one value per client). Rows of other clients are not kept (the ids are read
     in a first pass). ``num_partitions`` (default: all clients in the file) must not exceed the count.
-    The file is checked as it is read (:mod:`problems.datafile`): an empty file, missing columns and
+    The file is checked as it is read (:mod:`hetfed.problems.datafile`): an empty file, missing columns and
     rows of another length than the header are refused, and so is every empty, non-numeric, NaN or
     Inf cell of the client's rows, each with the file, row and column in one line.
     """

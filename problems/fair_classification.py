@@ -26,8 +26,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from problems.adult import CATEGORIES, NUM_FEATURES, AdultTable, encode_features, read_adult
-from problems.constrained import check_batch_size, check_partition, parse_params, require, seeded_model
+from hetfed.problems.adult import CATEGORIES, NUM_FEATURES, AdultTable, encode_features, read_adult
+from hetfed.problems.constrained import check_batch_size, check_partition, parse_params, require, seeded_model
 
 # split_by -> client name -> raw values of that column belonging to the client.
 CLIENT_GROUPS: dict[str, dict[str, tuple[str, ...]]] = {

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import expm
 
-from problems.base import DecisionClientData, generated_client
+from hetfed.problems.base import DecisionClientData, generated_client
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def sample_costs(
 
 def load_client(params: KnapsackParams, seed: int, partition_id: int) -> DecisionClientData:
     """Generate client ``partition_id``'s train/val/test data and its knapsack polytope."""
-    from problems.polytope import KnapsackPolytope
+    from hetfed.problems.polytope import KnapsackPolytope
 
     if partition_id < 0:
         raise ValueError(f"knapsack partition_id must be >= 0, got {partition_id}")

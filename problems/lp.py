@@ -32,9 +32,9 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from problems.base import DecisionClientData, chronological_split_sizes, standardized_splits
-from problems.datafile import DataFileError, at, empty_file, finite, missing_columns, row_length
-from problems.polytope import Polytope, PolytopeLabels
+from hetfed.problems.base import DecisionClientData, chronological_split_sizes, standardized_splits
+from hetfed.problems.datafile import DataFileError, at, empty_file, finite, missing_columns, row_length
+from hetfed.problems.polytope import Polytope, PolytopeLabels
 
 PROBLEM_FILES = ("problem.lp", "problem.mps")
 SAMPLES_FILE = "samples.csv"

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from problems.polytope import Polytope
+from hetfed.problems.polytope import Polytope
 
 U_EPS = 1e-8  # keeps U finite when every z* is 0
 

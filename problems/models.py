@@ -52,7 +52,7 @@ def load_record(model: ModelT, record: ArrayRecord) -> ModelT:
 
 def mlp_from_arrays(arrays: dict[str, np.ndarray]) -> nn.Sequential:
     """The MLP of :func:`make_mlp` holding ``arrays`` (its state dict as NumPy, e.g. a run's final
-    model from server.store.read_models); the sizes are read from the arrays' shapes."""
+    model from hetfed.server.store.read_models); the sizes are read from the arrays' shapes."""
     if "2.weight" not in arrays:  # the linear predictor
         out_dim, in_dim = arrays["0.weight"].shape
         return load_record(make_mlp(in_dim, 0, out_dim, seed=0), to_record(arrays))

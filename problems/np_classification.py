@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from sklearn.datasets import load_breast_cancer
 
-from problems.constrained import check_batch_size, check_partition, parse_params, require, seeded_model
+from hetfed.problems.constrained import check_batch_size, check_partition, parse_params, require, seeded_model
 
 NUM_FEATURES = 30
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from problems.constrained import check_partition, parse_params, require
+from hetfed.problems.constrained import check_partition, parse_params, require
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from problems import garnet, knapsack, shortest_path
-    from problems.base import DecisionClientData
+    from hetfed.problems import garnet, knapsack, shortest_path
+    from hetfed.problems.base import DecisionClientData
 
 RunConfig = Mapping[str, Any]
 
@@ -37,7 +37,7 @@ class ProblemSpec:
 
 def knapsack_params(cfg: RunConfig) -> knapsack.KnapsackParams:
     """The knapsack generator's parameters from the run config."""
-    from problems import knapsack
+    from hetfed.problems import knapsack
 
     return knapsack.KnapsackParams(
         num_items=cfg["num-items"],
@@ -55,7 +55,7 @@ def knapsack_params(cfg: RunConfig) -> knapsack.KnapsackParams:
 
 def shortest_path_params(cfg: RunConfig) -> shortest_path.ShortestPathParams:
     """The grid shortest-path generator's parameters from the run config."""
-    from problems import shortest_path
+    from hetfed.problems import shortest_path
 
     return shortest_path.ShortestPathParams(
         grid_size=cfg["grid-size"],
@@ -70,10 +70,10 @@ def shortest_path_params(cfg: RunConfig) -> shortest_path.ShortestPathParams:
     )
 
 
-# --- energy purchasing (problems.energy) ------------------------------------------------------------
+# --- energy purchasing (hetfed.problems.energy) -----------------------------------------------------
 def energy_zones(cfg: RunConfig) -> tuple[str, ...]:
     """The ERCOT zones of the run, partition i taking the i-th: ``energy-zones`` or all of ERCOT_ZONES."""
-    from problems import energy
+    from hetfed.problems import energy
 
     return energy.parse_zones(str(cfg["energy-zones"]))
 
@@ -87,7 +87,7 @@ def ercot_client(cfg: RunConfig, pid: int, n: int, path: Path | None) -> Decisio
             f"problem 'energy': num-partitions {n} needs at most {len(zones)} zones (energy-zones) "
             f"and partition-id {pid} in [0, {n})"
         )
-    from problems import energy
+    from hetfed.problems import energy
 
     return energy.ercot_zone_client(
         zones[pid],
@@ -100,10 +100,10 @@ def ercot_client(cfg: RunConfig, pid: int, n: int, path: Path | None) -> Decisio
 
 
 def pjm_client(cfg: RunConfig, pid: int, n: int, path: Path | None) -> DecisionClientData:
-    """Partition ``pid`` of a PJM-layout CSV (the node's ``data-path``), see problems.energy."""
+    """Partition ``pid`` of a PJM-layout CSV (the node's ``data-path``), see hetfed.problems.energy."""
     if path is None:
         raise ValueError("problem 'energy-pjm' needs a node data-path: a CSV in the PJM layout (PJM_COLUMNS)")
-    from problems import energy
+    from hetfed.problems import energy
 
     data = energy.load_pjm_client(path, pid, n)
     return energy.restrict_training(data, energy.last_days(len(data.train), cfg["energy-train-days"]))
@@ -111,7 +111,7 @@ def pjm_client(cfg: RunConfig, pid: int, n: int, path: Path | None) -> DecisionC
 
 def ercot_dims(cfg: RunConfig) -> tuple[int, int]:
     """Model sizes of the ERCOT task; checks ``energy-zones`` on the server before round 1."""
-    from problems import energy
+    from hetfed.problems import energy
 
     energy_zones(cfg)
     return len(energy.FEATURE_NAMES), energy.HOURS
@@ -119,16 +119,16 @@ def ercot_dims(cfg: RunConfig) -> tuple[int, int]:
 
 def pjm_dims(cfg: RunConfig) -> tuple[int, int]:
     """Model sizes of a PJM-layout task."""
-    from problems import energy
+    from hetfed.problems import energy
 
     return len(energy.PJM_FEATURES), energy.HOURS
 
 
-# --- a silo's own LP and samples (problems.lp) ----------------------------------------------------
+# --- a silo's own LP and samples (hetfed.problems.lp) ---------------------------------------------
 def lp_names(cfg: RunConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``(lp-features, lp-variables)``: the model's inputs and outputs, checked (the server's and every
     silo's view: the model's size comes from these keys, never from a silo's data)."""
-    from problems.lp import parse_names
+    from hetfed.problems.lp import parse_names
 
     if cfg["lp-train-fraction"] + cfg["lp-val-fraction"] >= 1:
         raise ValueError(
@@ -145,7 +145,7 @@ def lp_client(cfg: RunConfig, pid: int, n: int, path: Path | None) -> DecisionCl
         raise ValueError(
             "problem 'lp' needs a node data-path: a folder with problem.lp (or .mps) and samples.csv"
         )
-    from problems import lp
+    from hetfed.problems import lp
 
     features, variables = lp_names(cfg)
     return lp.load_client(
@@ -164,8 +164,8 @@ def model_io_names(cfg: RunConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
     ``lp``; ``tabular``: its features, the output is the logit of ``label``), else empty: a manifest
     records them."""
     if cfg.get("problem") == "tabular":
-        from problems.lp import parse_names
-        from problems.tabular import LABEL
+        from hetfed.problems.lp import parse_names
+        from hetfed.problems.tabular import LABEL
 
         return parse_names(cfg["tabular-features"], "tabular-features"), (LABEL,)
     return lp_names(cfg) if cfg.get("problem") == "lp" else ((), ())
@@ -178,21 +178,21 @@ def lp_dims(cfg: RunConfig) -> tuple[int, int]:
 
 def knapsack_client(cfg: RunConfig, pid: int, n: int, path: Path | None) -> DecisionClientData:
     """Partition ``pid`` of the generated knapsack task."""
-    from problems import knapsack
+    from hetfed.problems import knapsack
 
     return knapsack.load_client(knapsack_params(cfg), cfg["seed"], pid)
 
 
 def shortest_path_client(cfg: RunConfig, pid: int, n: int, path: Path | None) -> DecisionClientData:
     """Partition ``pid`` of the generated grid shortest-path task."""
-    from problems import shortest_path
+    from hetfed.problems import shortest_path
 
     return shortest_path.load_client(shortest_path_params(cfg), cfg["seed"], pid)
 
 
 def garnet_agent(cfg: RunConfig, partition_id: int) -> garnet.GarnetAgent:
     """Agent ``partition_id`` of the Garnet federation the run config describes (docs/algorithms.md 3)."""
-    from problems import garnet
+    from hetfed.problems import garnet
 
     return garnet.make_agent(
         partition_id,
@@ -207,14 +207,14 @@ def garnet_agent(cfg: RunConfig, partition_id: int) -> garnet.GarnetAgent:
     )
 
 
-# Constrained tasks (problems.constrained): module, and run-config key -> task parameter.
+# Constrained tasks (hetfed.problems.constrained): module, and run-config key -> task parameter.
 CONSTRAINED: dict[str, tuple[str, dict[str, str]]] = {
     "np-classification": (
-        "problems.np_classification",
+        "hetfed.problems.np_classification",
         {"np-r": "r", "np-dirichlet-alpha": "dirichlet_alpha", "np-min-per-class": "min_per_class"},
     ),
     "fair-classification": (
-        "problems.fair_classification",
+        "hetfed.problems.fair_classification",
         {
             "fair-delta": "delta",
             "fair-hidden": "hidden",
@@ -223,7 +223,7 @@ CONSTRAINED: dict[str, tuple[str, dict[str, str]]] = {
         },
     ),
     "safe-rl": (
-        "problems.safe_rl",
+        "hetfed.problems.safe_rl",
         {
             "rl-horizon": "horizon",
             "rl-budget": "budget",
@@ -236,9 +236,9 @@ CONSTRAINED: dict[str, tuple[str, dict[str, str]]] = {
             "rl-trust-region": "trust_region",
         },
     ),
-    "quadratic": ("problems.quadratic", {"quadratic-dim": "dim"}),
+    "quadratic": ("hetfed.problems.quadratic", {"quadratic-dim": "dim"}),
     "tabular": (
-        "problems.tabular",
+        "hetfed.problems.tabular",
         {
             "tabular-features": "features",
             "tabular-constraint": "constraint",

@@ -55,7 +55,7 @@ import numpy as np
 import torch
 from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
 
-from problems.constrained import check_batch_size, check_partition, parse_params, require, seeded_model
+from hetfed.problems.constrained import check_batch_size, check_partition, parse_params, require, seeded_model
 
 OBS_DIM = 4
 NUM_ACTIONS = 2

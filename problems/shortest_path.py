@@ -1,7 +1,7 @@
 """Shortest paths on a k x k grid with PyEPO's features-to-cost law, one route per client.
 
 Client j routes one unit from its source to its sink over the grid's ``d = 2k(k-1)`` edges,
-``min_{w in S_j} c'w`` with ``S_j`` = the flow polytope of :class:`problems.polytope.GridFlowPolytope`
+``min_{w in S_j} c'w`` with ``S_j`` = the flow polytope of :class:`hetfed.problems.polytope.GridFlowPolytope`
 (docs/algorithms.md 1.2; edges oriented source -> sink, LP by dynamic program, projection by
 DAQP). Generative law::
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from problems.base import DecisionClientData, generated_client
+from hetfed.problems.base import DecisionClientData, generated_client
 
 ENDPOINTS = ("corners", "diagonals", "random")
 
@@ -145,7 +145,7 @@ def sample_costs(
 
 def load_client(params: ShortestPathParams, seed: int, partition_id: int) -> DecisionClientData:
     """Generate client ``partition_id``'s train/val/test data and its flow polytope."""
-    from problems.polytope import GridFlowPolytope  # lazy: pulls in the solvers
+    from hetfed.problems.polytope import GridFlowPolytope  # lazy: pulls in the solvers
 
     law = route_law(params, seed, partition_id)
     B = shared_matrix(params, seed)

@@ -10,7 +10,7 @@ The silo's data folder (node config ``data-path``) holds ``samples.csv`` with
   (1 = protected). It may also be a feature. Other columns are listed once and ignored.
 
 The features are z-scored with the silo's training rows' statistics
-(:class:`problems.base.Standardization`, kept in the silo's state for ``hetfed predict``). The model
+(:class:`hetfed.problems.base.Standardization`, kept in the silo's state for ``hetfed predict``). The model
 is the logit ``z(x)`` of ``P(label = 1 | x)``: logistic regression (``tabular-hidden = 0``) or an MLP
 ``p -> hidden (ReLU) -> 1``, built from the run config alone (the server needs no silo's data). With
 ``pi(x) = sigmoid(z(x))`` and silo i's training rows,
@@ -36,12 +36,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from problems.base import Standardization
-from problems.constrained import check_partition, parse_params, seeded_model
-from problems.datafile import DataFileError, at
-from problems.fair_classification import FairBatch, FairClassificationTask, FairConfig
-from problems.lp import SAMPLES_FILE, Samples, file_sha256, parse_names, read_samples
-from problems.np_classification import NPBatch, NPClassificationTask, NPConfig
+from hetfed.problems.base import Standardization
+from hetfed.problems.constrained import check_partition, parse_params, seeded_model
+from hetfed.problems.datafile import DataFileError, at
+from hetfed.problems.fair_classification import FairBatch, FairClassificationTask, FairConfig
+from hetfed.problems.lp import SAMPLES_FILE, Samples, file_sha256, parse_names, read_samples
+from hetfed.problems.np_classification import NPBatch, NPClassificationTask, NPConfig
 
 LABEL = "label"
 CONSTRAINTS = ("fairness", "neyman-pearson")

@@ -20,10 +20,10 @@ from flwr.app import Message
 
 from hetfed import secagg
 from hetfed.config import ConfigError
-from server.pool import ClientPool, with_config
-from server.privacy import DPSettings, Privacy
-from server.secure_aggregation import BelowThreshold, SecureRound, threshold_for
-from strategies.base import FederatedStrategy, WeightedSum, reply_metrics
+from hetfed.server.pool import ClientPool, with_config
+from hetfed.server.privacy import DPSettings, Privacy
+from hetfed.server.secure_aggregation import BelowThreshold, SecureRound, threshold_for
+from hetfed.strategies.base import FederatedStrategy, WeightedSum, reply_metrics
 
 
 class Summation:

@@ -18,11 +18,11 @@ from flwr.supercore.run import RunNotRunningException
 
 from hetfed.config import PROBLEM_KEYS, SCHEMA, ConfigError, validate
 from hetfed.runtime.waits import shorten_object_pull_backoff
-from server.aggregation import Summation
-from server.pool import ClientPool, FederationError
-from server.report import report_markdown
-from server.rounds import run_rounds
-from server.store import RunStore, StoreError, load_checkpoint_file, run_completed, run_path
+from hetfed.server.aggregation import Summation
+from hetfed.server.pool import ClientPool, FederationError
+from hetfed.server.report import report_markdown
+from hetfed.server.rounds import run_rounds
+from hetfed.server.store import RunStore, StoreError, load_checkpoint_file, run_completed, run_path
 
 app = ServerApp()
 
@@ -46,7 +46,7 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
     run stopped by SIGINT/SIGTERM (KeyboardInterrupt, SystemExit) ends with status
     ``interrupted``; its checkpoint and progress are those of its last completed round.
     """
-    from strategies.registry import build_strategy  # imports torch; after validation
+    from hetfed.strategies.registry import build_strategy  # imports torch; after validation
 
     # Checked against SCHEMA: each key holds its default's type (run-name a str, num-clients an int...).
     cfg: dict[str, Any] = validate(run_config)
@@ -134,7 +134,7 @@ def resumed_config(cfg: dict[str, Any], path: Path) -> tuple[dict[str, Any], str
     for key, value in cfg.items():
         if key in RESUME_FREE or value == recorded[key]:
             continue
-        if key in PROBLEM_KEYS:  # the clients read these from the run config itself (client.session)
+        if key in PROBLEM_KEYS:  # the clients read these from the run config itself (hetfed.client.session)
             raise ConfigError(
                 f"run config '{key}' = {value!r} differs from {recorded[key]!r} recorded by run "
                 f"{path.name} ({path / 'config.json'}): the silos read the problem's keys from the run "

@@ -24,8 +24,8 @@ from flwr.app import ConfigRecord, ConfigRecordValues, Message, RecordDict
 from flwr.serverapp import Grid
 
 from hetfed.records import scalar, to_numpy
-from server.store import RunStore, split_local_rounds
-from strategies.base import FederationError
+from hetfed.server.store import RunStore, split_local_rounds
+from hetfed.strategies.base import FederationError
 
 POLL_INTERVAL = 0.1  # seconds between pulls (Flower's own loop sleeps 3 s)
 
@@ -233,7 +233,7 @@ class ClientPool:
         self, partition_id: int, message_type: str, content: RecordDict, server_round: int
     ) -> Message:
         """An instruction for the node holding ``partition_id`` (with the client settings)."""
-        # The client says in its reply when the state it kept earlier is not there (client.session).
+        # The client says in its reply when the state it kept earlier is not there (hetfed.client.session).
         expected = {"state-expected": partition_id in self.holds_state}
         return Message(
             self.with_settings(content, expected),
@@ -436,7 +436,7 @@ _CLAIM = re.compile(r"partition (\d+) of (\d+): (.*?)(?:'>)?\s*$", re.S)
 def _claim(reason: str) -> tuple[int, int, str] | None:
     """(partition, num-partitions, message) of a client's error that names its partition, else None.
 
-    A client's data errors read ``partition <i> of <n>: <what is wrong>`` (client.session); Flower
+    A client's data errors read ``partition <i> of <n>: <what is wrong>`` (hetfed.client.session); Flower
     wraps them as ``<class '...'>:<'...'>`` on every engine.
     """
     match = _CLAIM.search(reason)

@@ -1,7 +1,7 @@
 """The round loop of every hetfed strategy: setup (or the checkpoint), Flower's hooks per round, finish.
 
 What Flower's own ``Strategy.start()`` lacks, and a hetfed run needs: clients addressed by
-partition (the :class:`~server.pool.ClientPool`), a ``setup`` exchange before round 1 and
+partition (the :class:`~hetfed.server.pool.ClientPool`), a ``setup`` exchange before round 1 and
 a ``finish`` step after the last, a results row per client and exchange, and a checkpoint
 of the strategy's complete state after every round (``checkpoint-every``), from which a
 run resumes. The strategy computes; this loop writes (rounds.csv, the checkpoint,
@@ -21,12 +21,12 @@ from flwr.common import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
-from server.aggregation import Summation
-from server.interrupts import deferred
-from server.pool import ClientPool
-from server.report import report_markdown
-from server.store import RunStore
-from strategies.base import FederatedStrategy, FederationError
+from hetfed.server.aggregation import Summation
+from hetfed.server.interrupts import deferred
+from hetfed.server.pool import ClientPool
+from hetfed.server.report import report_markdown
+from hetfed.server.store import RunStore
+from hetfed.strategies.base import FederatedStrategy, FederationError
 
 
 def run_rounds(
@@ -153,10 +153,10 @@ def client_incidents(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, l
 
 
 def models_manifest(models: Mapping[str, np.ndarray], method: str, store: RunStore) -> dict[str, Any]:
-    """``models.json``: each final model's manifest (problems.models.model_manifest), as a silo's
+    """``models.json``: each final model's manifest (hetfed.problems.models.model_manifest), as a silo's
     state has it: the run, method, loss, and the feature and variable names the run config gives."""
-    from problems.models import model_manifest
-    from problems.registry import model_io_names
+    from hetfed.problems.models import model_manifest
+    from hetfed.problems.registry import model_io_names
 
     cfg = store.read_config()["config"]
     features, variables = model_io_names(cfg)

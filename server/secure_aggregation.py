@@ -32,7 +32,7 @@ from flwr.app import ConfigRecord, Message, RecordDict
 
 from hetfed import secagg
 from hetfed.records import to_numpy
-from server.pool import ClientPool, with_config
+from hetfed.server.pool import ClientPool, with_config
 
 MASKED = "masked"  # the masked reply's ArrayRecord (client/secure_aggregation.py)
 

@@ -34,7 +34,7 @@ class FederationError(RuntimeError):
 
 
 class Clients(Protocol):
-    """What a strategy uses of its clients (server.pool.ClientPool): partitions, names, exchanges."""
+    """What a strategy uses of its clients (hetfed.server.pool.ClientPool): partitions, names, exchanges."""
 
     failed: dict[int, str]  # partition -> why, for the last exchange
     log: Callable[[str], None]
@@ -86,7 +86,7 @@ class FederatedStrategy(Strategy):
     family: ClassVar[str] = ""  # the kind of problem it solves: decision, constrained or lsa
     client_handler: ClassVar[str] = ""  # the client class that serves this strategy (client/app.py)
     params_type: ClassVar[type[Params]] = Params  # its parameters (hetfed/methods: the registry's)
-    method: str = ""  # the run-config strategy name it was built for (strategies.registry.build_strategy)
+    method: str = ""  # the run-config strategy name it was built for (strategies/registry.py: build_strategy)
 
     def __init__(
         self,
@@ -239,7 +239,7 @@ class FederatedStrategy(Strategy):
         """Flower's entry point: run this strategy on ``grid`` from a plain ServerApp's main.
 
         ``initial_arrays`` replaces the constructor's model and ``num_rounds`` its rounds when
-        given. Results and checkpoints go to ``results_dir/run_name`` (server.rounds.start_on_grid).
+        given. Results and checkpoints go to ``results_dir/run_name`` (hetfed.server.rounds.start_on_grid).
         hetfed strategies send their own configs and evaluate on the clients: ``train_config``,
         ``evaluate_config`` and ``evaluate_fn`` are refused.
         """
@@ -251,7 +251,7 @@ class FederatedStrategy(Strategy):
         if num_rounds is not None:
             self.rounds = num_rounds
         # The one call upwards (tests/test_layers.py): Flower's entry point runs the server's loop.
-        from server.rounds import start_on_grid
+        from hetfed.server.rounds import start_on_grid
 
         return start_on_grid(
             self, grid, initial_arrays, timeout=timeout, results_dir=results_dir, run_name=run_name

@@ -1,7 +1,7 @@
 """Baselines of the softmax switching method, on its harness (docs/algorithms.md section 2).
 
 Every baseline runs the same two exchanges, local steps, gradient-evaluation count and
-evaluation as :class:`~strategies.softmax_switching.SoftmaxSwitching`; only the round's
+evaluation as :class:`~hetfed.strategies.softmax_switching.SoftmaxSwitching`; only the round's
 decision differs. All weight the sampled clients uniformly, ``w_{k+1} = w_k - eta mean_i u_i``,
 so they target the *average* of the clients' objectives:
 
@@ -27,7 +27,7 @@ import numpy as np
 from flwr.app import ArrayRecord
 
 from hetfed.methods.constrained import PenaltyParams, PrimalDualParams
-from strategies.softmax_switching import ConstrainedRounds, RoundPlan
+from hetfed.strategies.softmax_switching import ConstrainedRounds, RoundPlan
 
 
 def uniform(f: Mapping[int, float]) -> dict[int, float]:

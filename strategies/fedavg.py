@@ -12,11 +12,11 @@ from flwr.serverapp import Grid
 
 from hetfed.methods.decision import LOSSES, DecisionParams
 from hetfed.params import ConfigError
+from hetfed.problems.models import make_mlp, model_record
+from hetfed.problems.registry import get_problem
 from hetfed.records import to_numpy, to_record
-from problems.models import make_mlp, model_record
-from problems.registry import get_problem
-from strategies.base import FederatedStrategy, WeightedSum, ceil_fraction, reply_metrics
-from strategies.summary import summarize
+from hetfed.strategies.base import FederatedStrategy, WeightedSum, ceil_fraction, reply_metrics
+from hetfed.strategies.summary import summarize
 
 
 class FedAvg(FederatedStrategy):

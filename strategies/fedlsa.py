@@ -7,14 +7,14 @@ parameter theta^{r-1} and returns its local parameter; the server sets
 
 FedLSA converges to one shared point (``(sum_c A_bar_c)^{-1} sum_c b_bar_c`` for H = 1), so
 it is biased when the agents' solutions theta_c* differ. SCAFFLSA corrects the local steps by
-control variates kept on the clients (:class:`client.lsa.LocalStepsClient`); its server is
+control variates kept on the clients (:class:`hetfed.client.lsa.LocalStepsClient`); its server is
 FedLSA's.
 
-A missing agent (our extension, see :mod:`strategies.lsa`) repeats its last local step: its
+A missing agent (our extension, see :mod:`hetfed.strategies.lsa`) repeats its last local step: its
 stand-in is ``theta^{r-1} + (theta_c^{k,H} - theta^{k-1})`` from the last round k it completed
 (the rule of MIFA, Gu et al. 2021, for unavailable devices). A SCAFFLSA agent then updates its
 control variate as if it had sent that stand-in in every round it missed
-(:class:`client.lsa.LocalStepsClient`), so the control variates still sum to zero.
+(:class:`hetfed.client.lsa.LocalStepsClient`), so the control variates still sum to zero.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 from flwr.app import ArrayRecord
 
 from hetfed.records import to_record
-from strategies.lsa import LSAStrategy
+from hetfed.strategies.lsa import LSAStrategy
 
 
 class FedLSA(LSAStrategy):

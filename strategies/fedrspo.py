@@ -34,8 +34,8 @@ from flwr.serverapp import Grid
 from hetfed.methods.decision import CalibratedParams
 from hetfed.params import ConfigError
 from hetfed.secure_mean import unmasked_mean
-from strategies.base import FederationError, checked_arrays, reply_arrays, reply_metrics
-from strategies.fedavg import FedAvg
+from hetfed.strategies.base import FederationError, checked_arrays, reply_arrays, reply_metrics
+from hetfed.strategies.fedavg import FedAvg
 
 # What a client's masked (lam0_j, lr0_j) must look like: two uint64 words.
 MASKED_CALIBRATION = {"masked-calibration": np.zeros(2, dtype=np.uint64)}

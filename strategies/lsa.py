@@ -34,10 +34,16 @@ from flwr.serverapp import Grid
 
 from hetfed.methods.lsa import LSAParams
 from hetfed.params import ConfigError
+from hetfed.problems.registry import get_problem
 from hetfed.records import to_numpy, to_record
-from problems.registry import get_problem
-from strategies.base import FederatedStrategy, FederationError, WeightedSum, reply_arrays, reply_metrics
-from strategies.summary import summarize
+from hetfed.strategies.base import (
+    FederatedStrategy,
+    FederationError,
+    WeightedSum,
+    reply_arrays,
+    reply_metrics,
+)
+from hetfed.strategies.summary import summarize
 
 
 def check_lsa_config(cfg: Mapping[str, Any]) -> None:

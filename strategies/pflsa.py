@@ -18,7 +18,7 @@ from flwr.app import ConfigRecord
 
 from hetfed.methods.lsa import PFLSAParams
 from hetfed.params import ConfigError
-from strategies.lsa import LSAStrategy
+from hetfed.strategies.lsa import LSAStrategy
 
 
 class PFLSA(LSAStrategy):

@@ -18,8 +18,8 @@ from typing import Any
 
 from hetfed.methods import METHODS
 from hetfed.params import ConfigError
-from problems.registry import get_problem
-from strategies.base import FederatedStrategy
+from hetfed.problems.registry import get_problem
+from hetfed.strategies.base import FederatedStrategy
 
 __all__ = ["METHODS", "build_strategy", "strategy_class"]
 

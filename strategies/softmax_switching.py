@@ -14,7 +14,7 @@ Problem: ``min_w max_i f_i(w)`` subject to ``max_i g_i(w) <= 0``. Round k:
 
 :class:`ConstrainedRounds` is that harness with step 2 left to :meth:`ConstrainedRounds.plan`;
 :class:`SoftmaxSwitching` fills it in, and the baselines of
-:mod:`strategies.constrained_baselines` (penalty, primal-dual, unconstrained FedAvg,
+:mod:`hetfed.strategies.constrained_baselines` (penalty, primal-dual, unconstrained FedAvg,
 parallel CRPO) fill it in differently, so every method shares the sampling, the
 traffic, the update rule, the counting of gradient evaluations and the evaluation.
 
@@ -39,12 +39,12 @@ from flwr.serverapp import Grid
 
 from hetfed.methods.constrained import ConstrainedParams, SwitchingParams
 from hetfed.params import ConfigError
+from hetfed.problems.constrained import require
+from hetfed.problems.models import model_record
+from hetfed.problems.registry import get_problem
 from hetfed.records import to_numpy, to_record
-from problems.constrained import require
-from problems.models import model_record
-from problems.registry import get_problem
-from strategies.base import FederatedStrategy, WeightedSum, reply_metrics
-from strategies.summary import summarize
+from hetfed.strategies.base import FederatedStrategy, WeightedSum, reply_metrics
+from hetfed.strategies.summary import summarize
 
 SAMPLING_STREAM = 61  # the client-sampling RNG is default_rng(SeedSequence([seed, SAMPLING_STREAM]))
 

@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from client.batch_losses import make_loss
-from client.decision import batch_generator, decision_metrics, train_epochs
-from client.decision_client import BATCHES, MONITOR, NOISE, calibrate
+from hetfed.client.batch_losses import make_loss
+from hetfed.client.decision import batch_generator, decision_metrics, train_epochs
+from hetfed.client.decision_client import BATCHES, MONITOR, NOISE, calibrate
 from hetfed.config import validate
 from hetfed.methods.decision import CalibratedParams
-from problems.metrics import qp_lp_gap
-from problems.models import make_mlp
-from problems.registry import get_problem
+from hetfed.problems.metrics import qp_lp_gap
+from hetfed.problems.models import make_mlp
+from hetfed.problems.registry import get_problem
 
 
 def fedrspo_plain(overrides: dict[str, Any], clients: int) -> dict[str, dict[str, float]]:

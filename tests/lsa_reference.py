@@ -32,7 +32,7 @@ from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
-from problems.garnet import GarnetAgent, make_agents
+from hetfed.problems.garnet import GarnetAgent, make_agents
 
 Oracle = Callable[[], tuple[np.ndarray, np.ndarray]]
 

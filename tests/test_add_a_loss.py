@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from client.batch_losses import LossInputs, make_loss
-from client.decision import BatchLoss
+from hetfed.client.batch_losses import LossInputs, make_loss
+from hetfed.client.decision import BatchLoss
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.methods.decision import LOSSES, DecisionParams, Loss, register_loss
-from problems.knapsack import KnapsackParams, load_client
+from hetfed.problems.knapsack import KnapsackParams, load_client
 
 
 def l1_batch(inputs: LossInputs) -> BatchLoss:

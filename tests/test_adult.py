@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from problems import adult
+from hetfed.problems import adult
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "adult"
 

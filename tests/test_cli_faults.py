@@ -267,7 +267,7 @@ def test_damaged_checkpoints_and_missing_runs_are_one_line_naming_the_file(tmp_p
 
     # The ServerApp itself (every engine) names the file too.
     from hetfed.engines.inline import node_configs, run_inline
-    from server.store import StoreError
+    from hetfed.server.store import StoreError
 
     with pytest.raises(StoreError, match=f"checkpoint {checkpoint} is damaged"):
         run_inline({**SETS, "results-dir": str(tmp_path), "run-name": "dmg", "resume": True}, node_configs(5))
@@ -434,7 +434,7 @@ def test_more_nodes_than_silos_in_a_csv_is_refused_before_a_results_folder(
     """`--nodes 5` against a 4-zone PJM CSV: no partition can load (the file holds 4 clients), so
     the run is refused in one line naming each (this once left a failed results folder)."""
     from hetfed.cli import main
-    from problems.energy import generate_pjm_like_csv
+    from hetfed.problems.energy import generate_pjm_like_csv
 
     csv_path = generate_pjm_like_csv(tmp_path / "pjm.csv", n_zones=4, n_days=40, seed=2)
     base = ["run", "--results-dir", str(tmp_path / "results"), "--data-path", str(csv_path), "--nodes", "5"]

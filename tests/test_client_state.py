@@ -7,7 +7,7 @@ import pytest
 import torch
 from flwr.app import Context, RecordDict
 
-from client.state import ClientState, list_states, optimizer_from_state, optimizer_to_state, run_key
+from hetfed.client.state import ClientState, list_states, optimizer_from_state, optimizer_to_state, run_key
 
 
 def _context() -> Context:

@@ -597,7 +597,7 @@ def test_the_compose_federation_runs_fedrspo_for_real(engine: Engine, name: str,
         for entry in traffic:
             assert all(all(isinstance(d, int) for d in shape) for shape in entry["arrays"].values()), entry
             assert all(re.fullmatch(r"(int|float)(\[\d+\])?", k) for k in entry["metrics"].values()), entry
-            # beyond discovery, only whether the silo keeps or lost its state (client.session.state_report)
+            # beyond discovery, only whether the silo kept or lost its state (client/session.py: state_report)
             state_only = {"client-state/kept": "bool", "client-state/lost": "str"}
             assert entry["exchange"].startswith("query.") or entry["configs"] in ({}, state_only), entry
 

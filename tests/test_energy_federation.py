@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import torch
 
-from client.decision_client import calibrate
+from hetfed.client.decision_client import calibrate
 from hetfed.config import ConfigError, validate
 from hetfed.engines.inline import node_configs, run_inline
-from problems.energy import (
+from hetfed.problems.energy import (
     ERCOT_ZONES,
     FEATURE_NAMES,
     PJM_FEATURES,
@@ -27,10 +27,10 @@ from problems.energy import (
     generate_pjm_like_csv,
     zone_quota,
 )
-from problems.ercot import fetch_ercot, load_ercot
-from problems.metrics import regret
-from problems.models import make_mlp
-from problems.registry import get_problem
+from hetfed.problems.ercot import fetch_ercot, load_ercot
+from hetfed.problems.metrics import regret
+from hetfed.problems.models import make_mlp
+from hetfed.problems.registry import get_problem
 from tests.conftest import SHARED_DATA, hetfed_cli, reproduce_quick
 
 ENERGY = get_problem("energy")

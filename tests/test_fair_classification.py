@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from problems import adult
-from problems import fair_classification as fc
-from problems.constrained import ConstrainedClientTask
+from hetfed.problems import adult
+from hetfed.problems import fair_classification as fc
+from hetfed.problems.constrained import ConstrainedClientTask
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "adult"
 RACES = ("White", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other", "Black")

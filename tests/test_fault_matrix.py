@@ -214,7 +214,7 @@ def test_every_promise_of_the_faults_section_names_tests_that_exist() -> None:
 @pytest.fixture(scope="module")
 def stopped_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run that stopped after round 1 of 3 (every client failed round 2): resumable, checkpoint 1."""
-    from server.pool import FederationError
+    from hetfed.server.pool import FederationError
 
     root = tmp_path_factory.mktemp("stopped")
     cfg = {

@@ -12,22 +12,22 @@ import pytest
 import torch
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
-from client.app import app as client_app
-from client.decision_client import CalibrationError, calibrate, proximal_term
-from client.personalization import PersonalSchedule
+from hetfed.client.app import app as client_app
+from hetfed.client.decision_client import CalibrationError, calibrate, proximal_term
+from hetfed.client.personalization import PersonalSchedule
 from hetfed.config import ConfigError, validate
 from hetfed.decide import state_folder
 from hetfed.engines.inline import InlineGrid, node_configs, run_inline
 from hetfed.methods.decision import DecisionParams
+from hetfed.problems.base import DecisionClientData, DecisionSplit
+from hetfed.problems.knapsack import KnapsackParams, client_law, load_client
+from hetfed.problems.models import make_mlp, model_record
+from hetfed.problems.polytope import KnapsackPolytope
 from hetfed.records import to_numpy
 from hetfed.secure_mean import decode
-from problems.base import DecisionClientData, DecisionSplit
-from problems.knapsack import KnapsackParams, client_law, load_client
-from problems.models import make_mlp, model_record
-from problems.polytope import KnapsackPolytope
-from server.store import RunResult
-from strategies.base import FederationError
-from strategies.registry import build_strategy
+from hetfed.server.store import RunResult
+from hetfed.strategies.base import FederationError
+from hetfed.strategies.registry import build_strategy
 
 SMALL = {
     "strategy": "fedrspo",
@@ -129,7 +129,7 @@ def test_a_client_failing_calibration_is_left_out(tmp_path: Path) -> None:
     from flwr.common.constant import SUPERLINK_NODE_ID
     from flwr.supercore.task_identity import TaskIdentity
 
-    from server.app import run_server
+    from hetfed.server.app import run_server
 
     cfg = {**SMALL, "results-dir": str(tmp_path), "run-name": "r", "fraction": 1.0}
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
@@ -227,7 +227,7 @@ def test_a_client_missing_from_the_masked_mean_fails_the_run_in_one_line(tmp_pat
     from flwr.common.constant import SUPERLINK_NODE_ID
     from flwr.supercore.task_identity import TaskIdentity
 
-    from server.app import run_server
+    from hetfed.server.app import run_server
 
     def silent_two(message, context):
         kind = message.metadata.message_type
@@ -433,9 +433,9 @@ def test_flower_run_equals_an_independent_plain_loop(tmp_path: Path, loss: str) 
 def test_a_polytope_without_the_needed_projection_is_named_before_round_1(tmp_path: Path) -> None:
     """OptNet with the `exact` QP layer on a flow polytope (no closed-form projection): the client
     fails calibration with the reason and is left out; with every client so, the run stops."""
-    from client.decision_client import check_projection
+    from hetfed.client.decision_client import check_projection
     from hetfed.methods.decision import CalibratedParams
-    from problems.polytope import GridFlowPolytope
+    from hetfed.problems.polytope import GridFlowPolytope
 
     poly = GridFlowPolytope(3)
     split = DecisionSplit(

@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 
 from hetfed.cli import main
 from hetfed.config import SCHEMA, validate
+from hetfed.problems.energy import generate_pjm_like_csv, pjm_samples
+from hetfed.problems.registry import get_problem
 from hetfed.reproduce.lp_pilot import FEATURES, VARIABLES
-from problems.energy import generate_pjm_like_csv, pjm_samples
-from problems.registry import get_problem
 from tests.conftest import REPO
 
 SEED = int(os.environ.get("HETFED_FUZZ_SEED") or random.randrange(2**32))  # tests/conftest.py draws it

@@ -1,11 +1,11 @@
-"""problems.garnet: the generative law, the exact TD(0) quantities and the sampler."""
+"""hetfed.problems.garnet: the generative law, the exact TD(0) quantities and the sampler."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from problems.garnet import GarnetAgent, garnet_base, make_agent, make_agents
+from hetfed.problems.garnet import GarnetAgent, garnet_base, make_agent, make_agents
 
 SIZES = [dict(), dict(n_states=7, n_actions=3, branching=2, dim=4)]
 

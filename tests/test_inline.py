@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 
-from client.app import app as client_app
+from hetfed.client.app import app as client_app
 from hetfed.config import ConfigError
 from hetfed.engines.inline import InlineGrid, node_configs, run_inline
+from hetfed.problems.models import make_mlp
 from hetfed.records import to_numpy, to_record
-from problems.models import make_mlp
-from server.app import run_server
-from server.pool import FederationError
+from hetfed.server.app import run_server
+from hetfed.server.pool import FederationError
 
 FAST = {"num-rounds": 2, "n-train": 40, "n-test": 30, "local-epochs": 1, "num-items": 10}
 
@@ -78,8 +78,8 @@ def test_sampling_is_seeded_by_partition_and_independent_of_training(tmp_path: P
 def test_fedavg_aggregates_deltas_weighted_by_sample_counts(task_identity) -> None:
     """One round by hand: w + sum n_j (w_j - w) / sum n_j over the usable replies."""
     from hetfed.methods.decision import DecisionParams
-    from server.pool import ClientInfo, ClientPool
-    from strategies.fedavg import FedAvg
+    from hetfed.server.pool import ClientInfo, ClientPool
+    from hetfed.strategies.fedavg import FedAvg
 
     class Store:
         rows: list = []
@@ -223,7 +223,7 @@ def test_client_data_never_reaches_the_server_store(tmp_path: Path) -> None:
 
 def test_wrong_array_record_is_an_error_not_a_crash() -> None:
     """A reply whose arrays cannot load into the model is refused by load_record, by name."""
-    from problems.models import load_record
+    from hetfed.problems.models import load_record
 
     with pytest.raises(RuntimeError, match="size mismatch|Missing key"):
         load_record(make_mlp(2, 3, 1, seed=0), ArrayRecord({}))
@@ -235,10 +235,10 @@ def test_a_strategy_started_from_plain_flower_code_runs_as_through_hetfed_run(tm
 
     from hetfed.config import validate
     from hetfed.methods.decision import CalibratedParams
-    from problems.models import model_record
-    from problems.registry import get_problem
-    from server.store import load_checkpoint_file
-    from strategies.fedrspo import FedRSPO
+    from hetfed.problems.models import model_record
+    from hetfed.problems.registry import get_problem
+    from hetfed.server.store import load_checkpoint_file
+    from hetfed.strategies.fedrspo import FedRSPO
 
     method = {"strategy": "fedrspo", "loss": "rspo+", "personal-rounds": 2, "fraction": 0.5, "seed": 4}
     summary = run(tmp_path, nodes=3, **method)
@@ -272,14 +272,14 @@ def test_a_strategy_started_from_plain_flower_code_runs_as_through_hetfed_run(tm
 def test_a_runs_final_model_loads_from_its_folder_and_scores_as_the_clients_reported(
     tmp_path: Path, hidden: int
 ) -> None:
-    """server.store.read_models + problems.models.mlp_from_arrays: the federated model of a finished
-    run, judged again here on each client's test set, gives the regret the clients reported
+    """hetfed.server.store.read_models + hetfed.problems.models.mlp_from_arrays: the federated model
+    of a finished run, judged again here on each client's test set, gives the regret the clients reported
     (``hidden = 0``: the linear predictor c_hat = W x, no bias)."""
-    from client.decision import decision_metrics
+    from hetfed.client.decision import decision_metrics
     from hetfed.config import validate
-    from problems.models import mlp_from_arrays
-    from problems.registry import get_problem
-    from server.store import StoreError, read_models
+    from hetfed.problems.models import mlp_from_arrays
+    from hetfed.problems.registry import get_problem
+    from hetfed.server.store import StoreError, read_models
 
     summary = run(tmp_path, nodes=3, seed=2, hidden=hidden)
     models = read_models(tmp_path / "r")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from problems.knapsack import KnapsackParams, client_law, load_client, scale_factor, shared_law
+from hetfed.problems.knapsack import KnapsackParams, client_law, load_client, scale_factor, shared_law
 
 
 def test_shapes_signs_and_cost_normalisation() -> None:

@@ -15,7 +15,7 @@
 
 Imports under ``if TYPE_CHECKING:`` are annotations only and do not count. One call goes upwards
 by design: ``FederatedStrategy.start`` (Flower's entry point, for plain Flower code) runs the
-server's round loop, ``server.rounds.start_on_grid``, imported inside that method only.
+server's round loop, ``hetfed.server.rounds.start_on_grid``, imported inside that method only.
 """
 
 from __future__ import annotations
@@ -29,12 +29,15 @@ BASE = {"hetfed.config", "hetfed.records", "hetfed.runtime.waits", "hetfed.runti
 BASE |= {"hetfed.runtime.pinning", "hetfed.secure_mean", "hetfed.paths", "hetfed.secagg"}
 BASE |= {"hetfed.params", "hetfed.methods"}
 PACKAGES = ("problems", "client", "strategies", "server", "hetfed", "bench")
-ENTRY_POINT = ("strategies/base.py", "server.rounds")  # FederatedStrategy.start -> start_on_grid
+# The app's folders, installed as hetfed.problems, hetfed.client, ... (hetfed/__init__.py).
+FOLDERS = ("problems", "client", "strategies", "server")
+ENTRY_POINT = ("strategies/base.py", "hetfed.server.rounds")  # FederatedStrategy.start -> start_on_grid
 
 
 def layer(module: str) -> tuple[int, str] | None:
     """(layer, side) of a project module; None for third-party and standard modules."""
-    top = module.split(".")[0]
+    parts = module.split(".")
+    top = parts[1] if parts[0] == "hetfed" and parts[1:2] and parts[1] in FOLDERS else parts[0]
     if any(module == b or module.startswith(b + ".") for b in BASE):
         return 0, ""
     if top == "problems":
@@ -73,14 +76,18 @@ def violations() -> list[str]:
         for path in sorted((REPO / package).rglob("*.py")):
             rel = path.relative_to(REPO)
             module = ".".join(rel.with_suffix("").parts).removesuffix(".__init__")
+            module = f"hetfed.{module}" if rel.parts[0] in FOLDERS else module
             own = layer(module)
             assert own is not None, module
             for line, target in imports(path):
+                if target.split(".")[0] in FOLDERS:  # would import a second copy, or fail installed
+                    out.append(f"{rel}:{line} imports {target}, not hetfed.{target}")
+                    continue
                 other = layer(target)
                 if other is None or target.split(".")[0] == module.split(".")[0] and own[0] == 4:
                     continue
                 # `from hetfed import config` names a base module: judge the module, not the package.
-                if target in ("hetfed", "problems", "client", "strategies", "server"):
+                if target == "hetfed" or target.removeprefix("hetfed.") in FOLDERS:
                     continue
                 if (str(rel), target.removesuffix(".start_on_grid")) == ENTRY_POINT:
                     continue
@@ -99,10 +106,13 @@ def test_the_check_sees_a_violation(tmp_path: Path) -> None:
     """The AST reading catches a lazy import and ignores a TYPE_CHECKING one."""
     path = tmp_path / "m.py"
     path.write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from server.pool import ClientPool\n"
-        "def f():\n    from client.session import ClientSession\n"
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from hetfed.server.pool import ClientPool\n"
+        "def f():\n    from hetfed.client.session import ClientSession\n"
     )
-    assert [m for _, m in imports(path) if layer(m)] == ["client.session", "client.session.ClientSession"]
+    assert [m for _, m in imports(path) if layer(m)] == [
+        "hetfed.client.session",
+        "hetfed.client.session.ClientSession",
+    ]
 
 
 def test_no_strategy_writes_a_file() -> None:

@@ -1,7 +1,7 @@
 """A ClientApp imports only what its run needs: the LSA clients (NumPy) never import torch.
 
 Each check runs in a fresh Python process (this one has torch loaded already) that imports
-``client.app`` as ``flwr-clientapp`` does and sends it real messages.
+``hetfed.client.app`` as ``flwr-clientapp`` does and sends it real messages.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from client.app import CLIENTS, MESSAGE_TYPES, SECAGG_EXCHANGES, client_class
+from hetfed.client.app import CLIENTS, MESSAGE_TYPES, SECAGG_EXCHANGES, client_class
 from hetfed.config import validate
-from strategies.registry import METHODS, build_strategy, strategy_class
+from hetfed.strategies.registry import METHODS, build_strategy, strategy_class
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "scipy", "matplotlib", "sklearn", "gymnasium")
@@ -28,7 +28,7 @@ import numpy as np
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.supercore.task_identity import TaskIdentity
-from client.app import app
+from hetfed.client.app import app
 from hetfed.config import validate
 from hetfed.records import to_record
 
@@ -97,7 +97,10 @@ def test_the_client_table_covers_every_strategy_and_message_type() -> None:
 
 
 def test_loading_the_client_app_imports_no_torch() -> None:
-    loaded = "import json, sys\nimport client.app\nprint(json.dumps([m for m in HEAVY if m in sys.modules]))"
+    loaded = (
+        "import json, sys\nimport hetfed.client.app\n"
+        "print(json.dumps([m for m in HEAVY if m in sys.modules]))"
+    )
     assert fresh_python(loaded) == []
 
 
@@ -156,8 +159,13 @@ def test_an_inline_pflsa_run_loads_torch_only_for_the_server_store() -> None:
     it at module level (its checkpoints go through torch.save), so torch is loaded but only there."""
     out = fresh_python(INLINE)
     assert out["iteration"] == 3
-    assert {"client.lsa", "problems.garnet", "strategies.pflsa"} <= set(out["modules"])
-    assert set(out["holders"]) <= {"server.store"}, out["holders"]
-    light = ("problems.models", "client.decision_client", "client.constrained", "problems.constrained")
+    assert {"hetfed.client.lsa", "hetfed.problems.garnet", "hetfed.strategies.pflsa"} <= set(out["modules"])
+    assert set(out["holders"]) <= {"hetfed.server.store"}, out["holders"]
+    light = (
+        "hetfed.problems.models",
+        "hetfed.client.decision_client",
+        "hetfed.client.constrained",
+        "hetfed.problems.constrained",
+    )
     assert not set(light) & set(out["modules"])
     assert not {"scipy", "matplotlib", "sklearn", "gymnasium"} & set(out["loaded"])

@@ -10,8 +10,8 @@ import pytest
 import torch
 from scipy.optimize import linprog
 
-from client.losses import dpo_loss, mse_loss, optnet_loss, pfyl_loss, rspo_plus_loss, spo_plus_loss
-from problems.polytope import GridFlowPolytope, KnapsackPolytope, Polytope, QuotaPolytope
+from hetfed.client.losses import dpo_loss, mse_loss, optnet_loss, pfyl_loss, rspo_plus_loss, spo_plus_loss
+from hetfed.problems.polytope import GridFlowPolytope, KnapsackPolytope, Polytope, QuotaPolytope
 
 
 def general_set(rng: np.random.Generator, d: int) -> Polytope:

@@ -17,9 +17,9 @@ import torch
 from scipy.optimize import linprog
 
 from hetfed.engines.inline import node_configs, run_inline
-from problems.datafile import DataFileError
-from problems.lp import load_client, read_lp, read_samples
-from problems.polytope import Polytope
+from hetfed.problems.datafile import DataFileError
+from hetfed.problems.lp import load_client, read_lp, read_samples
+from hetfed.problems.polytope import Polytope
 
 # x + 2y + 3z over {x + y + z <= 10, x - y >= -2, x + z = 4, 0 <= x <= 5, y >= 0, -1 <= z <= 3}, with
 # the variables first appearing in the order y, z, x (HiGHS numbers them so).

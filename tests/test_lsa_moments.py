@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from lsa_reference import exact_oracle, garnet_oracle, pflsa, stacked
 
+from hetfed.problems.garnet import make_agents
 from hetfed.reproduce.lsa_moments import LSAMoments
-from problems.garnet import make_agents
 
 
 def test_the_sample_law_has_the_agents_means_and_is_the_law_the_clients_sample() -> None:

@@ -18,7 +18,7 @@ from lsa_reference import (
     theta_lim,
 )
 
-from problems.garnet import make_agents
+from hetfed.problems.garnet import make_agents
 
 N_AGENTS = 4
 ETA = 20.0  # exact Garnet means: |eig(I - eta A_bar_c)| <= 0.91 here, so noise-free runs converge fast

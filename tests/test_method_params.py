@@ -12,7 +12,7 @@ from hetfed.config import METHOD_SCHEMA, PROBLEM_KEYS, RUN_KEYS, SCHEMA, ConfigE
 from hetfed.methods import METHODS
 from hetfed.methods.decision import LOSSES, CalibratedParams, DecisionParams, phase_loss
 from hetfed.params import Params
-from strategies.registry import build_strategy, strategy_class
+from hetfed.strategies.registry import build_strategy, strategy_class
 
 PROBLEM = {"decision": "knapsack", "constrained": "np-classification", "lsa": "garnet"}
 

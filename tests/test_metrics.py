@@ -11,11 +11,11 @@ import torch
 from scipy.optimize import linprog
 from torch import nn
 
-from client.decision import decision_metrics
-from problems.base import DecisionSplit
-from problems.metrics import optimal_values, qp_lp_gap, regret, summarize_regret
-from problems.polytope import GridFlowPolytope, KnapsackPolytope, Polytope, QuotaPolytope
-from strategies.summary import summarize
+from hetfed.client.decision import decision_metrics
+from hetfed.problems.base import DecisionSplit
+from hetfed.problems.metrics import optimal_values, qp_lp_gap, regret, summarize_regret
+from hetfed.problems.polytope import GridFlowPolytope, KnapsackPolytope, Polytope, QuotaPolytope
+from hetfed.strategies.summary import summarize
 
 
 def lp_solution(poly: Polytope, c: np.ndarray) -> np.ndarray:

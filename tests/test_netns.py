@@ -35,7 +35,7 @@ import pytest
 from hetfed.config import parse_assignments
 from hetfed.engines.flower import flower_env
 from hetfed.engines.runner import run_experiment
-from problems.models import make_mlp
+from hetfed.problems.models import make_mlp
 from tests.conftest import REPO
 from tests.http_probe import CLOSED
 from tests.http_probe import SOURCE as PROBE_SOURCE

@@ -1,4 +1,4 @@
-"""Neyman-Pearson classification task, plus the shared helpers of problems.constrained."""
+"""Neyman-Pearson classification task, plus the shared helpers of hetfed.problems.constrained."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 from sklearn.datasets import load_breast_cancer
 from sklearn.metrics import log_loss
 
-from problems import np_classification as npc
-from problems.constrained import ConstrainedClientTask, parse_params
-from strategies.softmax_switching import theory_defaults
+from hetfed.problems import np_classification as npc
+from hetfed.problems.constrained import ConstrainedClientTask, parse_params
+from hetfed.strategies.softmax_switching import theory_defaults
 
 N = 10
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from client.personalization import PersonalSchedule
+from hetfed.client.personalization import PersonalSchedule
 from hetfed.methods.decision import DecisionParams
 
 SETTINGS = {

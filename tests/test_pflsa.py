@@ -29,15 +29,15 @@ from lsa_reference import (
     theta_lim,
 )
 
-from client.app import app as client_app
-from client.lsa import RoundLog, sample_rng
-from client.state import ClientState, run_key
+from hetfed.client.app import app as client_app
+from hetfed.client.lsa import RoundLog, sample_rng
+from hetfed.client.state import ClientState, run_key
 from hetfed.config import ConfigError
 from hetfed.engines.inline import InlineGrid, node_configs
+from hetfed.problems.garnet import make_agents
 from hetfed.records import to_numpy
-from problems.garnet import make_agents
-from server.app import run_server
-from server.pool import FederationError
+from hetfed.server.app import run_server
+from hetfed.server.pool import FederationError
 
 SEED = 5
 BASE = {"problem": "garnet", "seed": SEED, "checkpoint-every": 0}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from client.state import list_states
+from hetfed.client.state import list_states
 from hetfed.engines.flower import LocalFlower
 from hetfed.engines.runner import prepare, run_experiment
 from hetfed.federation import node_config

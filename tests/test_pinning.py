@@ -61,7 +61,7 @@ def test_allow_list_approve_revoke_and_refusals(tmp_path: Path) -> None:
 
 
 def test_the_server_names_the_refusing_partition() -> None:
-    from server.pool import _claim
+    from hetfed.server.pool import _claim
 
     why = refused(Path("/nonexistent"), "c" * 64)
     assert _claim(reason_for({"partition-id": 2, "num-partitions": 4}, why)) == (2, 4, why)

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from scipy.optimize import linprog
 from threadpoolctl import threadpool_limits
 
-from problems.polytope import (
+from hetfed.problems.polytope import (
     PROJECTION_ACCURACY,
     GridFlowPolytope,
     KnapsackPolytope,

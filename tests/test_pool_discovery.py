@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from server.pool import ClientPool, _Discovery
+from hetfed.server.pool import ClientPool, _Discovery
 
 
 def test_a_refused_build_then_a_silent_node_are_both_recorded(task_identity) -> None:

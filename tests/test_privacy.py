@@ -13,10 +13,10 @@ import mpmath
 import numpy as np
 import pytest
 
-from client.secure_aggregation import privatized
+from hetfed.client.secure_aggregation import privatized
 from hetfed.config import ConfigError, validate
 from hetfed.engines.inline import node_configs, run_inline
-from server.privacy import DPSettings, Privacy, accountant, epsilon_after
+from hetfed.server.privacy import DPSettings, Privacy, accountant, epsilon_after
 
 FEDAVG = {"num-rounds": 3, "n-train": 40, "n-test": 30, "local-epochs": 1, "num-items": 10, "fraction": 1.0}
 

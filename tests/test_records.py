@@ -10,9 +10,9 @@ import torch
 from flwr.app import Array, ArrayRecord, RecordDict
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
+from hetfed.problems.models import load_record, make_mlp, model_record
 from hetfed.records import PACKED_PREFIX, to_numpy, to_record
-from problems.models import load_record, make_mlp, model_record
-from strategies.base import checked_arrays
+from hetfed.strategies.base import checked_arrays
 
 
 def mixed_arrays(seed: int = 0) -> dict[str, np.ndarray]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hetfed.reproduce import dp_knapsack
-from server.privacy import epsilon_after
+from hetfed.server.privacy import epsilon_after
 from tests.conftest import REPO, reproduce_quick
 
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from client.decision import decision_metrics
 from hetfed.cli import main
+from hetfed.client.decision import decision_metrics
 from hetfed.config import validate
+from hetfed.problems.ercot import fetch_ercot
+from hetfed.problems.models import mlp_from_arrays
+from hetfed.problems.registry import get_problem
 from hetfed.reproduce.energy.plan import ABLATION, EXTRA, VARIANTS
-from problems.ercot import fetch_ercot
-from problems.models import mlp_from_arrays
-from problems.registry import get_problem
-from server.store import read_models
+from hetfed.server.store import read_models
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ import pytest
 from lsa_reference import fedlsa, pflsa, stacked
 
 from hetfed.cli import main
+from hetfed.problems.garnet import make_agents
 from hetfed.reproduce.pflsa_communication import METHODS, N, markdown
-from problems.garnet import make_agents
 from tests.test_pflsa import client_samples, shared_sq_errors, sq_errors
 
 

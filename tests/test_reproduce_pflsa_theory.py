@@ -10,8 +10,8 @@ import pytest
 from lsa_reference import stacked, theta_lim
 
 from hetfed.cli import main
+from hetfed.problems.garnet import make_agents
 from hetfed.reproduce.pflsa_theory import fit_floor, render
-from problems.garnet import make_agents
 
 
 def test_quick_study_checks_floors_limits_and_convergence_against_runs(tmp_path: Path) -> None:

@@ -10,10 +10,10 @@ import pytest
 from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.supercore.task_identity import TaskIdentity
 
-from client.app import app as client_app
+from hetfed.client.app import app as client_app
 from hetfed.config import ConfigError
 from hetfed.engines.inline import InlineGrid, node_configs, run_inline
-from server.app import run_server
+from hetfed.server.app import run_server
 
 CFG = {
     "num-rounds": 4,

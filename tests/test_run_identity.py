@@ -12,11 +12,11 @@ import pytest
 from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.supercore.task_identity import TaskIdentity
 
-from client.app import app as client_app
-from client.state import list_states
+from hetfed.client.app import app as client_app
+from hetfed.client.state import list_states
 from hetfed.engines.inline import node_configs, run_inline
-from server.app import run_server
-from strategies.base import FederationError
+from hetfed.server.app import run_server
+from hetfed.strategies.base import FederationError
 from tests.test_resume import DyingGrid
 
 # FedRSPO+ with Ditto: every client keeps a personal model across rounds (client state).
@@ -135,8 +135,8 @@ def test_federation_state_lists_and_removes_one_runs_state(
     import numpy as np
     from flwr.app import Context, RecordDict
 
-    from client.state import ClientState, run_key
     from hetfed.cli import main
+    from hetfed.client.state import ClientState, run_key
 
     dirs = [tmp_path / "silo-0", tmp_path / "silo-1"]
     for pid, folder in enumerate(dirs):

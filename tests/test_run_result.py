@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hetfed.engines.inline import node_configs, run_inline
-from server.store import RunResult, StoreError
+from hetfed.server.store import RunResult, StoreError
 
 RUN = {
     "strategy": "fedrspo",

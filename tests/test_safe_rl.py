@@ -9,8 +9,8 @@ import pytest
 import torch
 from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
 
-from problems import safe_rl as sr
-from problems.constrained import ConstrainedClientTask
+from hetfed.problems import safe_rl as sr
+from hetfed.problems.constrained import ConstrainedClientTask
 
 N = 10
 

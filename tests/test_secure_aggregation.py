@@ -17,8 +17,8 @@ from flwr.app import Message
 from hetfed import secagg
 from hetfed.config import ConfigError
 from hetfed.engines.inline import node_configs, run_inline
-from server import aggregation
-from server.secure_aggregation import SecureRound
+from hetfed.server import aggregation
+from hetfed.server.secure_aggregation import SecureRound
 
 FEDAVG = {"num-rounds": 3, "n-train": 40, "n-test": 30, "local-epochs": 1, "num-items": 10, "fraction": 1.0}
 SECURE = {"secure-aggregation": True}

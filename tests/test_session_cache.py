@@ -1,4 +1,4 @@
-"""client.session's per-process caches: the validated run config, and each partition's data."""
+"""hetfed.client.session's per-process caches: the validated run config, and each partition's data."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from flwr.app import Context, RecordDict
 
-from client.session import ClientSession, _load
+from hetfed.client.session import ClientSession, _load
 from hetfed.config import PROBLEM_KEYS, ConfigError
 from hetfed.engines.inline import node_configs, run_inline
 

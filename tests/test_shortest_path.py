@@ -1,4 +1,4 @@
-"""Grid shortest paths (problems.shortest_path) against PyEPO's law, brute force and a QP reference;
+"""Grid shortest paths (hetfed.problems.shortest_path) against PyEPO's law, brute force and a QP reference;
 the registry wiring and the quick reproduction end to end."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from hetfed.config import validate
-from problems.polytope import PROJECTION_ACCURACY, GridFlowPolytope
-from problems.registry import get_problem
-from problems.shortest_path import ShortestPathParams, load_client, route_law
+from hetfed.problems.polytope import PROJECTION_ACCURACY, GridFlowPolytope
+from hetfed.problems.registry import get_problem
+from hetfed.problems.shortest_path import ShortestPathParams, load_client, route_law
 from tests.conftest import hetfed_cli, reproduce_quick
 from tests.test_polytope import kkt_residual, reference_projection
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from hetfed.engines.inline import node_configs, run_inline
-from problems.datafile import DataFileError
-from problems.energy import PJM_COLUMNS, daily_prices, generate_pjm_like_csv, pjm_samples
-from problems.ercot import GAS_FILE, PRICE_COLUMNS, PRICE_FILE, load_ercot
-from server.pool import FederationError
+from hetfed.problems.datafile import DataFileError
+from hetfed.problems.energy import PJM_COLUMNS, daily_prices, generate_pjm_like_csv, pjm_samples
+from hetfed.problems.ercot import GAS_FILE, PRICE_COLUMNS, PRICE_FILE, load_ercot
+from hetfed.server.pool import FederationError
 
 
 # --- PJM layout -------------------------------------------------------------------------------------
@@ -285,13 +285,13 @@ def test_too_few_good_silos_stop_with_every_bad_partition_in_one_line(tmp_path: 
 @pytest.mark.parametrize(
     "wrapped",
     [
-        "<class 'client.session.SiloDataError'>:<'{}'>",  # SuperNode (deployment) and the inline engine
+        "<class 'hetfed.client.session.SiloDataError'>:<'{}'>",  # SuperNode (deployment), inline engine
         "<class 'flwr.clientapp.client_app.ClientAppException'>:<'\nException ClientAppException occurred. "
         "Message: {}'>",  # Flower's simulation engine
     ],
 )
 def test_the_server_reads_the_partition_from_a_client_error_on_every_engine(wrapped: str) -> None:
-    from server.pool import _claim
+    from hetfed.server.pool import _claim
 
     message = "partition 2 of 5: /silo/data.csv row 9, column 'bess': empty cell"
     assert _claim(wrapped.format(message)) == (2, 5, "/silo/data.csv row 9, column 'bess': empty cell")

@@ -11,15 +11,15 @@ import pytest
 import torch
 from scipy.special import softmax
 
-from client.constrained import local_objective, local_steps, normalised_update
+from hetfed.client.constrained import local_objective, local_steps, normalised_update
 from hetfed.config import ConfigError, validate
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.engines.runner import run_experiment
+from hetfed.problems import quadratic
 from hetfed.records import to_numpy
-from problems import quadratic
-from server.pool import FederationError
-from strategies.base import WeightedSum
-from strategies.softmax_switching import (
+from hetfed.server.pool import FederationError
+from hetfed.strategies.base import WeightedSum
+from hetfed.strategies.softmax_switching import (
     SAMPLING_STREAM,
     masked_softmax,
     switching_decision,
@@ -320,8 +320,8 @@ def test_a_resumed_run_ends_like_an_uninterrupted_one(tmp_path: Path) -> None:
     from flwr.common.constant import SUPERLINK_NODE_ID
     from flwr.supercore.task_identity import TaskIdentity
 
-    from client.app import app as client_app
-    from server.app import run_server
+    from hetfed.client.app import app as client_app
+    from hetfed.server.app import run_server
     from tests.test_resume import DyingGrid
 
     cfg = {**QUAD, "num-rounds": 6, "switching-eval-every": 2, "results-dir": str(tmp_path)}

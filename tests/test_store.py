@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from server.store import RunStore
+from hetfed.server.store import RunStore
 
 
 def read(path: Path) -> list[dict]:
@@ -63,7 +63,7 @@ def test_a_second_live_writer_of_a_run_is_refused_and_a_dead_ones_lock_is_free(t
     import sys
     import textwrap
 
-    from server.store import StoreError
+    from hetfed.server.store import StoreError
 
     # Another process (an orphaned ServerApp) holds the run: segment 1 begun, never ended.
     holder = subprocess.Popen(
@@ -74,7 +74,7 @@ def test_a_second_live_writer_of_a_run_is_refused_and_a_dead_ones_lock_is_free(t
                 f"""
                 import sys, time
                 sys.path.insert(0, {str(Path(__file__).parents[1])!r})
-                from server.store import RunStore
+                from hetfed.server.store import RunStore
                 RunStore({str(tmp_path)!r}, "r").begin_segment("deployment", resumed=False)
                 print("holding", flush=True)
                 time.sleep(120)

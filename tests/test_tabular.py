@@ -21,9 +21,9 @@ from hetfed.cli import main
 from hetfed.config import validate
 from hetfed.decide import state_folder
 from hetfed.engines.runner import run_experiment
-from problems.datafile import DataFileError
-from problems.registry import get_problem, model_io_names
-from problems.tabular import load_client, make_model, write_synthetic_silos
+from hetfed.problems.datafile import DataFileError
+from hetfed.problems.registry import get_problem, model_io_names
+from hetfed.problems.tabular import load_client, make_model, write_synthetic_silos
 from tests.conftest import hetfed_cli
 
 FEATURES = ("x1", "x2", "x3", "x4")

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from client.trust_region import conjugate_gradient, natural_step
-from problems.safe_rl import gae, load_client, score_function_estimate, value_baseline
+from hetfed.client.trust_region import conjugate_gradient, natural_step
+from hetfed.problems.safe_rl import gae, load_client, score_function_estimate, value_baseline
 
 
 def test_conjugate_gradient_solves_a_positive_definite_system() -> None:

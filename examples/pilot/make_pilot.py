@@ -19,8 +19,8 @@ from pathlib import Path
 import highspy
 import numpy as np
 
-from problems import energy
-from problems.ercot import load_ercot
+from hetfed.problems import energy
+from hetfed.problems.ercot import load_ercot
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

@@ -19,7 +19,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))  # run from anywhere in the repository
 
-from problems.tabular import write_synthetic_silos  # noqa: E402
+from hetfed.problems.tabular import write_synthetic_silos  # noqa: E402
 
 FEATURES = ("x1", "x2", "x3", "x4")
 

@@ -112,8 +112,8 @@ def run_inline(
     run_config: Mapping[str, Any], configs: list[dict[str, Any]], observers: Iterable[Any] = ()
 ) -> dict:
     """Run the hetfed ServerApp against ``len(configs)`` virtual nodes; return the summary."""
-    from client.app import app as client_app
-    from server.app import run_server
+    from hetfed.client.app import app as client_app
+    from hetfed.server.app import run_server
 
     grid = InlineGrid(client_app, configs, run_config)
     grid.observers.extend(observers)

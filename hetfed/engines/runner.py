@@ -26,7 +26,7 @@ from hetfed.engines.flower import (
     end_processes_of,
 )
 from hetfed.federation import DEFAULT_DIR, FederationInfo
-from server.interrupts import raise_or_defer
+from hetfed.server.interrupts import raise_or_defer
 
 APP_DIR = Path(__file__).resolve().parents[2]  # the folder with pyproject.toml (the Flower app)
 
@@ -87,7 +87,7 @@ def signals_raise() -> Iterator[None]:
 
 def prepare(overrides: Mapping[str, Any], engine: str, results_dir: Path) -> dict[str, Any]:
     """Validate the overrides and add what every engine needs (run name, results dir, engine)."""
-    from server.app import default_run_name
+    from hetfed.server.app import default_run_name
 
     cfg = validate({**overrides, "engine": engine})
     return {
@@ -154,7 +154,7 @@ def run_experiment(
                 flower.start_superlink(cwd=APP_DIR)
                 return _submit_and_wait(flower, run_config, run_dir, nodes, timeout, echo)
             except KeyboardInterrupt as exc:  # the ServerApp runs in Flower's process: stop it, then record
-                from server.app import interrupt_reason, record_interrupted
+                from hetfed.server.app import interrupt_reason, record_interrupted
 
                 # The ServerApp goes first, at once: stopped after its ClientApps (Ray actors), it
                 # would see them fail and record the round in progress as done from the clients
@@ -200,7 +200,7 @@ def _submit_and_wait(
     try:
         return _follow(flower, run_id, run_dir, timeout, echo)
     except SuperLinkUnreachable as exc:
-        from server.app import record_interrupted
+        from hetfed.server.app import record_interrupted
 
         end_processes_of(flower.home, program="flwr-serverapp")  # orphaned: they would write on
         reason = f"the SuperLink stopped answering: {exc}"
@@ -209,7 +209,7 @@ def _submit_and_wait(
     except KeyboardInterrupt as exc:
         if not on_federation:
             raise
-        from server.app import interrupt_reason, record_interrupted
+        from hetfed.server.app import interrupt_reason, record_interrupted
 
         stopped = flower.stop_run(run_id)  # the ServerApp sees it and closes its segment, interrupted
         if not (stopped and _segment_ended(run_dir, timeout=30)) and not flower.healthy():

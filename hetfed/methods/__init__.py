@@ -41,28 +41,30 @@ DECISION_MESSAGES = (
 )
 LSA_MESSAGES = ("query.info", "train", "evaluate")
 CLIENTS: dict[str, ClientHandler] = {
-    "decision": ClientHandler("client.decision_client:DecisionClient", DECISION_MESSAGES),
-    "decision-local": ClientHandler("client.decision_client:LocalOnlyClient", DECISION_MESSAGES),
+    "decision": ClientHandler("hetfed.client.decision_client:DecisionClient", DECISION_MESSAGES),
+    "decision-local": ClientHandler("hetfed.client.decision_client:LocalOnlyClient", DECISION_MESSAGES),
     "constrained": ClientHandler(
-        "client.constrained:ConstrainedClient", ("query.info", "query.fg", "train", "evaluate")
+        "hetfed.client.constrained:ConstrainedClient", ("query.info", "query.fg", "train", "evaluate")
     ),
-    "lsa-mixing": ClientHandler("client.lsa:PFLSAClient", LSA_MESSAGES),
-    "lsa-local-steps": ClientHandler("client.lsa:FedLSAClient", LSA_MESSAGES),
-    "lsa-control-variates": ClientHandler("client.lsa:SCAFFLSAClient", LSA_MESSAGES),
-    "lsa-alone": ClientHandler("client.lsa:SingleLSAClient", LSA_MESSAGES),
+    "lsa-mixing": ClientHandler("hetfed.client.lsa:PFLSAClient", LSA_MESSAGES),
+    "lsa-local-steps": ClientHandler("hetfed.client.lsa:FedLSAClient", LSA_MESSAGES),
+    "lsa-control-variates": ClientHandler("hetfed.client.lsa:SCAFFLSAClient", LSA_MESSAGES),
+    "lsa-alone": ClientHandler("hetfed.client.lsa:SingleLSAClient", LSA_MESSAGES),
 }
 
 METHODS: dict[str, Method] = {
-    "fedavg": Method("strategies.fedavg:FedAvg", DecisionParams),
-    "fedrspo": Method("strategies.fedrspo:FedRSPO", CalibratedParams),
-    "local-only": Method("strategies.fedrspo:LocalOnly", CalibratedParams),
-    "softmax-switching": Method("strategies.softmax_switching:SoftmaxSwitching", SwitchingParams),
-    "penalty": Method("strategies.constrained_baselines:FederatedPenalty", PenaltyParams),
-    "primal-dual": Method("strategies.constrained_baselines:FederatedPrimalDual", PrimalDualParams),
-    "fedavg-unconstrained": Method("strategies.constrained_baselines:UnconstrainedFedAvg", ConstrainedParams),
-    "crpo": Method("strategies.constrained_baselines:ParallelCRPO", ConstrainedParams),
-    "pflsa": Method("strategies.pflsa:PFLSA", PFLSAParams),
-    "fedlsa": Method("strategies.fedlsa:FedLSA", LSAParams),
-    "scafflsa": Method("strategies.fedlsa:SCAFFLSA", LSAParams),
-    "single-lsa": Method("strategies.lsa:SingleLSA", LSAParams),
+    "fedavg": Method("hetfed.strategies.fedavg:FedAvg", DecisionParams),
+    "fedrspo": Method("hetfed.strategies.fedrspo:FedRSPO", CalibratedParams),
+    "local-only": Method("hetfed.strategies.fedrspo:LocalOnly", CalibratedParams),
+    "softmax-switching": Method("hetfed.strategies.softmax_switching:SoftmaxSwitching", SwitchingParams),
+    "penalty": Method("hetfed.strategies.constrained_baselines:FederatedPenalty", PenaltyParams),
+    "primal-dual": Method("hetfed.strategies.constrained_baselines:FederatedPrimalDual", PrimalDualParams),
+    "fedavg-unconstrained": Method(
+        "hetfed.strategies.constrained_baselines:UnconstrainedFedAvg", ConstrainedParams
+    ),
+    "crpo": Method("hetfed.strategies.constrained_baselines:ParallelCRPO", ConstrainedParams),
+    "pflsa": Method("hetfed.strategies.pflsa:PFLSA", PFLSAParams),
+    "fedlsa": Method("hetfed.strategies.fedlsa:FedLSA", LSAParams),
+    "scafflsa": Method("hetfed.strategies.fedlsa:SCAFFLSA", LSAParams),
+    "single-lsa": Method("hetfed.strategies.lsa:SingleLSA", LSAParams),
 }

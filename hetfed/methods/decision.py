@@ -33,7 +33,7 @@ class Loss:
         return self.projects or self.calibrated_lr
 
 
-BUILT_IN = "client.batch_losses"
+BUILT_IN = "hetfed.client.batch_losses"
 LOSSES: dict[str, Loss] = {
     "mse": Loss(f"{BUILT_IN}:mse"),
     "spo+": Loss(f"{BUILT_IN}:spo_plus"),

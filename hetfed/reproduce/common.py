@@ -48,7 +48,7 @@ def chosen_seeds(seeds: Sequence[int], args: argparse.Namespace) -> tuple[int, .
 def completed_run(folder: Path, cfg: Mapping[str, Any]) -> dict[str, Any] | None:
     """The summary of a completed run of exactly ``cfg`` in ``folder`` (so an interrupted
     reproduction resumes where it stopped, and a changed config runs again), else None."""
-    from server.store import RunResult, StoreError
+    from hetfed.server.store import RunResult, StoreError
 
     try:
         run = RunResult.read(folder)
@@ -64,7 +64,7 @@ def _run_one(job: tuple[str, Mapping[str, Any], int, str, str | None]) -> dict[s
     import torch
 
     from hetfed.engines.runner import run_experiment
-    from server.app import app  # noqa: F401  (imports Flower, which sets its logger's level)
+    from hetfed.server.app import app  # noqa: F401  (imports Flower, which sets its logger's level)
 
     torch.set_num_threads(1)
     logging.getLogger("flwr").setLevel(logging.WARNING)  # the parent prints one line per run

@@ -86,7 +86,7 @@ def configs(
 
 def within_clip(run_dir: Path) -> float | None:
     """Share of the run's warm-start updates within the clip (rounds.csv ``dp-within``; None without DP)."""
-    from server.store import RunResult
+    from hetfed.server.store import RunResult
 
     values = [value for _, _, value in RunResult.read(run_dir).values("dp-within")]
     return sum(values) / len(values) if values else None

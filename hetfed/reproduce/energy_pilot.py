@@ -231,7 +231,7 @@ def plot(data: dict[str, Any], out: Path) -> None:
 
 def calibration(plan: Plan) -> dict[str, Any]:
     """Per zone and training split: lam0_j under the mean and the median norm (the zone's data)."""
-    from client.decision_client import calibrate
+    from hetfed.client.decision_client import calibrate
     from hetfed.reproduce.energy.analysis import _zone_data
 
     out: dict[str, Any] = {}
@@ -344,7 +344,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from problems.ercot import fetch_ercot
+    from hetfed.problems.ercot import fetch_ercot
 
     fetch_ercot()  # once, before the clients read it (a no-op when cached)
     started = time.time()

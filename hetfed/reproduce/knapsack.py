@@ -173,13 +173,13 @@ def pooled(run_config: Mapping[str, Any], clients: int) -> dict[str, float]:
     client's loss and polytope), with the federated run's whole budget of epochs."""
     import torch
 
-    from client.batch_losses import make_loss
-    from client.decision import batch_generator, decision_metrics, train_epochs
-    from client.decision_client import calibrate
+    from hetfed.client.batch_losses import make_loss
+    from hetfed.client.decision import batch_generator, decision_metrics, train_epochs
+    from hetfed.client.decision_client import calibrate
     from hetfed.config import validate
     from hetfed.methods.decision import DecisionParams
-    from problems.models import make_mlp
-    from problems.registry import get_problem
+    from hetfed.problems.models import make_mlp
+    from hetfed.problems.registry import get_problem
 
     torch.set_num_threads(1)  # tiny matrices: more threads only spin (and fight the worker processes)
     cfg: dict[str, Any] = validate(dict(run_config))  # SCHEMA-typed values
@@ -225,7 +225,7 @@ def cell(summary: Mapping[str, Any], stage: str) -> float:
 
 def curves(run_dir: Path) -> dict[str, Any]:
     """Per-round validation regret (warm start, then personalization) and per-client freeze statistics."""
-    from server.store import RunResult
+    from hetfed.server.store import RunResult
 
     run = RunResult.read(run_dir)
     warm: dict[int, list[float]] = {}
@@ -244,7 +244,7 @@ def curves(run_dir: Path) -> dict[str, Any]:
 
 def frozen_at(run_dir: Path) -> dict[str, int]:
     """Per client of a run: the personalization round at which it froze (0 = never)."""
-    from server.store import RunResult
+    from hetfed.server.store import RunResult
 
     frozen = RunResult.read(run_dir).by_client("frozen-at", "train.personalize", 0)
     return {client: int(t) for client, t in frozen.items()}

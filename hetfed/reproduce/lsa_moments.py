@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.linalg import block_diag
 
-from problems.garnet import GarnetAgent
+from hetfed.problems.garnet import GarnetAgent
 
 
 class LSAMoments:

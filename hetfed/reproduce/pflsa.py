@@ -235,7 +235,7 @@ def read_errors(run_dir: Path, local_steps: int, nodes: int) -> tuple[np.ndarray
     A train row of round r reports iteration ``(r - 1) H``; the final evaluate row iteration ``T H``.
     """
     by_iteration: dict[int, dict[int, float]] = {}
-    from server.store import RunResult
+    from hetfed.server.store import RunResult
 
     for row in RunResult.read(run_dir).rows:
         if row["exchange"] not in ("train", "evaluate") or "sq-error" not in row:
@@ -271,8 +271,8 @@ PLOT_POINTS = 200  # points per curve kept in the JSON for the figure
 def figure1(runner: Runner, budget: Budget) -> dict[str, Any]:
     """N = 10: single-agent LSA, PF-LSA and FedLSA at each (zeta_ker, zeta_rew), with the exact
     expected curve of each (hetfed.reproduce.lsa_moments: the mean over infinitely many runs)."""
+    from hetfed.problems.garnet import make_agents
     from hetfed.reproduce.lsa_moments import LSAMoments
-    from problems.garnet import make_agents
 
     n, T, cadence = 10, budget.fig1_iterations, budget.fig1_cadence
     table = []

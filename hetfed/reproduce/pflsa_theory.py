@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from hetfed.problems.garnet import make_agents
 from hetfed.reproduce.common import fit_line
 from hetfed.reproduce.lsa_moments import LSAMoments
 from hetfed.reproduce.pflsa import (
@@ -43,7 +44,6 @@ from hetfed.reproduce.pflsa import (
     mean_sq_distance,
     shared_limit,
 )
-from problems.garnet import make_agents
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """FedRSPO+ on grid shortest paths: five losses, Fed and +P, optimality gap.
 
 20 clients route one unit across a k x k grid (flow polytopes, docs/algorithms.md 1.2) with
-PyEPO's features-to-cost law (``problems.shortest_path``: p = 5 features, degree 4, multiplicative
+PyEPO's features-to-cost law (``hetfed.problems.shortest_path``: p = 5 features, degree 4, multiplicative
 noise U[0.5, 1.5]). Three parts, each a key of ``shortest-path.json`` (a part not run keeps what
 the file holds):
 

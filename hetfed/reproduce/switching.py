@@ -398,7 +398,7 @@ def run_config(exp: Experiment, setting: Setting, method: Method, seed: int) -> 
 
 def read_result(folder: Path, summary: dict[str, Any]) -> dict[str, Any]:
     """A completed run's final aggregate and its evaluation curve (the server rows with F, G)."""
-    from server.store import RunResult
+    from hetfed.server.store import RunResult
 
     rows = [r for r in RunResult.read(folder).rows_of(client="server") if "F" in r]
     required = ("grad-evals", "F", "G")

@@ -1,7 +1,7 @@
 """FedRSPO+ on real ERCOT day-ahead prices: the Table 5 ablation and the cold start.
 
 Thirteen ERCOT hubs / load zones are the silos; each buys its quota of hours every day at the
-hours its model predicts cheapest (``problems.energy``; the daily-quota set of docs/algorithms.md
+hours its model predicts cheapest (``hetfed.problems.energy``; the daily-quota set of docs/algorithms.md
 1.2). Every federated number is a real hetfed run (ServerApp strategy and ClientApp clients,
 inline engine by default); one run gives the federated model's result (Fed) and the personalized
 one (+P). Two data variants run side by side: the training split as it is (it holds the February
@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from problems.ercot import fetch_ercot
+    from hetfed.problems.ercot import fetch_ercot
 
     fetch_ercot()  # once, before the clients read it (a no-op when cached)
     plan = Plan.make(args.seeds, args.quick)

@@ -81,8 +81,8 @@ def learning_check(results_dir: Path, jobs: list[Job]) -> dict[str, Any]:
 
 def final_model(run_dir: Path) -> Any:
     """A run's final federated model (ERCOT features -> 24 prices), from its models.npz."""
-    from problems.models import mlp_from_arrays
-    from server.store import read_models
+    from hetfed.problems.models import mlp_from_arrays
+    from hetfed.server.store import read_models
 
     return mlp_from_arrays(read_models(run_dir)["global"])
 
@@ -96,7 +96,7 @@ def cold_start_table(
 
     The federated model is judged in this process: the target receives the model of a federation
     it took no part in and evaluates it on its own days with the LP oracle."""
-    from client.decision import decision_metrics
+    from hetfed.client.decision import decision_metrics
 
     values: dict[tuple[str, str], dict[str, dict[str, dict[int, float]]]] = {}
 
@@ -164,8 +164,8 @@ def storm_evidence(plan: Plan) -> dict[str, Any]:
     """Per zone: lam0 with and without the storm days, the storm days' share of the training sums
     that scale the losses (sum ||c|| for lam0, sum ||c||^2 for the MSE gradient), and how decisive
     w_lam0(c) is on the ordinary (non-storm) training days under either lam0."""
-    from client.decision_client import calibrate
-    from problems.energy import STORM_DAYS
+    from hetfed.client.decision_client import calibrate
+    from hetfed.problems.energy import STORM_DAYS
 
     out: dict[str, Any] = {"storm-days": [str(d) for d in STORM_DAYS], "zones": {}}
     for zone in plan.zones:
@@ -194,7 +194,7 @@ def storm_evidence(plan: Plan) -> dict[str, Any]:
 def _zone_data(zone: str, **extra: Any) -> Any:
     """One zone's client data as a run reading the ERCOT cache loads it (in this process)."""
     from hetfed.config import validate
-    from problems.registry import get_problem
+    from hetfed.problems.registry import get_problem
 
     return get_problem("energy").load_client(
         validate({"problem": "energy", "energy-zones": zone, **extra}), 0, 1, None
@@ -364,11 +364,11 @@ def personalized_on_target(run_dir: Path, config: dict[str, Any], target: str, d
     from flwr.common.constant import SUPERLINK_NODE_ID
     from flwr.supercore.task_identity import TaskIdentity
 
-    from client.app import app as client_app
+    from hetfed.client.app import app as client_app
     from hetfed.config import validate
     from hetfed.records import to_record
-    from server.store import read_models
-    from strategies.registry import build_strategy
+    from hetfed.server.store import read_models
+    from hetfed.strategies.registry import build_strategy
 
     cfg: dict[str, Any] = validate(
         {**config, "energy-zones": target, "energy-train-days": days, "run-name": "cold-fed-p"}
@@ -422,11 +422,11 @@ def personalization_trace(plan: Plan, results_dir: Path, jobs: list[Job]) -> dic
 
     ``{variant: {"cases": {zone: {seed: case}}, "rounds": {t: mean over the cases still training},
     "zones": {zone: means over seeds}}}``; regrets: validation relative %, test absolute $."""
-    from client.decision_client import calibrate
-    from client.personalization import PersonalSchedule
+    from hetfed.client.decision_client import calibrate
+    from hetfed.client.personalization import PersonalSchedule
     from hetfed.config import validate
     from hetfed.methods.decision import DecisionParams
-    from server.store import RunResult
+    from hetfed.server.store import RunResult
 
     out: dict[str, Any] = {}
     for variant, extra in VARIANTS.items():

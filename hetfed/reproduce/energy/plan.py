@@ -73,7 +73,7 @@ class Plan:
 
     @classmethod
     def make(cls, seeds: int, quick: bool) -> Plan:
-        from problems.energy import ERCOT_ZONES
+        from hetfed.problems.energy import ERCOT_ZONES
 
         if quick:
             short = {"num-rounds": 2, "personal-rounds": 2, "local-epochs": 1}

@@ -17,8 +17,8 @@ def plot(plan: Plan, results_dir: Path, jobs: list[Job], cold: dict[str, Any], o
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from problems.energy import zone_samples
-    from problems.ercot import load_ercot
+    from hetfed.problems.energy import zone_samples
+    from hetfed.problems.ercot import load_ercot
 
     zone = plan.zones[0]
     samples = zone_samples(load_ercot(None, points=[zone]), zone)

@@ -469,7 +469,7 @@ def personalization_section(trace: dict[str, Any]) -> list[str]:
 
 
 def per_zone_section(table: dict[str, Any]) -> list[str]:
-    from problems.energy import zone_quota
+    from hetfed.problems.energy import zone_quota
 
     labels = ("MSE", "SPO+", "SPO+ +P", "RSPO+ fed-only, per-client lam", "full (annealing and freezing)")
     lines = []
