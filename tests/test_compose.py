@@ -294,8 +294,10 @@ def test_dockerfile_bakes_the_app_and_its_cpu_dependencies_into_a_flower_image()
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     copies = [[w for w in a.split() if not w.startswith("--")] for kind, a in steps if kind == "COPY"]
     copied = {src for words in copies for src in words[:-1]}
-    top_level = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
-    assert top_level <= copied
+    setuptools = pyproject["tool"]["setuptools"]  # the folders the installed packages come from
+    folders = {setuptools["package-dir"].get(p, p.replace(".", "/")) for p in setuptools["packages"]}
+    top_level = {folder.split("/")[0] for folder in folders}
+    assert top_level == {"hetfed", "server", "client", "strategies", "problems"} and top_level <= copied
     missing = sorted(src for src in copied - {"wheelhouse/"} if not (REPO / src).exists())
     assert not missing, f"the Dockerfile copies files that do not exist: {missing}"
     # The sed step really drops Flower's [simulation] extra and keeps Flower's pin.
