@@ -332,10 +332,8 @@ class RunStore:
 
     # --- helpers --------------------------------------------------------------
     def read_json(self, name: str) -> Any:
-        try:
-            return json.loads((self.path / name).read_text())
-        except (OSError, json.JSONDecodeError):
-            return None
+        """A JSON file of the run folder; None if missing or unreadable."""
+        return _json_or_none(self.path / name)
 
     def write_json(self, name: str, obj: Any) -> None:
         """Write ``name`` (JSON) into the run folder atomically."""
