@@ -25,32 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import expm
 
+from hetfed.problem_params import KnapsackParams  # the run config's knapsack keys, typed
 from hetfed.problems.base import DecisionClientData, generated_client
-
-
-@dataclass(frozen=True)
-class KnapsackParams:
-    """Size and heterogeneity of the synthetic knapsack federation."""
-
-    num_items: int = 50
-    num_features: int = 8
-    degree: int = 4
-    capacity_ratio: float = 0.6
-    n_train: int = 100
-    n_val: int = 10
-    n_test: int = 100
-    eta_o: float = 0.0
-    eta_c: float = 0.0
-    eta_d: float = 0.0
-
-    def __post_init__(self) -> None:
-        for name in ("num_items", "num_features", "degree", "n_train", "n_val", "n_test"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"knapsack {name} must be >= 1, got {getattr(self, name)}")
-        for name in ("capacity_ratio", "eta_o", "eta_c", "eta_d"):
-            value = getattr(self, name)
-            if not np.isfinite(value) or value < 0:
-                raise ValueError(f"knapsack {name} must be a finite number >= 0, got {value}")
 
 
 @dataclass(frozen=True)

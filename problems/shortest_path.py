@@ -35,42 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hetfed.problem_params import ShortestPathParams  # the run config's shortest-path keys, typed
 from hetfed.problems.base import DecisionClientData, generated_client
-
-ENDPOINTS = ("corners", "diagonals", "random")
-
-
-@dataclass(frozen=True)
-class ShortestPathParams:
-    """Size, cost law and heterogeneity of the grid shortest-path federation."""
-
-    grid_size: int = 5
-    num_features: int = 8  # the run config's default; PyEPO's p = 5 (reproduce shortest-path)
-    degree: int = 4
-    noise: float = 0.5
-    terrain: float = 0.5
-    endpoints: str = "random"
-    n_train: int = 100
-    n_val: int = 10
-    n_test: int = 100
-
-    def __post_init__(self) -> None:
-        if self.grid_size < 2:
-            raise ValueError(f"shortest-path grid_size must be >= 2, got {self.grid_size}")
-        for name in ("num_features", "degree", "n_train", "n_val", "n_test"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"shortest-path {name} must be >= 1, got {getattr(self, name)}")
-        if not 0 <= self.noise < 1:
-            raise ValueError(f"shortest-path noise must be in [0, 1) (costs stay positive), got {self.noise}")
-        if not (np.isfinite(self.terrain) and self.terrain >= 0):
-            raise ValueError(f"shortest-path terrain must be a finite number >= 0, got {self.terrain}")
-        if self.endpoints not in ENDPOINTS:
-            raise ValueError(f"shortest-path endpoints must be one of {ENDPOINTS}, got {self.endpoints!r}")
-
-    @property
-    def num_edges(self) -> int:
-        """``d = 2k(k-1)`` edge slots."""
-        return 2 * self.grid_size * (self.grid_size - 1)
 
 
 @dataclass(frozen=True)

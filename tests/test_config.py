@@ -74,8 +74,7 @@ def test_toml_round_trip() -> None:
 def test_the_problems_parameter_defaults_are_the_run_configs() -> None:
     """A problem built from the default run config is the problem its parameter class describes."""
     from hetfed.problems.knapsack import KnapsackParams
-    from hetfed.problems.registry import knapsack_params, shortest_path_params
     from hetfed.problems.shortest_path import ShortestPathParams
 
-    assert knapsack_params(validate({"problem": "knapsack"})) == KnapsackParams()
-    assert shortest_path_params(validate({"problem": "shortest-path"})) == ShortestPathParams()
+    assert KnapsackParams.from_config(validate({"problem": "knapsack"})) == KnapsackParams()
+    assert ShortestPathParams.from_config(validate({"problem": "shortest-path"})) == ShortestPathParams()

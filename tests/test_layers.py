@@ -1,7 +1,8 @@
 """Import layers: no module imports a module of a higher layer (imports inside functions count).
 
     0  leaves (import no other layer):     the run-config schema (hetfed.config), the methods' typed
-                                           parameters (hetfed.params, hetfed.methods), Flower records <->
+                                           parameters (hetfed.params, hetfed.methods) and the
+                                           problems' (hetfed.problem_params), Flower records <->
                                            NumPy (hetfed.records), Flower's waits and their
                                            self-test (hetfed.runtime.waits, .internals), a silo's
                                            allow-list of app builds (hetfed.runtime.pinning), the
@@ -27,7 +28,7 @@ from tests.conftest import REPO
 
 BASE = {"hetfed.config", "hetfed.records", "hetfed.runtime.waits", "hetfed.runtime.internals"}
 BASE |= {"hetfed.runtime.pinning", "hetfed.secure_mean", "hetfed.paths", "hetfed.secagg"}
-BASE |= {"hetfed.params", "hetfed.methods"}
+BASE |= {"hetfed.params", "hetfed.methods", "hetfed.problem_params"}
 PACKAGES = ("problems", "client", "strategies", "server", "hetfed", "bench")
 # The app's folders, installed as hetfed.problems, hetfed.client, ... (hetfed/__init__.py).
 FOLDERS = ("problems", "client", "strategies", "server")
