@@ -78,3 +78,16 @@ def test_the_problems_parameter_defaults_are_the_run_configs() -> None:
 
     assert KnapsackParams.from_config(validate({"problem": "knapsack"})) == KnapsackParams()
     assert ShortestPathParams.from_config(validate({"problem": "shortest-path"})) == ShortestPathParams()
+
+
+def test_the_problem_keys_are_the_registered_problems_parameters() -> None:
+    """PROBLEM_SCHEMA and the choices of ``problem`` come from PROBLEMS (hetfed/problem_params.py); a
+    key two problems share (n-train: knapsack, shortest path) means the same in both."""
+    from hetfed.config import PROBLEM_SCHEMA, PROBLEMS, SIMULATED_NODE_KEYS
+
+    assert list(SCHEMA["problem"].choices or ()) == list(PROBLEMS)
+    declared = [(key, spec) for p in PROBLEMS.values() for key, spec in p.params.schema().items()]
+    assert set(PROBLEM_SCHEMA) == {key for key, _ in declared} | set(SIMULATED_NODE_KEYS)
+    for key, spec in declared:
+        assert PROBLEM_SCHEMA[key] == spec, key
+    assert {"n-train", "num-features"} <= set(PROBLEMS["shortest-path"].params.schema())
