@@ -40,9 +40,11 @@ class Problem:
     make_model: str = ""
 
     def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"unknown problem family {self.family!r}; choose one of {list(FAMILIES)}")
         needs = "make_model" if self.family == "constrained" else "model_dims"
-        if self.family not in FAMILIES or not getattr(self, needs):
-            raise ValueError(f"a {self.family!r} problem needs its {needs}; families: {list(FAMILIES)}")
+        if not getattr(self, needs):
+            raise ValueError(f"a {self.family} problem needs its {needs} ('module:function')")
 
 
 FAMILIES = ("decision", "constrained", "lsa")

@@ -22,8 +22,15 @@ from pathlib import Path
 from pkgutil import resolve_name
 from typing import TYPE_CHECKING, Any
 
-from hetfed.config import PROBLEMS, Problem
-from hetfed.problem_params import EnergyParams, GarnetParams, KnapsackParams, LPParams, ShortestPathParams
+from hetfed.problem_params import (
+    PROBLEMS,
+    EnergyParams,
+    GarnetParams,
+    KnapsackParams,
+    LPParams,
+    Problem,
+    ShortestPathParams,
+)
 
 if TYPE_CHECKING:
     from hetfed.problems import garnet
