@@ -152,10 +152,12 @@ class LSAStrategy(FederatedStrategy):
         the last round."""
         if server_round == 0:
             return []
-        train = Phase("train", self.train_messages, self.aggregate_train)
-        if self.sums(server_round):
-            train = Phase("train", self.train_messages, self.aggregate_train, self.aggregate_sum)
-        return [train, Phase("evaluate", self.evaluate_messages, self.aggregate_evaluate)]
+        # In clear a missing agent's stand-in enters the mean (aggregate_train); a sum has none.
+        summed = self.aggregate_sum if self.sums(server_round) else None
+        return [
+            Phase("train", self.train_messages, self.aggregate_train, summed),
+            Phase("evaluate", self.evaluate_messages, self.aggregate_evaluate),
+        ]
 
     def train_messages(self, server_round: int) -> list[Message]:
         """The broadcast to every agent; the clients report their error every ``report_every`` rounds."""
