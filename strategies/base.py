@@ -8,10 +8,13 @@ of it in :meth:`FederatedStrategy.state_dict`, which is the checkpoint), and
 train, personalize, evaluate). A phase builds its messages from the state and folds the
 replies into the state, returning the server row's metrics; a later phase of the round
 builds its messages from what the earlier folds left in the state (softmax switching's
-``plan``). A strategy never sends: the round loop (server/rounds.py ``run_rounds``) alone
-sends each phase's messages (through the Summation of server/aggregation.py for a summed
-phase under secure aggregation or DP), records failures, and checkpoints the state after the
-round. Its clients are :class:`Clients`, which cannot send. docs/algorithms.md "The round loop".
+``plan``). Folds update the strategy's attributes in place; whatever a later phase or
+round reads is one of them, and so in the checkpoint. A strategy never sends: the round loop
+(server/rounds.py ``run_rounds``) alone sends each phase's messages (through the Summation of
+server/aggregation.py for a summed phase under secure aggregation or DP), its pool records
+every client's failure, and it checkpoints the state after the round. Its clients are
+:class:`Clients`, which cannot send; a fold only gives its verdict on a reply (``reject``) or
+columns for its row (``note``), which the pool records. docs/algorithms.md "The round loop".
 """
 
 from __future__ import annotations
