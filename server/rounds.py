@@ -92,7 +92,8 @@ def run_rounds(
         )
     models = strategy.final_models()
     if models:
-        np.savez(store.path / "models.npz", **models)  # type: ignore[arg-type]  # numpy's stub: **kwds may be allow_pickle
+        arrays: dict[str, Any] = dict(models)  # numpy's stub would take an ndarray for allow_pickle
+        np.savez(store.path / "models.npz", **arrays)
         store.write_json("models.json", models_manifest(models, strategy.method, store))
     return summary
 
