@@ -1,8 +1,8 @@
 """Summed rounds: how the round loop gets a strategy's weighted sum, in clear or secure, with DP.
 
 A strategy whose round needs only ``sum_j a_j x_j`` and ``sum_j a_j`` says so
-(``FederatedStrategy.sums``); with ``secure-aggregation`` or ``dp`` on, the round loop runs its
-train exchange here instead of through ``aggregate_train``: every train message gets the round's
+(``FederatedStrategy.sums``); with ``secure-aggregation`` or ``dp`` on, the round loop runs that
+summed phase here instead of sending it plainly: every train message gets the round's
 ``sum-weight``, clip and local noise (client/secure_aggregation.py applies them), the sum comes
 from the replies in clear or from SecAgg+ (server/secure_aggregation.py), the server adds the
 central DP noise (server/privacy.py), and the strategy's ``aggregate_sum`` turns the sum into its
@@ -40,7 +40,7 @@ class Summation:
 
     @property
     def active(self) -> bool:
-        """Whether summed rounds run here (else the strategy's own ``aggregate_train``)."""
+        """Whether summed phases run here (else they are sent plainly and summed in clear)."""
         return self.secure or self.dp.on
 
     def start(self, strategy: FederatedStrategy) -> None:

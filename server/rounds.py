@@ -1,30 +1,26 @@
-"""The round loop of every hetfed strategy: setup (or the checkpoint), Flower's hooks per round, finish.
+"""The round loop of every hetfed strategy: round 0 (or the checkpoint), the rounds' phases, finish.
 
-What Flower's own ``Strategy.start()`` lacks, and a hetfed run needs: clients addressed by
-partition (the :class:`~hetfed.server.pool.ClientPool`), a ``setup`` exchange before round 1 and
-a ``finish`` step after the last, a results row per client and exchange, and a checkpoint
-of the strategy's complete state after every round (``checkpoint-every``), from which a
-run resumes. The strategy computes; this loop writes (rounds.csv, the checkpoint,
-models.npz), and an interrupt never splits rounds.csv from the checkpoint.
+A round is the strategy's list of phases (strategies/base.py ``Phase``): for each, this loop
+builds its messages from the strategy's state, sends them (``ClientPool.send``, or the
+:class:`~hetfed.server.aggregation.Summation` for a summed phase under secure aggregation or
+DP), which records every client's failure in rounds.csv, and hands the replies to the phase's
+fold; round 0 runs the setup phases (e.g. calibration). The strategy computes and never sends;
+this loop sends and writes (rounds.csv, the checkpoint, models.npz). The checkpoint after a
+round is the state (``state_dict``) of the strategy, the pool and the DP accountant, from which
+a run resumes; an interrupt never splits rounds.csv from the checkpoint. The run's lifecycle
+around it (config, results folder, summary) is server/app.py ``run_server``.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping
-from logging import INFO
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, MetricRecordValues
-from flwr.common import log
-from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Result
 
 from hetfed.server.aggregation import Summation
 from hetfed.server.interrupts import deferred
 from hetfed.server.pool import ClientPool
-from hetfed.server.report import report_markdown
 from hetfed.server.store import RunStore
 from hetfed.strategies.base import FederatedStrategy, FederationError
 
@@ -37,7 +33,7 @@ def run_rounds(
     checkpoint_every: int = 1,
     summation: Summation | None = None,
 ) -> dict[str, Any]:
-    """Setup (or restore the checkpoint), the rounds, then ``finish``; returns the summary.
+    """Round 0 (or restore the checkpoint), the rounds, then ``finish``; returns the summary.
 
     rounds.csv and the checkpoint are written every ``checkpoint_every`` rounds (0: after the
     last only) and after the last round. With ``summation`` active (secure aggregation, DP), the
@@ -60,12 +56,14 @@ def run_rounds(
         strategy.summary()
         try:
             strategy.setup()
+            metrics = run_phases(strategy, pool, 0, summation if summing else None)
         except Exception:
             with deferred():  # a setup that fails still leaves its rows (each client's reason) on disk
                 store.commit(0, strategy.num_rounds)
             raise
-        if 0 in strategy.history:  # metrics of the initial model (e.g. switching's F(w_0), G(w_0))
-            _server_row(store, 0, strategy.history[0])
+        if metrics:  # metrics of the initial model (e.g. switching's F(w_0), G(w_0))
+            strategy.history[0] = metrics
+            _server_row(store, 0, metrics)
         with deferred():
             store.commit(0, strategy.num_rounds)
             store.save_checkpoint(_checkpoint(0, strategy, pool, summation))
@@ -73,28 +71,7 @@ def run_rounds(
     store.segment_starts_at(first)
     for server_round in range(first, strategy.num_rounds + 1):
         pool.refresh()  # a restarted SuperNode is back under a new node id
-        metrics: dict[str, Any] = {}  # the aggregates' MetricRecord values (numbers)
-        config = ConfigRecord({"server-round": server_round, "run-name": store.run_name})
-        # strategy.arrays is None for the strategies without a shared model (PF-LSA, single-agent
-        # LSA), which accept it; FederatedStrategy declares Flower's ArrayRecord-only signature.
-        train = list(
-            strategy.configure_train(server_round, strategy.arrays, config, pool.grid)  # type: ignore[arg-type]
-        )
-        if train and summation is not None and summing and strategy.sums(server_round):
-            replies, summed, privacy = summation.run(strategy, train, server_round)
-            arrays, agg = strategy.aggregate_sum(server_round, replies, summed)
-            strategy.arrays = arrays if arrays is not None else strategy.arrays
-            metrics.update({**dict(agg or {}), **privacy})
-        elif train:
-            arrays, agg = strategy.aggregate_train(server_round, pool.send(train, server_round))
-            strategy.arrays = arrays if arrays is not None else strategy.arrays
-            metrics.update(dict(agg or {}))
-        evaluate = list(
-            strategy.configure_evaluate(server_round, strategy.arrays, config, pool.grid)  # type: ignore[arg-type]
-        )
-        if evaluate:
-            replies = pool.send(evaluate, server_round)
-            metrics.update(dict(strategy.aggregate_evaluate(server_round, replies) or {}))
+        metrics = run_phases(strategy, pool, server_round, summation if summing else None)
         strategy.history[server_round] = metrics
         _server_row(store, server_round, metrics)
         if server_round == strategy.num_rounds or (checkpoint_every and server_round % checkpoint_every == 0):
@@ -115,9 +92,29 @@ def run_rounds(
         )
     models = strategy.final_models()
     if models:
-        np.savez(store.path / "models.npz", **models)  # type: ignore[arg-type]  # numpy's stub: **kwds may be allow_pickle
+        arrays: dict[str, Any] = dict(models)  # numpy's stub would take an ndarray for allow_pickle
+        np.savez(store.path / "models.npz", **arrays)
         store.write_json("models.json", models_manifest(models, strategy.method, store))
     return summary
+
+
+def run_phases(
+    strategy: FederatedStrategy, pool: ClientPool, server_round: int, summation: Summation | None
+) -> dict[str, Any]:
+    """Round ``server_round``'s phases in order: build each phase's messages from the state, send
+    them, fold the replies; returns the server row's metrics (the folds', then the DP columns). A
+    summed phase goes through ``summation`` when given (secure aggregation, DP)."""
+    metrics: dict[str, Any] = {}
+    for phase in strategy.phases(server_round):
+        messages = phase.messages(server_round)
+        if not messages:
+            continue
+        if phase.fold_sum is not None and summation is not None:
+            replies, summed, privacy = summation.run(strategy, messages, server_round)
+            metrics.update({**dict(phase.fold_sum(server_round, replies, summed) or {}), **privacy})
+        else:
+            metrics.update(dict(phase.fold(server_round, pool.send(messages, server_round)) or {}))
+    return metrics
 
 
 def _checkpoint(
@@ -179,55 +176,3 @@ def _server_row(store: RunStore, server_round: int, metrics: Mapping[str, float]
 
 def _fmt(metrics: Mapping[str, float]) -> str:
     return " ".join(f"{k}={v:.4g}" for k, v in metrics.items() if isinstance(v, int | float))
-
-
-def start_on_grid(
-    strategy: FederatedStrategy,
-    grid: Grid,
-    initial_arrays: ArrayRecord | None,
-    *,
-    timeout: float,
-    results_dir: str,
-    run_name: str,
-) -> Result:
-    """A run of ``strategy`` from plain Flower code (``strategy.start(grid, ...)``), as Flower's own
-    ``Strategy.start`` runs, with hetfed's clients, results folder and checkpoints.
-
-    The nodes are hetfed ClientApps (each with its ``partition-id``); all that connect within
-    ``timeout`` seconds take part, and every exchange waits at most ``timeout`` seconds.
-    Results go to ``results_dir/run_name`` (rounds.csv, checkpoint, summary.json, report.md).
-    The Result holds the final arrays and, per round, the round's aggregate metrics; the last
-    round's evaluate metrics are the summary's aggregate.
-    """
-    if initial_arrays is not None:
-        strategy.arrays = initial_arrays
-    name = run_name or f"{type(strategy).__name__.lower()}-{time.strftime('%Y%m%d-%H%M%S')}"
-    store = RunStore(results_dir, name)
-    settings = {"strategy-class": type(strategy).__name__, "num-rounds": strategy.rounds}
-    store.write_config({**settings, "client": strategy.client_settings()}, engine=type(grid).__name__)
-    store.begin_segment(type(grid).__name__, resumed=False)
-    status = "failed"
-    summary: dict[str, Any] = {}
-    try:
-        pool = ClientPool(
-            grid, store, required=0, wait_timeout=timeout, round_timeout=timeout,
-            log=lambda text: log(INFO, "[%s] %s", name, text), settings=strategy.client_settings(),
-        )
-        pool.connect(name)
-        summary = run_rounds(strategy, pool, store)
-        status = "completed"
-    finally:
-        store.end_segment(status)
-        full = {"run-name": name, "status": status, **summary}
-        store.write_summary(full, report_markdown(f"{name} ({status})", full))
-    numeric = {r: MetricRecord(_numbers(m)) for r, m in strategy.history.items() if r > 0}
-    final = _numbers(summary.get("aggregate", {}))
-    return Result(
-        arrays=strategy.arrays if strategy.arrays is not None else ArrayRecord(),
-        train_metrics_clientapp=numeric,
-        evaluate_metrics_clientapp={strategy.num_rounds: MetricRecord(final)} if final else {},
-    )
-
-
-def _numbers(metrics: Mapping[str, Any]) -> dict[str, MetricRecordValues]:
-    return {k: v for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool)}

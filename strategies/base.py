@@ -1,14 +1,20 @@
-"""What every hetfed strategy is: Flower's four hooks over clients addressed by partition.
+"""What every hetfed strategy is: a round as explicit phases over the strategy's state.
 
-A strategy is a Flower :class:`~flwr.serverapp.strategy.Strategy`: per round,
-``configure_train`` builds the instructions (it may run a first exchange itself,
-e.g. a query for scalars), ``aggregate_train`` folds the replies into the server
-state, then ``configure_evaluate`` / ``aggregate_evaluate`` likewise. Beyond
-Flower's hooks it has ``setup`` (exchanges before round 1), ``finish`` (after the
-last round), ``state_dict`` / ``load_state_dict`` (its complete state, for
-checkpoints) and ``client_settings`` (what its clients read in every message).
-It holds the server's maths only: the round loop, the results and the checkpoints
-are the server's (server/rounds.py), and its clients are :class:`Clients`.
+A strategy is hetfed's own (it does not subclass Flower's ``Strategy``): its attributes are
+the server's state of the method (model, RNG, calibration, round plan, last evaluation; all
+of it in :meth:`FederatedStrategy.state_dict`, which is the checkpoint), and
+:meth:`FederatedStrategy.phases` says what round ``t`` exchanges, in order: a list of
+:class:`Phase` (round 0: the setup exchanges, e.g. FedRSPO+'s calibration; then e.g. query,
+train, personalize, evaluate). A phase builds its messages from the state and folds the
+replies into the state, returning the server row's metrics; a later phase of the round
+builds its messages from what the earlier folds left in the state (softmax switching's
+``plan``). Folds update the strategy's attributes in place; whatever a later phase or
+round reads is one of them, and so in the checkpoint. A strategy never sends: the round loop
+(server/rounds.py ``run_rounds``) alone sends each phase's messages (through the Summation of
+server/aggregation.py for a summed phase under secure aggregation or DP), its pool records
+every client's failure, and it checkpoints the state after the round. Its clients are
+:class:`Clients`, which cannot send; a fold only gives its verdict on a reply (``reject``) or
+columns for its row (``note``), which the pool records. docs/algorithms.md "The round loop".
 """
 
 from __future__ import annotations
@@ -20,8 +26,6 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Result, Strategy
 
 from hetfed.params import Params
 from hetfed.records import to_numpy, to_record
@@ -34,7 +38,8 @@ class FederationError(RuntimeError):
 
 
 class Clients(Protocol):
-    """What a strategy uses of its clients (hetfed.server.pool.ClientPool): partitions, names, exchanges."""
+    """What a strategy uses of its clients (hetfed.server.pool.ClientPool): partitions, names,
+    messages and the verdicts on replies; no ``send``: only the round loop sends."""
 
     failed: dict[int, str]  # partition -> why, for the last exchange
     log: Callable[[str], None]
@@ -48,8 +53,6 @@ class Clients(Protocol):
     def message(
         self, partition_id: int, message_type: str, content: RecordDict, server_round: int
     ) -> Message: ...
-
-    def send(self, messages: Iterable[Message], server_round: int) -> list[Message]: ...
 
     def partition_of(self, reply: Message) -> int: ...
 
@@ -74,8 +77,22 @@ class WeightedSum:
         return {k: v / self.weight for k, v in self.total.items()}
 
 
-class FederatedStrategy(Strategy):
-    """Base class: subclasses implement the four Flower hooks, ``setup``/``finish`` and state.
+@dataclass(frozen=True)
+class Phase:
+    """One exchange of a round (see the module docs): ``messages(t)`` builds its messages from the
+    state (none: the phase is skipped), ``fold(t, replies)`` folds the replies into the state and
+    returns the server row's metrics. A summed phase also has ``fold_sum(t, replies, summed)``:
+    the fold the round loop uses instead when secure aggregation or DP give only the weighted sum
+    (server/aggregation.py)."""
+
+    name: str
+    messages: Callable[[int], list[Message]]
+    fold: Callable[[int, list[Message]], MetricRecord | None]
+    fold_sum: Callable[[int, list[Message], WeightedSum | None], MetricRecord | None] | None = None
+
+
+class FederatedStrategy:
+    """Base class: subclasses implement :meth:`phases` (and their folds), ``finish`` and state.
 
     The message contract: every instruction's ConfigRecord carries :meth:`client_settings`, the
     name of the client handler that serves the strategy (``client``) and the method's typed
@@ -103,6 +120,8 @@ class FederatedStrategy(Strategy):
         self.arrays = initial_arrays
         self._pool: Clients | None = None  # set by the round loop
         self.history: dict[int, dict[str, float]] = {}  # round -> aggregate metrics
+        # The last evaluate phase's summary (clients, aggregate, failed), which ``finish`` returns.
+        self.evaluation: dict[str, Any] = {}
 
     @property
     def pool(self) -> Clients:
@@ -135,17 +154,44 @@ class FederatedStrategy(Strategy):
         return self.rounds
 
     def setup(self) -> None:
-        """Exchanges before round 1 (e.g. calibration). Default: none."""
+        """What the state needs from the connected clients before round 0's phases (no exchange;
+        e.g. the constrained step sizes, which depend on their number). Default: nothing."""
+
+    def phases(self, server_round: int) -> list[Phase]:
+        """The exchanges of round ``server_round`` in order (round 0: those before round 1, e.g. the
+        calibration); the round loop runs them (see the module docs)."""
+        raise NotImplementedError
+
+    def round_config(self, server_round: int) -> ConfigRecord:
+        """What every message of the round carries besides the settings: the round and the run's name
+        (a client keeps its per-run state under it)."""
+        return ConfigRecord({"server-round": server_round, "run-name": self.pool.run_name})
+
+    def summed_phase(
+        self,
+        name: str,
+        server_round: int,
+        messages: Callable[[int], list[Message]],
+        fold_sum: Callable[[int, list[Message], WeightedSum | None], MetricRecord | None],
+    ) -> Phase:
+        """A phase whose replies may enter only a weighted sum (when :meth:`sums` says so for the
+        round): in clear it folds :meth:`plain_sum` of the replies with ``fold_sum``."""
+
+        def in_clear(t: int, replies: list[Message]) -> MetricRecord | None:
+            return fold_sum(t, replies, self.plain_sum(replies))
+
+        return Phase(name, messages, in_clear, fold_sum if self.sums(server_round) else None)
 
     def finish(self) -> dict[str, Any]:
-        """Final evaluation after the last round; returns ``{"clients": ..., "aggregate": ...}``."""
-        return {"clients": {}, "aggregate": {}}
+        """The run's result after the last round: ``{"clients": ..., "aggregate": ..., "failed": ...}``
+        (default: the last evaluate phase's)."""
+        return self.evaluation
 
     def final_models(self) -> dict[str, np.ndarray]:
         """Models to keep beside the results after ``finish`` (``models.npz``). Default: none."""
         return {}
 
-    # --- summed rounds: what secure aggregation and DP need (server/aggregation.py) -----------
+    # --- summed phases: what secure aggregation and DP need (server/aggregation.py) -----------
     def sums(self, server_round: int) -> bool:
         """Whether round ``server_round``'s train replies enter only a weighted sum. Default: no."""
         return False
@@ -174,9 +220,9 @@ class FederatedStrategy(Strategy):
 
     def aggregate_sum(
         self, server_round: int, replies: list[Message], summed: WeightedSum | None
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """The round's update from its weighted sum (None: no usable reply, or secure aggregation
-        failed); ``replies`` carry the clients' metrics."""
+    ) -> MetricRecord | None:
+        """Fold the round's weighted sum into the state (None: no usable reply, or secure aggregation
+        failed); ``replies`` carry the clients' metrics. Returns the server row's metrics."""
         raise NotImplementedError(f"{type(self).__name__} sums no round")
 
     def plain_sum(
@@ -203,59 +249,17 @@ class FederatedStrategy(Strategy):
         return WeightedSum(total, weight, used) if used else None
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue after the current round (arrays as NumPy)."""
-        return {"arrays": _arrays_to_numpy(self.arrays), "history": self.history}
+        """Everything needed to continue after the current round (arrays as NumPy): the checkpoint."""
+        return {"arrays": _arrays_to_numpy(self.arrays), "history": self.history, "final": self.evaluation}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.arrays = to_record(state["arrays"]) if state["arrays"] is not None else None
         self.history = dict(state["history"])
-
-    def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        """Default: no evaluate exchange."""
-        return []
-
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        return None
+        self.evaluation = dict(state.get("final", {}))
 
     def summary(self) -> None:
-        """Log the strategy's settings (Flower calls this at start)."""
+        """Log the strategy's settings (the round loop calls this before round 0)."""
         self.log(f"{type(self).__name__}: {self.num_rounds} rounds")
-
-    def start(
-        self,
-        grid: Grid,
-        initial_arrays: ArrayRecord | None = None,
-        num_rounds: int | None = None,
-        timeout: float = 3600,
-        train_config: ConfigRecord | None = None,
-        evaluate_config: ConfigRecord | None = None,
-        evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None,
-        *,
-        results_dir: str = "results",
-        run_name: str = "",
-    ) -> Result:
-        """Flower's entry point: run this strategy on ``grid`` from a plain ServerApp's main.
-
-        ``initial_arrays`` replaces the constructor's model and ``num_rounds`` its rounds when
-        given. Results and checkpoints go to ``results_dir/run_name`` (hetfed.server.rounds.start_on_grid).
-        hetfed strategies send their own configs and evaluate on the clients: ``train_config``,
-        ``evaluate_config`` and ``evaluate_fn`` are refused.
-        """
-        if train_config or evaluate_config or evaluate_fn is not None:
-            raise ValueError(
-                f"{type(self).__name__}.start: train_config, evaluate_config and evaluate_fn are not "
-                "supported; a hetfed strategy builds every message's config itself (constructor keywords)"
-            )
-        if num_rounds is not None:
-            self.rounds = num_rounds
-        # The one call upwards (tests/test_layers.py): Flower's entry point runs the server's loop.
-        from hetfed.server.rounds import start_on_grid
-
-        return start_on_grid(
-            self, grid, initial_arrays, timeout=timeout, results_dir=results_dir, run_name=run_name
-        )
 
     def log(self, text: str) -> None:
         (self._pool.log if self._pool is not None else print)(text)

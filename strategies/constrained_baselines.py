@@ -44,7 +44,7 @@ class FederatedPenalty(ConstrainedRounds):
     def settings(self) -> dict[str, float]:
         return {**super().settings(), "rho": self.params.rho}
 
-    def plan(self, server_round: int, f: Mapping[int, float], g: Mapping[int, float]) -> RoundPlan:
+    def decide(self, server_round: int, f: Mapping[int, float], g: Mapping[int, float]) -> RoundPlan:
         return RoundPlan("penalty", uniform(f), multiplier=self.params.rho)
 
 
@@ -74,7 +74,7 @@ class FederatedPrimalDual(ConstrainedRounds):
             "dual-step-max": float(self.params.dual_step == "max"),
         }
 
-    def plan(self, server_round: int, f: Mapping[int, float], g: Mapping[int, float]) -> RoundPlan:
+    def decide(self, server_round: int, f: Mapping[int, float], g: Mapping[int, float]) -> RoundPlan:
         values = np.array(list(g.values()))
         signal = float(values.max() if self.params.dual_step == "max" else values.mean())
         used = self.multiplier
@@ -92,7 +92,7 @@ class FederatedPrimalDual(ConstrainedRounds):
 class UnconstrainedFedAvg(ConstrainedRounds):
     """FedAvg on the objectives alone (a reference for what the constraint costs)."""
 
-    def plan(self, server_round: int, f: Mapping[int, float], g: Mapping[int, float]) -> RoundPlan:
+    def decide(self, server_round: int, f: Mapping[int, float], g: Mapping[int, float]) -> RoundPlan:
         return RoundPlan("f", uniform(f))
 
 
@@ -102,7 +102,7 @@ class ParallelCRPO(ConstrainedRounds):
     def settings(self) -> dict[str, float]:
         return {**super().settings(), "threshold": self.steps.threshold}
 
-    def plan(self, server_round: int, f: Mapping[int, float], g: Mapping[int, float]) -> RoundPlan:
+    def decide(self, server_round: int, f: Mapping[int, float], g: Mapping[int, float]) -> RoundPlan:
         mean_g = float(np.mean(list(g.values())))
         indicator = mean_g <= self.steps.threshold
         return RoundPlan(

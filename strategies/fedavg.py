@@ -1,21 +1,24 @@
-"""FedAvg over partitions with seeded sampling, and per-client evaluation after the last round."""
+"""FedAvg over partitions with seeded sampling, and per-client evaluation after the last round.
+
+Round t's phases (strategies/base.py): ``train`` (summed) on the sampled clients, then, after
+the last round, ``evaluate`` on every client.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.app.typing import MetricRecordValues
-from flwr.serverapp import Grid
 
 from hetfed.methods.decision import LOSSES, DecisionParams
 from hetfed.params import ConfigError
 from hetfed.problems.models import make_mlp, model_record
 from hetfed.problems.registry import get_problem
 from hetfed.records import to_numpy, to_record
-from hetfed.strategies.base import FederatedStrategy, WeightedSum, ceil_fraction, reply_metrics
+from hetfed.strategies.base import FederatedStrategy, Phase, WeightedSum, ceil_fraction, reply_metrics
 from hetfed.strategies.summary import summarize
 
 
@@ -50,7 +53,6 @@ class FedAvg(FederatedStrategy):
         super().__init__(num_rounds=num_rounds, params=params, initial_arrays=initial_arrays)
         # A stream of its own, so sampling is the same whatever the loss or batch order.
         self.rng = np.random.default_rng(np.random.SeedSequence([int(seed), 7]))
-        self.final: dict[str, Any] = {}
 
     @classmethod
     def build(cls, cfg: Mapping[str, Any]) -> FederatedStrategy:
@@ -92,26 +94,34 @@ class FedAvg(FederatedStrategy):
         """The training message's config for one client (beyond the settings: none for FedAvg)."""
         return config
 
-    def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
+    def phases(self, server_round: int) -> list[Phase]:
+        """Round t: ``train`` (summed), then ``evaluate`` (which sends only after the last round)."""
+        if server_round == 0:
+            return []
+        return [
+            self.train_phase(server_round),
+            Phase("evaluate", self.evaluate_messages, self.aggregate_evaluate),
+        ]
+
+    def train_phase(self, server_round: int) -> Phase:
+        """The round's training: summed, w_{t+1} from the weighted mean of the deltas."""
+        return self.summed_phase("train", server_round, self.train_messages, self.aggregate_sum)
+
+    def train_messages(self, server_round: int) -> list[Message]:
+        """w_t to the round's sample S_t (drawn here, from the sampling stream)."""
+        assert self.arrays is not None  # FedAvg always holds its model
         sampled = self.sample()
         self.log(f"round {server_round}: sampled " + ", ".join(self.pool.name(p) for p in sampled))
+        config = self.round_config(server_round)
         return [
             self.pool.message(
                 pid,
                 "train",
-                RecordDict({**self.model_content(arrays), "config": self.client_config(config, pid)}),
+                RecordDict({**self.model_content(self.arrays), "config": self.client_config(config, pid)}),
                 server_round,
             )
             for pid in sampled
         ]
-
-    def aggregate_train(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        replies = list(replies)
-        return self.aggregate_sum(server_round, replies, self.plain_sum(replies))
 
     # --- the summed round: w_{t+1} = w_t + sum_j n_j (w_j - w_t) / sum_j n_j ----------------------
     def sums(self, server_round: int) -> bool:
@@ -129,10 +139,11 @@ class FedAvg(FederatedStrategy):
 
     def aggregate_sum(
         self, server_round: int, replies: list[Message], summed: WeightedSum | None
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    ) -> MetricRecord | None:
+        """w_{t+1} = w_t + the weighted mean of the deltas (unchanged when no reply is usable)."""
         if summed is None:
             self.log(f"round {server_round}: no usable replies; the model is unchanged")
-            return None, MetricRecord({"clients-used": 0})
+            return MetricRecord({"clients-used": 0})
         w = self.sum_reference()
         step = summed.mean()
         new = {key: (value.astype(np.float64) + step[key]).astype(value.dtype) for key, value in w.items()}
@@ -142,27 +153,33 @@ class FedAvg(FederatedStrategy):
         metrics: dict[str, MetricRecordValues] = {"clients-used": len(summed.contributors)}
         if used:
             metrics["train-loss"] = sum(a * b for a, b in zip(n, losses, strict=True)) / sum(n)
-        return to_record(new), MetricRecord(metrics)
+        self.arrays = to_record(new)
+        return MetricRecord(metrics)
 
-    def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
+    def evaluate_messages(self, server_round: int) -> list[Message]:
+        """After the last round: the model to every participant, which evaluates it on its test set."""
         if server_round != self.num_rounds:
             return []
+        assert self.arrays is not None
+        config = self.round_config(server_round)
         return [
             self.pool.message(
-                pid, "evaluate", RecordDict({**self.model_content(arrays), "config": config}), server_round
+                pid,
+                "evaluate",
+                RecordDict({**self.model_content(self.arrays), "config": config}),
+                server_round,
             )
             for pid in self.participants()
         ]
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+    def aggregate_evaluate(self, server_round: int, replies: list[Message]) -> MetricRecord | None:
+        """The per-client results and their aggregate (``evaluation``; failed clients by name)."""
         per_client = {self.pool.name(self.pool.partition_of(r)): reply_metrics(r.content) for r in replies}
-        self.final = summarize(per_client, failed={self.pool.name(p): e for p, e in self.pool.failed.items()})
-        return MetricRecord({k: v for k, v in self.final["aggregate"].items() if isinstance(v, int | float)})
-
-    def finish(self) -> dict[str, Any]:
-        return self.final
+        failed = {self.pool.name(p): e for p, e in self.pool.failed.items()}
+        self.evaluation = summarize(per_client, failed=failed)
+        return MetricRecord(
+            {k: v for k, v in self.evaluation["aggregate"].items() if isinstance(v, int | float)}
+        )
 
     def final_models(self) -> dict[str, np.ndarray]:
         """The federated model (``global/...``); none for local-only, whose models stay on the clients."""
@@ -171,9 +188,8 @@ class FedAvg(FederatedStrategy):
         return {f"global/{k}": v for k, v in to_numpy(self.arrays).items()}
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "rng": self.rng.bit_generator.state, "final": self.final}
+        return {**super().state_dict(), "rng": self.rng.bit_generator.state}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
         self.rng.bit_generator.state = state["rng"]
-        self.final = state["final"]

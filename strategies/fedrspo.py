@@ -1,6 +1,9 @@
 """FedRSPO+ and its baselines: one protocol for every loss (docs/algorithms.md 1.3-1.6).
 
-1. **Calibration** (``setup``): a ``query.calibrate`` exchange; client j computes from its
+Its phases (strategies/base.py): round 0 ``calibrate`` (and ``masked-calibration``), rounds
+1..R_fed ``train`` (summed), round R_fed + 1 ``personalize`` then ``evaluate``.
+
+1. **Calibration** (round 0): a ``query.calibrate`` exchange; client j computes from its
    private data ``lam0_j = mean_i ||c_i|| / R_j`` and ``lr0_j = alpha lam0_j / 4`` and keeps
    them: the reply says only that it can take part (and n_j). Without per-client calibration
    (an ablation) a second exchange, ``query.masked_calibration``, gives the server the mean of
@@ -24,17 +27,16 @@ Options composing with it: FedProx (``proximal-mu``, a client-side term) and Dit
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from flwr.serverapp import Grid
 
 from hetfed.methods.decision import CalibratedParams
 from hetfed.params import ConfigError
 from hetfed.secure_mean import unmasked_mean
-from hetfed.strategies.base import FederationError, checked_arrays, reply_arrays, reply_metrics
+from hetfed.strategies.base import FederationError, Phase, checked_arrays, reply_arrays, reply_metrics
 from hetfed.strategies.fedavg import FedAvg
 
 # What a client's masked (lam0_j, lr0_j) must look like: two uint64 words.
@@ -66,6 +68,7 @@ class FedRSPO(FedAvg):
         ``params.personal_rounds`` local rounds on every client (none if 0)."""
         super().__init__(initial_arrays=initial_arrays, num_rounds=num_rounds, seed=seed, params=params)
         self.calibrated: list[int] = []  # the partitions that can take part
+        self.public_keys: dict[int, bytes] = {}  # partition -> its key for the masked mean
         self.shared: tuple[float, float] | None = None  # mean (lam0, lr0) without per-client calibration
         self.personal: dict[int, dict[str, float]] = {}
 
@@ -83,38 +86,63 @@ class FedRSPO(FedAvg):
             f"{self.params.personal_rounds} personalization rounds"
         )
 
+    def phases(self, server_round: int) -> list[Phase]:
+        """Round 0: calibration (and the masked mean without per-client calibration); the warm
+        start's rounds are FedAvg's; the last: personalization, then evaluation."""
+        if server_round == 0:
+            calibrate = Phase("calibrate", self.calibrate_messages, self.aggregate_calibration)
+            if self.params.per_client_calibration:
+                return [calibrate]
+            return [calibrate, Phase("masked-calibration", self.masked_mean_messages, self.masked_mean)]
+        if server_round <= self.warm_rounds:
+            return super().phases(server_round)
+        return [
+            Phase("personalize", self.personalize_messages, self.aggregate_personal),
+            Phase("evaluate", self.evaluate_messages, self.aggregate_evaluate),
+        ]
+
     # --- 1. calibration ------------------------------------------------------------------------
-    def setup(self) -> None:
+    def calibrate_messages(self, server_round: int) -> list[Message]:
         """Ask every client whether it can calibrate (its lam0_j, lr0_j stay on it); without
-        per-client calibration, collect them and keep only their mean."""
+        per-client calibration, also for its key for the masked mean."""
         share = not self.params.per_client_calibration
         config = ConfigRecord({"run-name": self.pool.run_name, "share-calibration": share})
         content = RecordDict({"config": config})
-        msgs = [self.pool.message(pid, "query.calibrate", content, 0) for pid in self.pool.partitions]
-        public_keys: dict[int, bytes] = {}
-        for reply in self.pool.send(msgs, 0):
+        return [
+            self.pool.message(pid, "query.calibrate", content, server_round) for pid in self.pool.partitions
+        ]
+
+    def aggregate_calibration(self, server_round: int, replies: list[Message]) -> MetricRecord | None:
+        """The calibrated clients (and their public keys); a client that failed is left out."""
+        share = not self.params.per_client_calibration
+        for reply in replies:
             pid = self.pool.partition_of(reply)
             self.calibrated.append(pid)
             if share:
-                public_keys[pid] = bytes(reply.content["keys"]["public-key"])  # type: ignore[arg-type]
+                self.public_keys[pid] = bytes(reply.content["keys"]["public-key"])  # type: ignore[arg-type]
         self.calibrated.sort()
         for pid, reason in self.pool.failed.items():
             self.log(f"{self.pool.name(pid)} is left out: calibration failed: {reason}")
         if not self.calibrated:
             raise FederationError("every client failed calibration; see rounds.csv for the reasons")
-        if share:
-            self.shared = self.masked_mean(public_keys)
+        return None
 
-    def masked_mean(self, public_keys: Mapping[int, bytes]) -> tuple[float, float]:
-        """Mean (lam0, lr0) over the calibrated clients from their masked values (the masks cancel
-        only in the sum over all of them: a client that does not answer fails the run)."""
-        peers = sorted(public_keys)
+    def masked_mean_messages(self, server_round: int) -> list[Message]:
+        """To every calibrated client: the peers and their public keys, to mask (lam0_j, lr0_j) with."""
+        peers = sorted(self.public_keys)
         config = ConfigRecord(
-            {"run-name": self.pool.run_name, "peers": peers, "public-keys": [public_keys[p] for p in peers]}
+            {
+                "run-name": self.pool.run_name,
+                "peers": peers,
+                "public-keys": [self.public_keys[p] for p in peers],
+            }
         )
         content = RecordDict({"config": config})
-        msgs = [self.pool.message(pid, "query.masked_calibration", content, 0) for pid in peers]
-        replies = self.pool.send(msgs, 0)
+        return [self.pool.message(pid, "query.masked_calibration", content, server_round) for pid in peers]
+
+    def masked_mean(self, server_round: int, replies: list[Message]) -> MetricRecord | None:
+        """``shared``: the mean (lam0, lr0) over the calibrated clients from their masked values (the
+        masks cancel only in the sum over all of them: a client that does not answer fails the run)."""
         masked, problems = [], {self.pool.name(pid): why for pid, why in self.pool.failed.items()}
         for reply in replies:
             got, why = checked_arrays(reply_arrays(reply.content), MASKED_CALIBRATION)
@@ -129,7 +157,8 @@ class FedRSPO(FedAvg):
                 "or with per-client-calibration = true"
             )
         mean = unmasked_mean(masked)
-        return float(mean[0]), float(mean[1])
+        self.shared = float(mean[0]), float(mean[1])
+        return None
 
     def step_sizes(self) -> dict[str, float]:
         """What a training message carries of (lam0, lr0): nothing with per-client calibration (each
@@ -146,11 +175,10 @@ class FedRSPO(FedAvg):
         return ConfigRecord({**config, **self.step_sizes(), "phase": "warm"})
 
     # --- 3. personalization ----------------------------------------------------------------------
-    def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        if server_round <= self.warm_rounds:
-            return super().configure_train(server_round, arrays, config, grid)
+    def personalize_messages(self, server_round: int) -> list[Message]:
+        """ONE ``train.personalize`` instruction per client: it runs all R_per local rounds itself."""
+        assert self.arrays is not None
+        config = self.round_config(server_round)
         msgs = []
         for pid in self.participants():
             cfg = ConfigRecord({**config, **self.step_sizes(), "phase": "personal"})
@@ -158,7 +186,7 @@ class FedRSPO(FedAvg):
                 self.pool.message(
                     pid,
                     "train.personalize",
-                    RecordDict({**self.model_content(arrays), "config": cfg}),
+                    RecordDict({**self.model_content(self.arrays), "config": cfg}),
                     server_round,
                 )
             )
@@ -169,15 +197,12 @@ class FedRSPO(FedAvg):
         """The warm start's rounds only (personal models never leave the clients)."""
         return server_round <= self.warm_rounds and super().sums(server_round)
 
-    def aggregate_train(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        if server_round <= self.warm_rounds:
-            return super().aggregate_train(server_round, replies)
-        for reply in replies:  # personal models stay on the clients; only scalars come back
+    def aggregate_personal(self, server_round: int, replies: list[Message]) -> MetricRecord | None:
+        """Each client's personalization scalars (personal models stay on the clients)."""
+        for reply in replies:
             self.personal[self.pool.partition_of(reply)] = reply_metrics(reply.content)
         frozen = [m.get("frozen-at", 0) for m in self.personal.values()]
-        return None, MetricRecord(
+        return MetricRecord(
             {"clients-personalized": len(self.personal), "clients-frozen": sum(1 for f in frozen if f > 0)}
         )
 
@@ -185,6 +210,7 @@ class FedRSPO(FedAvg):
         return {
             **super().state_dict(),
             "calibrated": self.calibrated,
+            "public-keys": self.public_keys,
             "shared": self.shared,
             "personal": self.personal,
         }
@@ -199,6 +225,7 @@ class FedRSPO(FedAvg):
             self.shared = None if self.params.per_client_calibration else mean
         else:
             self.calibrated = [int(p) for p in state["calibrated"]]
+            self.public_keys = {int(p): bytes(k) for p, k in state.get("public-keys", {}).items()}
             shared = state["shared"]
             self.shared = None if shared is None else (float(shared[0]), float(shared[1]))
         self.personal = {int(k): v for k, v in state["personal"].items()}
@@ -217,12 +244,10 @@ class LocalOnly(FedRSPO):
     def model_content(self, arrays: ArrayRecord) -> dict[str, ArrayRecord]:
         return {}  # nothing to share: each client keeps its own model
 
-    def aggregate_train(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        if server_round > self.warm_rounds:
-            return super().aggregate_train(server_round, replies)
+    def train_phase(self, server_round: int) -> Phase:
+        """Every client trains its own model; only the mean training loss comes back."""
+        return Phase("train", self.train_messages, self.aggregate_local)
+
+    def aggregate_local(self, server_round: int, replies: list[Message]) -> MetricRecord | None:
         losses = [float(reply_metrics(r.content)["train-loss"]) for r in replies]
-        return None, MetricRecord(
-            {"clients-used": len(losses), "train-loss": sum(losses) / max(len(losses), 1)}
-        )
+        return MetricRecord({"clients-used": len(losses), "train-loss": sum(losses) / max(len(losses), 1)})

@@ -1,10 +1,11 @@
 """The round loop every LSA strategy shares (docs/algorithms.md section 3), and single-agent LSA.
 
 Every client takes part in every round (full participation: the iteration of one agent
-needs the others'). Round ``r`` covers iterations ``(r - 1) H + 1 .. r H`` (H = 1 for
-PF-LSA). The server broadcasts one array (``broadcast_key``: PF-LSA's averaged update,
-FedLSA's shared parameter, nothing for single-agent LSA) and, from the replies' arrays
-``reply_key``, sets
+needs the others'). A round's phases (strategies/base.py): ``train`` (summed when the method
+sends an array back), then, after the last round, ``evaluate``. Round ``r`` covers iterations
+``(r - 1) H + 1 .. r H`` (H = 1 for PF-LSA). The server broadcasts one array
+(``broadcast_key``: PF-LSA's averaged update, FedLSA's shared parameter, nothing for
+single-agent LSA) and, from the replies' arrays ``reply_key``, sets
 
     broadcast = (1/N) sum_c reply_c,
 
@@ -25,12 +26,11 @@ usable reply at all in a round, the run stops with one line.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
-from flwr.serverapp import Grid
 
 from hetfed.methods.lsa import LSAParams
 from hetfed.params import ConfigError
@@ -39,6 +39,7 @@ from hetfed.records import to_numpy, to_record
 from hetfed.strategies.base import (
     FederatedStrategy,
     FederationError,
+    Phase,
     WeightedSum,
     reply_arrays,
     reply_metrics,
@@ -89,7 +90,6 @@ class LSAStrategy(FederatedStrategy):
         initial_arrays = initial_arrays or self.default_arrays(dim)
         super().__init__(num_rounds=num_rounds, params=params, initial_arrays=initial_arrays)
         self.dim, self.checkpoint_every = dim, checkpoint_every
-        self.final: dict[str, Any] = {}
         self.behind: dict[int, int] = {}  # partition that missed rounds -> the last round it completed
         self.last_value: dict[int, np.ndarray] = {}  # partition -> what stands in for it (stand_in)
 
@@ -147,15 +147,26 @@ class LSAStrategy(FederatedStrategy):
             messages.append(self.pool.message(pid, kind, content, server_round))
         return messages
 
-    def configure_train(
-        self, server_round: int, arrays: ArrayRecord | None, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        report = (server_round - 1) % self.params.report_every == 0
-        return self.broadcast(server_round, "train", arrays, self.client_config(config, server_round, report))
+    def phases(self, server_round: int) -> list[Phase]:
+        """Round r: ``train`` (summed when the method sends an array back), then ``evaluate`` after
+        the last round."""
+        if server_round == 0:
+            return []
+        # In clear a missing agent's stand-in enters the mean (aggregate_train); a sum has none.
+        summed = self.aggregate_sum if self.sums(server_round) else None
+        return [
+            Phase("train", self.train_messages, self.aggregate_train, summed),
+            Phase("evaluate", self.evaluate_messages, self.aggregate_evaluate),
+        ]
 
-    def aggregate_train(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def train_messages(self, server_round: int) -> list[Message]:
+        """The broadcast to every agent; the clients report their error every ``report_every`` rounds."""
+        report = (server_round - 1) % self.params.report_every == 0
+        config = self.client_config(self.round_config(server_round), server_round, report)
+        return self.broadcast(server_round, "train", self.arrays, config)
+
+    def aggregate_train(self, server_round: int, replies: list[Message]) -> MetricRecord | None:
+        """broadcast = (1/N) sum_c reply_c over the agents, a missing one's stand-in in its place."""
         usable: dict[int, RecordDict] = {}
         values: dict[int, np.ndarray | None] = {}
         for reply in replies:
@@ -175,11 +186,10 @@ class LSAStrategy(FederatedStrategy):
             value = values[pid]
             if value is not None:  # None: the method sends nothing back (single-agent LSA)
                 self.last_value[pid] = self.remember(value, start)
-        arrays = None
         received = [v for _, v in sorted(values.items()) if v is not None]
         if key is not None and received:
-            arrays = to_record({key: np.mean(received, axis=0)})
-        return arrays, self.round_metrics(server_round, usable, stale)
+            self.arrays = to_record({key: np.mean(received, axis=0)})
+        return self.round_metrics(server_round, usable, stale)
 
     def mark_stale(self, server_round: int, usable: Mapping[int, RecordDict], stands_in: bool) -> list[int]:
         """The agents missing from ``usable``, marked as continuing from the last round they completed
@@ -226,7 +236,7 @@ class LSAStrategy(FederatedStrategy):
 
     def aggregate_sum(
         self, server_round: int, replies: list[Message], summed: WeightedSum | None
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    ) -> MetricRecord | None:
         """broadcast = (reference +) (1/|U|) sum_{c in U} x_c over the agents U that replied: a missing
         agent has no stand-in, as the server never holds its reply."""
         if summed is None:
@@ -241,7 +251,8 @@ class LSAStrategy(FederatedStrategy):
         mean = summed.mean()[self.reply_key]
         reference = self.sum_reference().get(self.reply_key)
         value = mean if reference is None or self.reply_key != self.broadcast_key else reference + mean
-        return to_record({self.broadcast_key: value}), self.round_metrics(server_round, usable, stale)
+        self.arrays = to_record({self.broadcast_key: value})
+        return self.round_metrics(server_round, usable, stale)
 
     def remember(self, value: np.ndarray, start: np.ndarray | None) -> np.ndarray:
         """What to keep of an agent's reply for the rounds it may miss (default: the reply itself)."""
@@ -282,16 +293,15 @@ class LSAStrategy(FederatedStrategy):
             return None, f"array {key!r} contains NaN or Inf"
         return value, None
 
-    def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord | None, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
+    def evaluate_messages(self, server_round: int) -> list[Message]:
+        """After the last round: the broadcast that completes iteration T H, with the error report."""
         if server_round != self.num_rounds:
             return []
-        return self.broadcast(
-            server_round, "evaluate", arrays, self.client_config(config, server_round, True)
-        )
+        config = self.client_config(self.round_config(server_round), server_round, True)
+        return self.broadcast(server_round, "evaluate", self.arrays, config)
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+    def aggregate_evaluate(self, server_round: int, replies: list[Message]) -> MetricRecord | None:
+        """Each agent's final error (``evaluation``) and their mean."""
         usable = {self.pool.partition_of(reply): reply.content for reply in replies}
         self.require_some(server_round, "evaluate", usable)
         per_client = {
@@ -303,12 +313,12 @@ class LSAStrategy(FederatedStrategy):
             for pid in self.pool.partitions
             if pid not in usable
         }
-        self.final = summarize(per_client, failed)
-        self.final["aggregate"]["iteration"] = self.iteration(server_round + 1)
+        self.evaluation = summarize(per_client, failed)
+        self.evaluation["aggregate"]["iteration"] = self.iteration(server_round + 1)
         return MetricRecord(
             {
                 "final-iteration": self.iteration(server_round + 1),
-                "final-mean-sq-error": self.final["aggregate"]["sq-error"],
+                "final-mean-sq-error": self.evaluation["aggregate"]["sq-error"],
             }
         )
 
@@ -327,20 +337,15 @@ class LSAStrategy(FederatedStrategy):
             f"{self.pool.name(p)}: {self.pool.failed.get(p, otherwise)}" for p in self.pool.partitions
         )
 
-    def finish(self) -> dict[str, Any]:
-        return self.final
-
     def state_dict(self) -> dict[str, Any]:
         return {
             **super().state_dict(),
-            "final": self.final,
             "behind": dict(self.behind),
             "last-value": {pid: v.copy() for pid, v in self.last_value.items()},
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         super().load_state_dict(state)
-        self.final = state["final"]
         self.behind = {int(k): int(v) for k, v in state.get("behind", {}).items()}
         self.last_value = {int(k): np.asarray(v) for k, v in state.get("last-value", {}).items()}
 

@@ -12,7 +12,11 @@ Problem: ``min_w max_i f_i(w)`` subject to ``max_i g_i(w) <= 0``. Round k:
 4. ``w_{k+1} = w_k - eta sum_{i in I_k} (1_k p_i + (1 - 1_k) q_i) u_i``;
 5. output the average of ``w_k`` over the rounds with ``1_k = 1`` (and the last iterate).
 
-:class:`ConstrainedRounds` is that harness with step 2 left to :meth:`ConstrainedRounds.plan`;
+A round's phases (strategies/base.py): ``query`` (step 1; its fold makes step 2's decision,
+the state's ``plan``), ``train`` (summed; step 3 from the plan, step 4 in its fold), and
+``evaluate`` when due (round 0: the initial model's, when evaluating every few rounds).
+
+:class:`ConstrainedRounds` is that harness with step 2 left to :meth:`ConstrainedRounds.decide`;
 :class:`SoftmaxSwitching` fills it in, and the baselines of
 :mod:`hetfed.strategies.constrained_baselines` (penalty, primal-dual, unconstrained FedAvg,
 parallel CRPO) fill it in differently, so every method shares the sampling, the
@@ -28,14 +32,13 @@ cumulative number of local gradient steps taken by all clients.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.app.typing import MetricRecordValues
-from flwr.serverapp import Grid
 
 from hetfed.methods.constrained import ConstrainedParams, SwitchingParams
 from hetfed.params import ConfigError
@@ -43,7 +46,7 @@ from hetfed.problems.constrained import require
 from hetfed.problems.models import model_record
 from hetfed.problems.registry import get_problem
 from hetfed.records import to_numpy, to_record
-from hetfed.strategies.base import FederatedStrategy, WeightedSum, reply_metrics
+from hetfed.strategies.base import FederatedStrategy, Phase, WeightedSum, reply_metrics
 from hetfed.strategies.summary import summarize
 
 SAMPLING_STREAM = 61  # the client-sampling RNG is default_rng(SeedSequence([seed, SAMPLING_STREAM]))
@@ -179,7 +182,7 @@ def resolve_steps(params: ConstrainedParams, *, num_clients: int, num_rounds: in
 
 
 class ConstrainedRounds(FederatedStrategy):
-    """The two-exchange round of docs/algorithms.md 2 with the method's decision left to :meth:`plan`."""
+    """The two-exchange round of docs/algorithms.md 2 with the method's decision left to :meth:`decide`."""
 
     family = "constrained"
     client_handler = "constrained"
@@ -213,8 +216,7 @@ class ConstrainedRounds(FederatedStrategy):
         self.total: dict[str, np.ndarray] | None = None  # sum of the averaged w_k (float64)
         self.count = 0  # rounds in the average
         self.grad_evals = 0
-        self.final: dict[str, Any] = {}
-        self._plan: RoundPlan | None = None
+        self.plan: RoundPlan | None = None  # this round's decision (query phase), None: no usable query reply
 
     @property
     def model(self) -> ArrayRecord:
@@ -230,7 +232,7 @@ class ConstrainedRounds(FederatedStrategy):
         return self._steps
 
     # --- the method ------------------------------------------------------------------
-    def plan(self, server_round: int, f: Mapping[int, float], g: Mapping[int, float]) -> RoundPlan:
+    def decide(self, server_round: int, f: Mapping[int, float], g: Mapping[int, float]) -> RoundPlan:
         """Step 2: the local objective, the weights and whether w_k is averaged, from f_i, g_i."""
         raise NotImplementedError
 
@@ -241,30 +243,43 @@ class ConstrainedRounds(FederatedStrategy):
 
     # --- the harness -----------------------------------------------------------------
     def setup(self) -> None:
+        """The steps, from the number of connected clients."""
         n = len(self.pool.partitions)
         self._steps = resolve_steps(self.params, num_clients=n, num_rounds=self.rounds)
         self.log(f"{type(self).__name__}: " + ", ".join(f"{k}={v:.4g}" for k, v in self.settings().items()))
-        if self.params.eval_every:
-            # F(w_0), G(w_0): the curves start at zero gradient evaluations.
-            metrics = self._evaluate(self.pool.send(self._evaluate_messages(0), 0))
-            metrics["grad-evals"] = 0
-            self.history[0] = metrics  # the round loop records it as round 0
+
+    def phases(self, server_round: int) -> list[Phase]:
+        """Round k: ``query``, ``train`` (summed), ``evaluate`` (when due); round 0: ``evaluate`` of
+        w_0 when evaluating every few rounds."""
+        evaluate = Phase("evaluate", self.evaluate_messages, self.aggregate_evaluate)
+        if server_round == 0:
+            return [evaluate] if self.params.eval_every else []
+        return [
+            Phase("query", self.query_messages, self.aggregate_query),
+            self.summed_phase("train", server_round, self.train_messages, self.aggregate_sum),
+            evaluate,
+        ]
 
     def sample(self) -> list[int]:
         """``I_k``: m partitions uniformly without replacement."""
         chosen = self.rng.choice(self.pool.partitions, size=self.steps.m, replace=False)
         return sorted(int(p) for p in chosen)
 
-    def configure_train(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        sampled = self.sample()
-        query = [
-            self.pool.message(pid, "query.fg", RecordDict({"arrays": arrays, "config": config}), server_round)
-            for pid in sampled
+    def query_messages(self, server_round: int) -> list[Message]:
+        """Step 1: w_k to the sample ``I_k`` (drawn here), which returns f_i, g_i."""
+        config = self.round_config(server_round)
+        return [
+            self.pool.message(
+                pid, "query.fg", RecordDict({"arrays": self.model, "config": config}), server_round
+            )
+            for pid in self.sample()
         ]
+
+    def aggregate_query(self, server_round: int, replies: list[Message]) -> MetricRecord | None:
+        """Step 2: the round's ``plan`` from the usable f_i, g_i (None when there are none); w_k enters
+        the output average if the plan says so."""
         f, g = {}, {}
-        for reply in self.pool.send(query, server_round):
+        for reply in replies:
             metrics = reply_metrics(reply.content)
             fi, gi = float(metrics["f"]), float(metrics["g"])
             if math.isfinite(fi) and math.isfinite(gi):
@@ -273,18 +288,25 @@ class ConstrainedRounds(FederatedStrategy):
                 self.pool.reject(reply, f"non-finite f={fi} or g={gi}")
         if not f:
             self.log(f"round {server_round}: no usable query reply; the model is unchanged")
-            self._plan = None
-            return []
-        self._plan = plan = self.plan(server_round, f, g)
+            self.plan = None
+            return None
+        self.plan = plan = self.decide(server_round, f, g)
         if plan.averaged:
-            w = to_numpy(arrays)
+            w = to_numpy(self.model)
             self.total = {
                 k: v.astype(np.float64) + (self.total[k] if self.total else 0.0) for k, v in w.items()
             }
             self.count += 1
+        return None
+
+    def train_messages(self, server_round: int) -> list[Message]:
+        """Step 3: the plan's local objective to the clients that answered the query (none without a plan)."""
+        plan = self.plan
+        if plan is None:
+            return []
         train_config = ConfigRecord(
             {
-                **config,
+                **self.round_config(server_round),
                 "objective": plan.objective,
                 "multiplier": float(plan.multiplier),
                 "gamma": float(self.steps.gamma),
@@ -293,14 +315,8 @@ class ConstrainedRounds(FederatedStrategy):
         )
         return [
             self.pool.message(pid, "train", RecordDict({"config": train_config}), server_round)
-            for pid in sorted(f)
+            for pid in sorted(plan.weights)
         ]
-
-    def aggregate_train(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        replies = list(replies)
-        return self.aggregate_sum(server_round, replies, self.plain_sum(replies))
 
     def planned_sample(self, population: int) -> int:
         return self.params.clients_per_round or population
@@ -310,17 +326,18 @@ class ConstrainedRounds(FederatedStrategy):
         return True
 
     def sum_weight(self, partition_id: int) -> float | str:
-        assert self._plan is not None  # configure_train planned this round
-        return float(self._plan.weights[partition_id])
+        assert self.plan is not None  # the query phase planned this round
+        return float(self.plan.weights[partition_id])
 
     def sum_layout(self) -> dict[str, tuple[int, ...]]:
         return {k: v.shape for k, v in to_numpy(self.model).items()}
 
     def aggregate_sum(
         self, server_round: int, replies: list[Message], summed: WeightedSum | None
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        plan = self._plan
-        assert plan is not None  # set by configure_train, which sent this round's instructions
+    ) -> MetricRecord | None:
+        """Step 4: w_{k+1} = w_k - eta sum_i a_i u_i / sum_i a_i (unchanged without a usable update)."""
+        plan = self.plan
+        assert plan is not None  # the query phase planned this round, whose train phase sent
         for reply in replies:
             self.grad_evals += int(reply_metrics(reply.content)["local-steps"])
         for pid, columns in plan.columns.items():
@@ -335,8 +352,9 @@ class ConstrainedRounds(FederatedStrategy):
         }
         if summed is None or summed.weight <= 0:
             self.log(f"round {server_round}: no usable update; the model is unchanged")
-            return None, MetricRecord(metrics)
-        return to_record(weighted_step(to_numpy(self.model), summed, self.steps.eta)), MetricRecord(metrics)
+            return MetricRecord(metrics)
+        self.arrays = to_record(weighted_step(to_numpy(self.model), summed, self.steps.eta))
+        return MetricRecord(metrics)
 
     def average(self) -> ArrayRecord | None:
         """The average of the w_k with ``averaged`` rounds so far (None before the first)."""
@@ -345,9 +363,13 @@ class ConstrainedRounds(FederatedStrategy):
         dtypes = {k: v.dtype for k, v in to_numpy(self.model).items()}
         return to_record({k: (v / self.count).astype(dtypes[k]) for k, v in self.total.items()})
 
-    def _evaluate_messages(self, server_round: int) -> list[Message]:
+    def evaluate_messages(self, server_round: int) -> list[Message]:
+        """Every ``eval_every`` rounds and after the last: w_k and the average to every client."""
+        every = self.params.eval_every
+        if not (server_round == self.num_rounds or (every and server_round % every == 0)):
+            return []
         # The run's name: a silo keeps its models for inference under it (client state).
-        config = ConfigRecord({"server-round": server_round, "run-name": self.pool.run_name})
+        config = self.round_config(server_round)
         average = self.average()
         messages = []
         for pid in self.pool.partitions:  # a RecordDict each: a message owns its content
@@ -357,19 +379,10 @@ class ConstrainedRounds(FederatedStrategy):
             messages.append(self.pool.message(pid, "evaluate", content, server_round))
         return messages
 
-    def configure_evaluate(
-        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
-    ) -> Iterable[Message]:
-        every = self.params.eval_every
-        if server_round == self.num_rounds or (every and server_round % every == 0):
-            return self._evaluate_messages(server_round)
-        return []
-
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        return MetricRecord({**self._evaluate(replies)})
-
-    def _evaluate(self, replies: Iterable[Message]) -> dict[str, float]:
-        """Worst-client ``F = max_i f_i``, ``G = max_i g_i`` (and of the average) over the replies."""
+    def aggregate_evaluate(self, server_round: int, replies: list[Message]) -> MetricRecord | None:
+        """Worst-client ``F = max_i f_i``, ``G = max_i g_i`` (and of the average) over the replies; the
+        per-client results are the state's ``evaluation``. Round 0's curves start at zero gradient
+        evaluations."""
         per_client = {self.pool.name(self.pool.partition_of(r)): reply_metrics(r.content) for r in replies}
         out: dict[str, float] = {}
         for prefix in ("", "avg-"):
@@ -379,8 +392,10 @@ class ConstrainedRounds(FederatedStrategy):
                     out[prefix + name] = float(max(values))
                     out[f"{prefix}mean-{key}"] = float(np.mean(values))
         failed = {self.pool.name(p): e for p, e in self.pool.failed.items()}
-        self.final = summarize(per_client, failed=failed)
-        return out
+        self.evaluation = summarize(per_client, failed=failed)
+        if server_round == 0:
+            out["grad-evals"] = 0
+        return MetricRecord({**out})
 
     def finish(self) -> dict[str, Any]:
         """Per-client final metrics; the aggregate adds F, G (and avg-F, avg-G), counts and settings."""
@@ -396,8 +411,8 @@ class ConstrainedRounds(FederatedStrategy):
                 **{f"setting-{k}": float(v) for k, v in self.settings().items()},
             }
         )
-        self.final["aggregate"] = {**self.final.get("aggregate", {}), **extra}
-        return self.final
+        self.evaluation["aggregate"] = {**self.evaluation.get("aggregate", {}), **extra}
+        return self.evaluation
 
     def final_models(self) -> dict[str, np.ndarray]:
         """The last model and, when rounds were averaged, the average (``last/...``, ``average/...``)."""
@@ -415,7 +430,7 @@ class ConstrainedRounds(FederatedStrategy):
             "total": self.total,
             "count": self.count,
             "grad-evals": self.grad_evals,
-            "final": self.final,
+            "plan": self.plan,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -425,7 +440,7 @@ class ConstrainedRounds(FederatedStrategy):
         self.total = state["total"]
         self.count = int(state["count"])
         self.grad_evals = int(state["grad-evals"])
-        self.final = state["final"]
+        self.plan = state.get("plan")
 
 
 class SoftmaxSwitching(ConstrainedRounds):
@@ -443,6 +458,7 @@ class SoftmaxSwitching(ConstrainedRounds):
         }
 
     def setup(self) -> None:
+        """The steps; a note when alpha is below the theory's bound."""
         super().setup()
         alpha = self.params.alpha
         if alpha < self.steps.alpha_min:
@@ -451,7 +467,7 @@ class SoftmaxSwitching(ConstrainedRounds):
                 f"2 ln(m)/eps = {self.steps.alpha_min:.4g}"
             )
 
-    def plan(self, server_round: int, f: Mapping[int, float], g: Mapping[int, float]) -> RoundPlan:
+    def decide(self, server_round: int, f: Mapping[int, float], g: Mapping[int, float]) -> RoundPlan:
         parts = self.pool.partitions
         mask = np.array([pid in f for pid in parts])  # the sampled clients that answered
         fv = np.array([f.get(pid, np.nan) for pid in parts])

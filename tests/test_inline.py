@@ -115,7 +115,9 @@ def test_fedavg_aggregates_deltas_weighted_by_sample_counts(task_identity) -> No
             }
         )
         replies.append(Message(content, reply_to=ins))
-    new, metrics = strategy.aggregate_train(1, replies)
+    (train,) = [phase for phase in strategy.phases(1) if phase.name == "train"]
+    metrics = train.fold(1, replies)
+    new = strategy.arrays
     expected = {k: w[k] + (10 * (updates[0][k] - w[k]) + 30 * (updates[1][k] - w[k])) / 40 for k in w}
     for k, v in to_numpy(new).items():
         np.testing.assert_allclose(v, expected[k], rtol=1e-13, atol=1e-15)
@@ -229,8 +231,10 @@ def test_wrong_array_record_is_an_error_not_a_crash() -> None:
         load_record(make_mlp(2, 3, 1, seed=0), ArrayRecord({}))
 
 
-def test_a_strategy_started_from_plain_flower_code_runs_as_through_hetfed_run(tmp_path: Path) -> None:
-    """``FedRSPO(...).start(grid, ...)`` in a plain ServerApp gives hetfed's own run, bit for bit."""
+def test_a_plain_serverapp_main_runs_through_run_server_as_hetfed_run(tmp_path: Path) -> None:
+    """One run lifecycle: plain Flower code (a ServerApp's main on its own grid) calls ``run_server``
+    and gets hetfed's own run, bit for bit; the strategy a user writes with the constructor's
+    keywords and typed parameters is the one the run config builds."""
     from flwr.supercore.task_identity import TaskIdentity
 
     from hetfed.config import validate
@@ -239,6 +243,7 @@ def test_a_strategy_started_from_plain_flower_code_runs_as_through_hetfed_run(tm
     from hetfed.problems.registry import get_problem
     from hetfed.server.store import load_checkpoint_file
     from hetfed.strategies.fedrspo import FedRSPO
+    from hetfed.strategies.registry import build_strategy
 
     method = {"strategy": "fedrspo", "loss": "rspo+", "personal-rounds": 2, "fraction": 0.5, "seed": 4}
     summary = run(tmp_path, nodes=3, **method)
@@ -248,24 +253,29 @@ def test_a_strategy_started_from_plain_flower_code_runs_as_through_hetfed_run(tm
     in_dim, out_dim = get_problem("knapsack").model_dims(cfg)
     strategy = FedRSPO(  # what a user writes: the constructor's keywords and the method's typed parameters
         initial_arrays=model_record(make_mlp(in_dim, cfg["hidden"], out_dim, seed=4)),
+        num_rounds=2,
         seed=4,
         params=CalibratedParams(fraction=0.5, local_epochs=1, loss="rspo+", personal_rounds=2),
     )
+    built = build_strategy(cfg)
+    assert strategy.params == built.params and strategy.num_rounds == built.num_rounds == 3
+    mine, theirs = strategy.state_dict(), built.state_dict()
+    assert all(np.array_equal(mine["arrays"][k], theirs["arrays"][k]) for k in theirs["arrays"])
+    assert mine["rng"] == theirs["rng"]
+
     grid = InlineGrid(client_app, node_configs(3), {k: cfg[k] for k in FAST | {"seed": 4}})
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
-    result = strategy.start(grid, num_rounds=2, timeout=30, results_dir=str(tmp_path), run_name="plain")
+    plain = run_server(grid, {**FAST, **method, "results-dir": str(tmp_path), "run-name": "plain"})
 
     expected = hetfed_run["strategy"]["arrays"]
-    got = to_numpy(result.arrays)
-    assert set(got) == set(expected) and all(np.array_equal(got[k], expected[k]) for k in got)
-    plain = json.loads((tmp_path / "plain" / "summary.json").read_text())
+    got = load_checkpoint_file(tmp_path / "plain" / "checkpoint.pt")["strategy"]
+    assert set(got["arrays"]) == set(expected)
+    assert all(np.array_equal(got["arrays"][k], expected[k]) for k in expected)
     assert plain["status"] == "completed" and plain["clients"] == summary["clients"]
-    assert sorted(result.train_metrics_clientapp) == [1, 2, 3]  # 2 warm rounds + personalization
-    assert result.evaluate_metrics_clientapp[3]["per-relative-regret"] == pytest.approx(
+    assert sorted(got["history"]) == [1, 2, 3]  # 2 warm rounds + personalization
+    assert got["history"][3]["per-relative-regret"] == pytest.approx(
         summary["aggregate"]["per-relative-regret"]
     )
-    with pytest.raises(ValueError, match="evaluate_fn"):
-        strategy.start(grid, evaluate_fn=lambda r, a: None)
 
 
 @pytest.mark.parametrize("hidden", [64, 0])
