@@ -30,7 +30,7 @@ from hetfed.reproduce.knapsack import (
     CLIENTS,
     LOSSES,
     PAPER_T3,
-    SEEDS,
+    PLAN,
     cell,
     centralized,
     frozen_at,
@@ -170,7 +170,7 @@ def jobs(study: Study, quick: bool, fixed: dict[str, Any]) -> list[Job]:
     """Every run of ``study``: seeds x rows x losses x variants (``fixed``: --set overrides)."""
     out = []
     for seed, row, loss, variant in itertools.product(
-        SEEDS[: study.seeds], study.rows, study.losses, study.variants
+        PLAN.seeds[: study.seeds], study.rows, study.losses, study.variants
     ):
         eta_o, eta_c, eta_d = row_etas(row)
         name = f"{study.name}-{row}-{loss}-{variant.label}-s{seed}"
@@ -380,8 +380,8 @@ def resolve(args: argparse.Namespace) -> Study:
     if args.losses:
         study = replace(study, losses=tuple(args.losses))
     if args.seeds is not None:
-        if not 1 <= args.seeds <= len(SEEDS):
-            raise ValueError(f"--seeds: must be in 1..{len(SEEDS)}, got {args.seeds}")
+        if not 1 <= args.seeds <= len(PLAN.seeds):
+            raise ValueError(f"--seeds: must be in 1..{len(PLAN.seeds)}, got {args.seeds}")
         study = replace(study, seeds=args.seeds)
     if args.clients is not None:
         if args.clients < 1:
@@ -407,7 +407,7 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     data = {
         "study": study.name,
-        "seeds": list(SEEDS[: study.seeds]),
+        "seeds": list(PLAN.seeds[: study.seeds]),
         "clients": study.clients,
         "quick": args.quick,
         "set": fixed,
