@@ -9,7 +9,7 @@ import multiprocessing
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -38,11 +38,6 @@ def add_run_arguments(
     parser.add_argument("--workers", type=int, default=default_workers(), help="parallel inline runs")
     parser.add_argument("--results-dir", default=f"results/reproduce-{name}", help="where the runs go")
     parser.add_argument("--out", default=str(OUT), help="where the tables and plots go")
-
-
-def chosen_seeds(seeds: Sequence[int], args: argparse.Namespace) -> tuple[int, ...]:
-    """The first ``--seeds`` of ``seeds`` (at least one; one with --quick)."""
-    return tuple(seeds[:1] if args.quick else seeds[: max(1, min(args.seeds, len(seeds)))])
 
 
 def completed_run(folder: Path, cfg: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hetfed.reproduce.common import add_run_arguments, fmt, run_many, stat, write_json
-from hetfed.reproduce.plan import Plan
+from hetfed.reproduce.common import add_run_arguments, fmt, stat, write_json
+from hetfed.reproduce.plan import Job, Plan, run_jobs
 
 LOSSES = {"rspo+": "FedRSPO+", "mse": "MSE"}
 MODELS = ("fed", "per", "dep")
@@ -341,19 +341,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     started = time.time()
-    seeds = PLAN.chosen_seeds(args)
+    seeds = PLAN.chosen_seeds(args.seeds, args.quick)
     noise, clients = (QUICK_NOISE, QUICK_CLIENTS) if args.quick else (NOISE, CLIENTS)
     planned = configs(seeds, noise, clients, args.quick)
     results_dir = Path(args.results_dir)
-    summaries: list[dict[str, Any]] = []
-    for n in clients:  # one run_many per federation size
-        summaries += run_many(
-            [c for c in planned if c["num-clients"] == n],
-            nodes=n,
-            results_dir=results_dir,
-            engine=args.engine,
-            workers=args.workers,
-        )
+    summaries = run_jobs([Job((), c["seed"], c, c["num-clients"]) for c in planned], args)
     out = Path(args.out)
     varied = ("num-clients", "loss", "seed", "run-name", "dp", "dp-noise-multiplier", "dp-clipping-norm")
     write_json(

@@ -232,12 +232,12 @@ def plot(data: dict[str, Any], out: Path) -> None:
 def calibration(plan: Plan) -> dict[str, Any]:
     """Per zone and training split: lam0_j under the mean and the median norm (the zone's data)."""
     from hetfed.client.decision_client import calibrate
-    from hetfed.reproduce.energy.analysis import _zone_data
+    from hetfed.reproduce.energy.analysis import zone_data
 
     out: dict[str, Any] = {}
     for zone in plan.zones:
         for split, extra in VARIANTS.items():
-            data = _zone_data(zone, **extra)
+            data = zone_data(zone, **extra)
             out.setdefault(zone, {})[split] = {
                 norm: calibrate(data, ENERGY["rspo-alpha"], norm)["lam0"] for norm in ("mean", "median")
             }

@@ -904,7 +904,7 @@ def custom_grid(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     started = time.time()
-    seeds = PLAN.chosen_seeds(args)
+    seeds = PLAN.chosen_seeds(args.seeds, args.quick)
     custom = custom_grid(args)
     rows = tuple(args.rows or PLAN.axes["quick-rows" if args.quick else "rows"])
     jobs = grid(seeds, rows, args.quick, tuple(args.losses or LOSSES))

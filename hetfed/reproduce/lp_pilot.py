@@ -120,7 +120,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     started = time.time()
-    seeds = PLAN.chosen_seeds(args)
+    seeds = PLAN.chosen_seeds(args.seeds, args.quick)
     planned = configs(seeds, args.quick)
     summaries = run_many(
         planned,

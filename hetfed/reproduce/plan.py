@@ -39,11 +39,13 @@ class PlanError(ValueError):
 
 @dataclass(frozen=True)
 class Job:
-    """One run of a reproduction: its place in the tables (``key``), its seed and its run config."""
+    """One run of a reproduction: its place in the tables (``key``), its seed, its run config and
+    its federation size (``nodes``; None: the size :func:`run_jobs` is given)."""
 
     key: tuple[str, ...]
     seed: int
     config: dict[str, Any]
+    nodes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -72,9 +74,9 @@ class Plan:
         """The base run config (plus ``[quick]`` with ``quick``), then ``overrides``."""
         return {**self.base, **(self.quick if quick else {}), **overrides}
 
-    def chosen_seeds(self, args: argparse.Namespace) -> tuple[int, ...]:
-        """The first ``--seeds`` of the plan's seeds (at least one; one with ``--quick``)."""
-        return self.seeds[:1] if args.quick else self.seeds[: max(1, min(args.seeds, len(self.seeds)))]
+    def chosen_seeds(self, count: int, quick: bool) -> tuple[int, ...]:
+        """The first ``count`` (``--seeds``) of the plan's seeds: at least one, one with ``quick``."""
+        return self.seeds[:1] if quick else self.seeds[: max(1, min(count, len(self.seeds)))]
 
 
 def _checked(path: Path, raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -139,18 +141,31 @@ def run_jobs(
     jobs: list[Job],
     args: argparse.Namespace,
     *,
-    nodes: int,
+    nodes: int | None = None,
     data_path: str | None = None,
     describe: Callable[[Mapping[str, Any]], str] = lambda summary: "",
 ) -> list[dict[str, Any]]:
     """Run ``jobs`` with the command line's ``--engine``, ``--workers`` and ``--results-dir``
-    (:func:`hetfed.reproduce.common.run_many`); their summaries in order."""
-    return run_many(
-        [job.config for job in jobs],
-        nodes=nodes,
-        results_dir=Path(args.results_dir),
-        engine=args.engine,
-        workers=args.workers,
-        describe=describe,
-        data_path=data_path,
-    )
+    (:func:`hetfed.reproduce.common.run_many`, once per federation size, smallest first: a job's
+    ``nodes``, else ``nodes``); their summaries in the jobs' order."""
+    sizes = []
+    for job in jobs:
+        size = job.nodes or nodes
+        if size is None:
+            raise ValueError(f"run_jobs: {job.config['run-name']} has no federation size")
+        sizes.append(size)
+    summaries: list[dict[str, Any]] = [{}] * len(jobs)
+    for size in sorted(set(sizes)):
+        index = [i for i, n in enumerate(sizes) if n == size]
+        done = run_many(
+            [jobs[i].config for i in index],
+            nodes=size,
+            results_dir=Path(args.results_dir),
+            engine=args.engine,
+            workers=args.workers,
+            describe=describe,
+            data_path=data_path,
+        )
+        for i, summary in zip(index, done, strict=True):
+            summaries[i] = summary
+    return summaries
