@@ -163,3 +163,12 @@ def fmt(entry: Mapping[str, Any] | None, digits: int = 2, missing: str = "n/a") 
 def write_json(path: Path, obj: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(obj, indent=1, sort_keys=False) + "\n")
+
+
+def publish(out: Path, name: str, data: Any, render: Callable[[Any], str]) -> Any:
+    """Write ``out/name.json`` and ``out/name.md`` = ``render`` of the JSON as written (so that the
+    report re-renders from the JSON alone); the JSON's contents as read back."""
+    write_json(out / f"{name}.json", data)
+    written = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
+    (out / f"{name}.md").write_text(render(written), encoding="utf-8")
+    return written

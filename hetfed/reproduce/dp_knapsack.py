@@ -20,13 +20,12 @@ warm-start updates within the clip (rounds.csv ``dp-within``).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-from hetfed.reproduce.common import add_run_arguments, fmt, stat, write_json
+from hetfed.reproduce.common import add_run_arguments, fmt, publish, stat
 from hetfed.reproduce.plan import Job, Plan, run_jobs
 
 LOSSES = {"rspo+": "FedRSPO+", "mse": "MSE"}
@@ -348,8 +347,9 @@ def run(args: argparse.Namespace) -> int:
     summaries = run_jobs([Job((), c["seed"], c, c["num-clients"]) for c in planned], args)
     out = Path(args.out)
     varied = ("num-clients", "loss", "seed", "run-name", "dp", "dp-noise-multiplier", "dp-clipping-norm")
-    write_json(
-        out / "dp-knapsack.json",
+    data = publish(
+        out,
+        "dp-knapsack",
         {
             "seeds": list(seeds),
             "quick": args.quick,
@@ -367,9 +367,8 @@ def run(args: argparse.Namespace) -> int:
             "metric": "relative regret on each client's test samples, mean over clients",
             "tables": tables(planned, summaries, results_dir),
         },
+        markdown,
     )
-    data = json.loads((out / "dp-knapsack.json").read_text(encoding="utf-8"))
-    (out / "dp-knapsack.md").write_text(markdown(data), encoding="utf-8")
     plot(data, out)
     print(f"wrote {out / 'dp-knapsack.md'}, dp-knapsack.json and dp-knapsack.png")
     return 0

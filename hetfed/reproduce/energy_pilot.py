@@ -19,7 +19,6 @@ Writes ``energy-pilot.md`` and ``energy-pilot.json`` to ``--out``.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from hetfed.reproduce.common import add_run_arguments, fmt, run_many, stat, write_json
+from hetfed.reproduce.common import add_run_arguments, fmt, publish, run_many, stat
 from hetfed.reproduce.energy.plan import ENERGY, VARIANT_LABELS, VARIANTS, Job, Plan, split_jobs
 from hetfed.reproduce.knapsack import curves, frozen_at
 
@@ -360,8 +359,9 @@ def run(args: argparse.Namespace) -> int:
     )
     zone_table = zones(planned, summaries, results_dir)
     out = Path(args.out)
-    write_json(
-        out / "energy-pilot.json",
+    data = publish(
+        out,
+        "energy-pilot",
         {
             "seeds": list(plan.seeds),
             "zones": list(plan.zones),
@@ -376,9 +376,8 @@ def run(args: argparse.Namespace) -> int:
             "curves": personal_curves(planned, summaries, results_dir),
             "calibration": calibration(plan),
         },
+        markdown,
     )
-    data = json.loads((out / "energy-pilot.json").read_text(encoding="utf-8"))
-    (out / "energy-pilot.md").write_text(markdown(data), encoding="utf-8")
     plot(data, out)
     print((out / "energy-pilot.md").read_text(encoding="utf-8"))
     return 0

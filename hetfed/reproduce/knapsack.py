@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from hetfed.reproduce.common import add_run_arguments, fmt, mean_std, write_json
+from hetfed.reproduce.common import add_run_arguments, fmt, mean_std, publish, write_json
 from hetfed.reproduce.plan import Job, Plan, run_jobs
 
 PLAN = Plan.load("knapsack")  # plans/knapsack.toml: the grid and the paper's numbers
@@ -924,8 +924,9 @@ def run(args: argparse.Namespace) -> int:
     paper = PLAN.paper
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_json(
-        out / "knapsack.json",
+    publish(
+        out,
+        "knapsack",
         {
             "seeds": list(seeds),
             "wall-time-s": round(wall, 1),
@@ -943,10 +944,8 @@ def run(args: argparse.Namespace) -> int:
             "orderings": orderings(res),
             "studies": study_index(out),
         },
+        markdown,
     )
-    # The report is rendered from the JSON as written, so that it can be re-rendered from it alone.
-    data = json.loads((out / "knapsack.json").read_text(encoding="utf-8"))
-    (out / "knapsack.md").write_text(markdown(data), encoding="utf-8")
     plot(Path(args.results_dir), jobs, out)
     print((out / "knapsack.md").read_text(encoding="utf-8"))
     return 0

@@ -12,12 +12,11 @@ beats each other loss on the deployed model's mean regret.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
 
-from hetfed.reproduce.common import add_run_arguments, fmt, run_many, stat, write_json
+from hetfed.reproduce.common import add_run_arguments, fmt, publish, run_many, stat
 from hetfed.reproduce.plan import Plan
 
 PILOT = Path(__file__).resolve().parents[2] / "examples" / "pilot"
@@ -131,8 +130,9 @@ def run(args: argparse.Namespace) -> int:
         data_path=str(PILOT / "silo-{partition}"),
     )
     out = Path(args.out)
-    write_json(
-        out / "lp-pilot.json",
+    publish(
+        out,
+        "lp-pilot",
         {
             "seeds": list(seeds),
             "quick": args.quick,
@@ -142,8 +142,7 @@ def run(args: argparse.Namespace) -> int:
             "metric": "relative regret on each silo's test days",
             "tables": tables(planned, summaries),
         },
+        markdown,
     )
-    data = json.loads((out / "lp-pilot.json").read_text(encoding="utf-8"))
-    (out / "lp-pilot.md").write_text(markdown(data), encoding="utf-8")
     print(f"wrote {out / 'lp-pilot.md'} and lp-pilot.json")
     return 0
