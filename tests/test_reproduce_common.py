@@ -90,3 +90,24 @@ def test_every_shipped_plan_loads_and_the_papers_seeds_are_defined_once() -> Non
     assert Plan.load("knapsack").seeds == SEEDS["paper"] == (42, 69, 1993, 67, 2026)
     quick = Plan.load("knapsack").config(True, seed=7)
     assert quick["num-rounds"] == 3 and quick["seed"] == 7 and quick["strategy"] == "fedrspo"
+
+
+def test_a_malformed_plan_fails_only_its_reproduction_with_its_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    import hetfed.reproduce.plan as plan_module
+    from hetfed.cli import main
+
+    for path in PLANS.glob("*.toml"):
+        (tmp_path / path.name).write_text(path.read_text())
+    (tmp_path / "lp-pilot.toml").write_text("seeds = 'pilot'\n[base]\nproblem = 'lp'\nnum-round = 3\n")
+    monkeypatch.setattr(plan_module, "PLANS", tmp_path)
+    monkeypatch.delitem(sys.modules, "hetfed.reproduce.lp_pilot", raising=False)
+    assert main(["reproduce", "lp-pilot", "--quick", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"hetfed: error: {tmp_path / 'lp-pilot.toml'}: base: unknown key 'num-round'")
+    assert err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+    assert main(["config"]) == 0  # every other command still works

@@ -26,9 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from hetfed.reproduce.common import add_run_arguments, fmt, publish, run_many, stat
+from hetfed.reproduce.common import add_run_arguments, fmt, publish, stat
 from hetfed.reproduce.energy.plan import ENERGY, VARIANT_LABELS, VARIANTS, Job, Plan, split_jobs
 from hetfed.reproduce.knapsack import curves, frozen_at
+from hetfed.reproduce.plan import run_jobs
 
 RUNS: dict[str, dict[str, Any]] = {  # run label -> overrides
     "spo+": {"loss": "spo+"},
@@ -350,13 +351,7 @@ def run(args: argparse.Namespace) -> int:
     plan = Plan.make(args.seeds, args.quick)
     results_dir = Path(args.results_dir)
     planned = jobs(plan)
-    summaries = run_many(
-        [j.config for j in planned],
-        nodes=len(plan.zones),
-        results_dir=results_dir,
-        engine=args.engine,
-        workers=args.workers,
-    )
+    summaries = run_jobs(planned, args, nodes=len(plan.zones))
     zone_table = zones(planned, summaries, results_dir)
     out = Path(args.out)
     data = publish(
