@@ -302,6 +302,8 @@ def cmd_data(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
+    if args.plan_error is not None:  # its plan file does not load: main prints the one line
+        raise args.plan_error
     return int(args.experiment_module.run(args))
 
 
@@ -310,6 +312,7 @@ def add_reproduce_parsers(sub: argparse._SubParsersAction) -> None:
     import importlib
 
     from hetfed.reproduce import EXPERIMENTS
+    from hetfed.reproduce.plan import PlanError
 
     rep = sub.add_parser("reproduce", help="rerun a paper's experiment and write docs/results/")
     names = rep.add_subparsers(dest="experiment", required=True)
@@ -320,9 +323,15 @@ def add_reproduce_parsers(sub: argparse._SubParsersAction) -> None:
             if exc.name != module_name:
                 raise
             continue  # not built yet
+        except PlanError as exc:  # only this experiment fails, with the plan's one-line error
+            # every option is taken as text (no prefix), so that any command line reaches the error
+            broken = names.add_parser(name, help=f"(its plan does not load: {exc})", prefix_chars="\0")
+            broken.add_argument("options", nargs="*")
+            broken.set_defaults(func=cmd_reproduce, plan_error=exc)
+            continue
         parser = names.add_parser(name, help=(module.__doc__ or "").strip().splitlines()[0])
         module.add_arguments(parser)
-        parser.set_defaults(func=cmd_reproduce, experiment_module=module)
+        parser.set_defaults(func=cmd_reproduce, experiment_module=module, plan_error=None)
 
 
 def add_silo_state_arguments(parser: argparse.ArgumentParser, writes: str) -> None:

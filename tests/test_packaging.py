@@ -90,3 +90,6 @@ def test_the_wheel_has_one_top_level_package(tmp_path: Path) -> None:
         sources = {p.relative_to(REPO / folder).as_posix() for p in (REPO / folder).rglob("*.py")}
         installed = {n.removeprefix(f"hetfed/{folder}/") for n in names if n.startswith(f"hetfed/{folder}/")}
         assert installed == sources, folder
+    plans = {p.name for p in (REPO / "hetfed" / "reproduce" / "plans").glob("*.toml")}  # package data
+    shipped = {n.removeprefix("hetfed/reproduce/plans/") for n in names if n.endswith(".toml")}
+    assert plans and shipped == plans

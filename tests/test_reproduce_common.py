@@ -1,4 +1,5 @@
-"""hetfed/reproduce/common.py: the runner every reproduction shares resumes exactly the completed runs."""
+"""hetfed/reproduce/common.py and plan.py: the runner every reproduction shares resumes exactly the
+completed runs; a plan file loads or fails with one line naming its file, key and culprit."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hetfed.reproduce.common import completed_run, fmt, mean_std, run_many
+from hetfed.reproduce.plan import PLANS, SEEDS, Plan, PlanError
 
 BASE = {"strategy": "softmax-switching", "problem": "quadratic", "num-rounds": 3, "seed": 1}
 
@@ -52,3 +54,60 @@ def test_mean_std_and_fmt() -> None:
     assert fmt({"mean": 1.234, "std": 0.5}) == "1.23 ± 0.50"
     assert fmt({"mean": 1.25, "std": 0.5}, digits=1) == "1.2 ± 0.5"
     assert fmt(None) == "n/a" and fmt({"mean": float("nan"), "std": 0.0}) == "n/a"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("seeds = 'paper'\ncolour = 1", "colour: unknown key"),
+        ("seeds = 'lucky'", "seeds: 'lucky' names no seed list"),
+        ("seeds = [1, 'two']", "seeds: expected a seed list's name or a non-empty list of integers"),
+        ("seeds = [1]\n[base]\nnum-round = 3", "base: unknown key 'num-round'"),
+        ("seeds = [1]\n[quick]\nnum-rounds = -1", "quick: 'num-rounds': must be >= 1, got -1"),
+        ("seeds = [1]\n[axes]\nrows = []", "axes.rows: expected a non-empty list"),
+        ("seeds = [1]\n[[runs]]\ntable = 't'\nmethod = 'm'\nrows = 'rows'", "runs[0]: missing key 'config'"),
+        (
+            "seeds = [1]\n[[runs]]\ntable = 't'\nmethod = 'm'\nrows = 'r'\nconfig = {}",
+            "runs[0].rows: 'r' is not an axis",
+        ),
+        ("seeds = [1]\n[base", "Expected ']'"),
+    ],
+)
+def test_a_malformed_plan_is_one_line_naming_file_key_and_culprit(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(PlanError) as err:
+        Plan.load("bad", path)
+    assert str(err.value).startswith(f"{path}: ") and message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_every_shipped_plan_loads_and_the_papers_seeds_are_defined_once() -> None:
+    for path in sorted(PLANS.glob("*.toml")):
+        plan = Plan.load(path.stem)
+        assert plan.seeds and all(isinstance(s, int) for s in plan.seeds)
+    assert Plan.load("knapsack").seeds == SEEDS["paper"] == (42, 69, 1993, 67, 2026)
+    quick = Plan.load("knapsack").config(True, seed=7)
+    assert quick["num-rounds"] == 3 and quick["seed"] == 7 and quick["strategy"] == "fedrspo"
+
+
+def test_a_malformed_plan_fails_only_its_reproduction_with_its_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    import hetfed.reproduce.plan as plan_module
+    from hetfed.cli import main
+
+    for path in PLANS.glob("*.toml"):
+        (tmp_path / path.name).write_text(path.read_text())
+    (tmp_path / "lp-pilot.toml").write_text("seeds = 'pilot'\n[base]\nproblem = 'lp'\nnum-round = 3\n")
+    monkeypatch.setattr(plan_module, "PLANS", tmp_path)
+    monkeypatch.delitem(sys.modules, "hetfed.reproduce.lp_pilot", raising=False)
+    assert main(["reproduce", "lp-pilot", "--quick", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"hetfed: error: {tmp_path / 'lp-pilot.toml'}: base: unknown key 'num-round'")
+    assert err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+    assert main(["config"]) == 0  # every other command still works

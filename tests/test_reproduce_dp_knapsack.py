@@ -19,7 +19,7 @@ def test_the_quick_reproduction_tabulates_its_runs(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "out" / "dp-knapsack.json").read_text())
     levels = [dp_knapsack.OFF, *(f"{z:g}" for z in dp_knapsack.QUICK_NOISE)]
     assert data["seeds"] == [42] and data["quick"] and data["runs"] == len(dp_knapsack.LOSSES) * len(levels)
-    rounds, (n,) = dp_knapsack.QUICK["num-rounds"], dp_knapsack.QUICK_CLIENTS
+    rounds, (n,) = dp_knapsack.PLAN.quick["num-rounds"], dp_knapsack.QUICK_CLIENTS
     assert data["clients"] == [n] and list(data["tables"]) == [str(n)]
     tables = data["tables"][str(n)]
     for loss in dp_knapsack.LOSSES:
@@ -61,7 +61,7 @@ def test_the_committed_report_is_what_its_json_renders() -> None:
     results = REPO / "docs" / "results"
     data = json.loads((results / "dp-knapsack.json").read_text(encoding="utf-8"))
     assert (results / "dp-knapsack.md").read_text(encoding="utf-8") == dp_knapsack.markdown(data)
-    assert not data["quick"] and data["seeds"] == list(dp_knapsack.SEEDS)
+    assert not data["quick"] and data["seeds"] == list(dp_knapsack.PLAN.seeds)
     assert data["noise-multipliers"] == list(dp_knapsack.NOISE)
     assert data["clients"] == list(dp_knapsack.CLIENTS) == [int(n) for n in data["tables"]]
     # epsilon depends on z and the rounds only: the same for every loss and number of clients

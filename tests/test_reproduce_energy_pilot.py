@@ -60,11 +60,11 @@ def test_no_silo_deploys_a_model_worse_on_its_validation_days_than_the_federated
 
 
 def test_the_median_calibration_is_the_median_cost_norm_over_the_radius(quick: Path) -> None:
-    from hetfed.reproduce.energy.analysis import _zone_data
+    from hetfed.reproduce.energy.analysis import zone_data
 
     data = json.loads((quick / "out" / "energy-pilot.json").read_text())
     zone = data["zones"][0]
-    d = _zone_data(zone)
+    d = zone_data(zone)
     norms = np.linalg.norm(d.train.c.numpy(), axis=1)
     radius = d.polytope.radius()
     assert data["calibration"][zone]["as-is"]["median"] == pytest.approx(np.median(norms) / radius, rel=1e-12)

@@ -61,7 +61,7 @@ def test_rows_are_checked_and_every_variant_gets_its_federation_size() -> None:
         with pytest.raises(ValueError, match="--rows"):
             row_etas(bad)
     planned = jobs(STUDIES["clients"], quick=True, fixed={})
-    assert sorted({j.clients for j in planned}) == [5, 10, 20, 40, 80]
+    assert sorted({j.nodes for j in planned}) == [5, 10, 20, 40, 80]
     assert len({j.config["run-name"] for j in planned}) == len(planned)  # no run overwrites another
     assert len(jobs(STUDIES["combined"], quick=False, fixed={})) == 27 * 3 * 3
 

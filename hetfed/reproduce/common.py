@@ -9,7 +9,7 @@ import multiprocessing
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -38,11 +38,6 @@ def add_run_arguments(
     parser.add_argument("--workers", type=int, default=default_workers(), help="parallel inline runs")
     parser.add_argument("--results-dir", default=f"results/reproduce-{name}", help="where the runs go")
     parser.add_argument("--out", default=str(OUT), help="where the tables and plots go")
-
-
-def chosen_seeds(seeds: Sequence[int], args: argparse.Namespace) -> tuple[int, ...]:
-    """The first ``--seeds`` of ``seeds`` (at least one; one with --quick)."""
-    return tuple(seeds[:1] if args.quick else seeds[: max(1, min(args.seeds, len(seeds)))])
 
 
 def completed_run(folder: Path, cfg: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -168,3 +163,12 @@ def fmt(entry: Mapping[str, Any] | None, digits: int = 2, missing: str = "n/a") 
 def write_json(path: Path, obj: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(obj, indent=1, sort_keys=False) + "\n")
+
+
+def publish(out: Path, name: str, data: Any, render: Callable[[Any], str]) -> Any:
+    """Write ``out/name.json`` and ``out/name.md`` = ``render`` of the JSON as written (so that the
+    report re-renders from the JSON alone); the JSON's contents as read back."""
+    write_json(out / f"{name}.json", data)
+    written = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
+    (out / f"{name}.md").write_text(render(written), encoding="utf-8")
+    return written

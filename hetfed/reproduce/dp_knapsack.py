@@ -20,21 +20,19 @@ warm-start updates within the clip (rounds.csv ``dp-within``).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-from hetfed.reproduce.common import add_run_arguments, chosen_seeds, fmt, run_many, stat, write_json
+from hetfed.reproduce.common import add_run_arguments, fmt, publish, stat
+from hetfed.reproduce.plan import Job, Plan, run_jobs
 
 LOSSES = {"rspo+": "FedRSPO+", "mse": "MSE"}
 MODELS = ("fed", "per", "dep")
-SEEDS = (42, 43, 44, 45, 46)
-NOISE = (0.25, 0.5, 1.0, 2.0, 4.0)
-CLIENTS = (10, 20, 40)
-QUICK_NOISE = (1.0, 4.0)
-QUICK_CLIENTS = (10,)
+PLAN = Plan.load("dp-knapsack")  # plans/dp-knapsack.toml
+NOISE, QUICK_NOISE = tuple(PLAN.axes["noise"]), tuple(PLAN.axes["quick-noise"])
+CLIENTS, QUICK_CLIENTS = tuple(PLAN.axes["clients"]), tuple(PLAN.axes["quick-clients"])
 DELTA = 1e-5
 CLIPS = {"rspo+": 1.2, "mse": 0.32}  # about the median no-DP update norm of each loss (module docs)
 CLIP_CHOICE = (
@@ -42,8 +40,6 @@ CLIP_CHOICE = (
     "without DP (10 clients, seeds 42-44, every round and client; medians RSPO+ 1.198, 1.135, 1.192, "
     "MSE 0.324, 0.328, 0.320), rounded"
 )
-BASE = {"problem": "knapsack", "strategy": "fedrspo", "eta-o": 0.5, "fraction": 1.0, "checkpoint-every": 0}
-QUICK = {"num-rounds": 3, "personal-rounds": 3, "local-epochs": 1}
 OFF = "off"  # the label of the runs without DP
 
 
@@ -60,7 +56,6 @@ def configs(
     seeds: tuple[int, ...], noise: tuple[float, ...], clients: tuple[int, ...], quick: bool
 ) -> list[dict[str, Any]]:
     """One run per number of clients, loss, noise level (None: no DP) and seed."""
-    short = QUICK if quick else {}
     out = []
     for n in clients:
         for loss in LOSSES:
@@ -70,16 +65,11 @@ def configs(
                     dp = {"dp": "central", "dp-noise-multiplier": z, "dp-clipping-norm": CLIPS[loss]}
                     dp["dp-delta"] = DELTA
                 for seed in seeds:
+                    name = run_name(n, loss, z, seed)
                     out.append(
-                        {
-                            **BASE,
-                            **short,
-                            **dp,
-                            "num-clients": n,
-                            "loss": loss,
-                            "seed": seed,
-                            "run-name": run_name(n, loss, z, seed),
-                        }
+                        PLAN.config(
+                            quick, **dp, **{"num-clients": n, "loss": loss, "seed": seed, "run-name": name}
+                        )
                     )
     return out
 
@@ -350,23 +340,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     started = time.time()
-    seeds = chosen_seeds(SEEDS, args)
+    seeds = PLAN.chosen_seeds(args.seeds, args.quick)
     noise, clients = (QUICK_NOISE, QUICK_CLIENTS) if args.quick else (NOISE, CLIENTS)
     planned = configs(seeds, noise, clients, args.quick)
     results_dir = Path(args.results_dir)
-    summaries: list[dict[str, Any]] = []
-    for n in clients:  # one run_many per federation size
-        summaries += run_many(
-            [c for c in planned if c["num-clients"] == n],
-            nodes=n,
-            results_dir=results_dir,
-            engine=args.engine,
-            workers=args.workers,
-        )
+    summaries = run_jobs([Job((), c["seed"], c, c["num-clients"]) for c in planned], args)
     out = Path(args.out)
     varied = ("num-clients", "loss", "seed", "run-name", "dp", "dp-noise-multiplier", "dp-clipping-norm")
-    write_json(
-        out / "dp-knapsack.json",
+    data = publish(
+        out,
+        "dp-knapsack",
         {
             "seeds": list(seeds),
             "quick": args.quick,
@@ -384,9 +367,8 @@ def run(args: argparse.Namespace) -> int:
             "metric": "relative regret on each client's test samples, mean over clients",
             "tables": tables(planned, summaries, results_dir),
         },
+        markdown,
     )
-    data = json.loads((out / "dp-knapsack.json").read_text(encoding="utf-8"))
-    (out / "dp-knapsack.md").write_text(markdown(data), encoding="utf-8")
     plot(data, out)
     print(f"wrote {out / 'dp-knapsack.md'}, dp-knapsack.json and dp-knapsack.png")
     return 0

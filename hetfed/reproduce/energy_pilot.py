@@ -19,7 +19,6 @@ Writes ``energy-pilot.md`` and ``energy-pilot.json`` to ``--out``.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 from pathlib import Path
@@ -27,9 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from hetfed.reproduce.common import add_run_arguments, fmt, run_many, stat, write_json
+from hetfed.reproduce.common import add_run_arguments, fmt, publish, stat
 from hetfed.reproduce.energy.plan import ENERGY, VARIANT_LABELS, VARIANTS, Job, Plan, split_jobs
 from hetfed.reproduce.knapsack import curves, frozen_at
+from hetfed.reproduce.plan import run_jobs
 
 RUNS: dict[str, dict[str, Any]] = {  # run label -> overrides
     "spo+": {"loss": "spo+"},
@@ -232,12 +232,12 @@ def plot(data: dict[str, Any], out: Path) -> None:
 def calibration(plan: Plan) -> dict[str, Any]:
     """Per zone and training split: lam0_j under the mean and the median norm (the zone's data)."""
     from hetfed.client.decision_client import calibrate
-    from hetfed.reproduce.energy.analysis import _zone_data
+    from hetfed.reproduce.energy.analysis import zone_data
 
     out: dict[str, Any] = {}
     for zone in plan.zones:
         for split, extra in VARIANTS.items():
-            data = _zone_data(zone, **extra)
+            data = zone_data(zone, **extra)
             out.setdefault(zone, {})[split] = {
                 norm: calibrate(data, ENERGY["rspo-alpha"], norm)["lam0"] for norm in ("mean", "median")
             }
@@ -351,17 +351,12 @@ def run(args: argparse.Namespace) -> int:
     plan = Plan.make(args.seeds, args.quick)
     results_dir = Path(args.results_dir)
     planned = jobs(plan)
-    summaries = run_many(
-        [j.config for j in planned],
-        nodes=len(plan.zones),
-        results_dir=results_dir,
-        engine=args.engine,
-        workers=args.workers,
-    )
+    summaries = run_jobs(planned, args, nodes=len(plan.zones))
     zone_table = zones(planned, summaries, results_dir)
     out = Path(args.out)
-    write_json(
-        out / "energy-pilot.json",
+    data = publish(
+        out,
+        "energy-pilot",
         {
             "seeds": list(plan.seeds),
             "zones": list(plan.zones),
@@ -376,9 +371,8 @@ def run(args: argparse.Namespace) -> int:
             "curves": personal_curves(planned, summaries, results_dir),
             "calibration": calibration(plan),
         },
+        markdown,
     )
-    data = json.loads((out / "energy-pilot.json").read_text(encoding="utf-8"))
-    (out / "energy-pilot.md").write_text(markdown(data), encoding="utf-8")
     plot(data, out)
     print((out / "energy-pilot.md").read_text(encoding="utf-8"))
     return 0

@@ -16,89 +16,18 @@ import re
 import textwrap
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hetfed.reproduce.common import add_run_arguments, chosen_seeds, fmt, mean_std, run_many, write_json
+from hetfed.reproduce.common import add_run_arguments, fmt, mean_std, publish, write_json
+from hetfed.reproduce.plan import Job, Plan, run_jobs
 
-SEEDS = (42, 69, 1993, 67, 2026)  # the paper's seeds
+PLAN = Plan.load("knapsack")  # plans/knapsack.toml: the grid and the paper's numbers
 CLIENTS = 20
-ROWS = {
-    "(0,0,0)": (0.0, 0.0, 0.0),
-    "(0.5,0,0)": (0.5, 0.0, 0.0),
-    "(1,0,0)": (1.0, 0.0, 0.0),
-    "(0,0.5,0)": (0.0, 0.5, 0.0),
-    "(0,1,0)": (0.0, 1.0, 0.0),
-    "(0,0,1)": (0.0, 0.0, 1.0),
-}
-LOSSES = ("mse", "pfyl", "dpo", "spo+", "rspo+")
-TABLE4_ROWS = ("(0,0,0)", "(1,0,0)", "(0,1,0)", "(0,0,1)")
-ABLATION_ROWS = ("(0,0,0)", "(1,0,0)", "(0,1,0)")
-OPTNET_MULTS = (0.05, 0.1, 0.25)
-
-# The paper's numbers (relative regret %, as the method's specification quotes them). Table 3: (Fed, +P).
-PAPER_T3 = {
-    "(0,0,0)": {
-        "mse": (15.9, 10.5),
-        "pfyl": (8.5, 6.1),
-        "dpo": (16.3, 12.6),
-        "spo+": (9.7, 5.6),
-        "rspo+": (2.3, 1.9),
-    },
-    "(1,0,0)": {
-        "mse": (16.4, 10.8),
-        "pfyl": (9.9, 6.9),
-        "dpo": (17.4, 13.4),
-        "spo+": (10.9, 6.3),
-        "rspo+": (3.0, 2.0),
-    },
-    "(0,1,0)": {
-        "mse": (13.3, 10.5),
-        "pfyl": (15.0, 9.1),
-        "dpo": (20.8, 14.1),
-        "spo+": (12.9, 8.1),
-        "rspo+": (4.6, 2.6),
-    },
-    "(0,0,1)": {
-        "mse": (19.1, 8.4),
-        "pfyl": (18.0, 8.8),
-        "dpo": (22.9, 14.1),
-        "spo+": (17.7, 6.9),
-        "rspo+": (9.3, 3.4),
-    },
-}
-PAPER_T4 = {  # Interp-DFFL / OptNet-style / FedRSPO+
-    "(0,0,0)": (2.42, 9.4, 1.86),
-    "(1,0,0)": (2.42, 9.7, 2.02),
-    "(0,1,0)": (3.51, 11.3, 2.58),
-    "(0,0,1)": (2.47, 11.3, 3.37),
-}
-PAPER_T9 = {
-    "local-only RSPO+": (9.74, 9.80, 6.99),
-    "FedSPO+": (9.69, 10.93, 12.89),
-    "RSPO+ surrogate only": (2.26, 3.05, 4.71),
-    "+ per-client lam/eta": (2.26, 3.05, 4.63),
-    "+ per-client lam/eta + P": (2.16, 2.41, 4.08),
-    "full (annealing and freezing)": (1.86, 2.02, 2.58),
-}
-PAPER_T14 = {
-    "SPO+ centralized": 0.32,
-    "SPO+ local-only": 2.42,
-    "SPO+ Fed": 9.7,
-    "SPO+ Fed+P": 5.6,
-    "RSPO+ centralized": 0.75,
-}
+ROWS, LOSSES = tuple(PLAN.axes["rows"]), tuple(PLAN.axes["losses"])
+ABLATION_ROWS = tuple(PLAN.axes["ablation-rows"])
+PAPER_T3, PAPER_T4, PAPER_T9, PAPER_T14 = (PLAN.paper[t] for t in ("t3", "t4", "t9", "t14"))
 TOLERANCE = {"rspo+": 1.0, "mse": 3.0, "spo+": 3.0}  # points; the issue's acceptance bands
-
-
-@dataclass(frozen=True)
-class Job:
-    """One run of the grid: its table cell and its run config."""
-
-    key: tuple[str, ...]  # e.g. ("t3", row, loss)
-    seed: int
-    config: dict[str, Any]
 
 
 def row_etas(row: str) -> tuple[float, float, float]:
@@ -115,54 +44,25 @@ def row_etas(row: str) -> tuple[float, float, float]:
 
 def base_config(row: str, seed: int, quick: bool) -> dict[str, Any]:
     eta_o, eta_c, eta_d = row_etas(row)
-    cfg: dict[str, Any] = {
-        "strategy": "fedrspo",
-        "eta-o": eta_o,
-        "eta-c": eta_c,
-        "eta-d": eta_d,
-        "seed": seed,
-        "checkpoint-every": 0,
-    }
-    if quick:
-        cfg.update({"num-rounds": 3, "personal-rounds": 3, "local-epochs": 1, "interp-local-epochs": 5})
-    return cfg
+    return PLAN.config(quick, **{"eta-o": eta_o, "eta-c": eta_c, "eta-d": eta_d, "seed": seed})
 
 
 def grid(
     seeds: tuple[int, ...], rows: tuple[str, ...], quick: bool, losses: tuple[str, ...] = LOSSES
 ) -> list[Job]:
-    """Every run of Tables 3 (``losses``), 4 and 9 on ``rows`` (Table 14's federated cells reuse
-    Table 3 and 9 runs); Tables 4, 9 and 14 only on the rows the paper has them for."""
+    """Every run of Tables 3 (``losses``), 4, 9 and 14 on ``rows`` (plans/knapsack.toml: Table 3's
+    losses, then each of its ``[[runs]]`` on the rows it names); Table 14's federated cells reuse
+    Table 3 and 9 runs."""
     jobs = []
-
-    def add(key: tuple[str, ...], seed: int, **cfg: Any) -> None:
-        name = "-".join(k.replace("(", "").replace(")", "").replace(",", "_") for k in key) + f"-s{seed}"
-        jobs.append(Job(key, seed, {**base_config(key[1], seed, quick), **cfg, "run-name": name}))
-
     for seed in seeds:
         for row in rows:
-            for loss in losses:
-                add(("t3", row, loss), seed, loss=loss)
-            if row in TABLE4_ROWS:
-                add(
-                    ("t4", row, "interp-dffl"),
-                    seed,
-                    loss="spo+",
-                    **{"interp-dffl": True, "personal-rounds": 0},
-                )
-                for mult in OPTNET_MULTS:
-                    add(("t4", row, f"optnet-{mult:g}"), seed, loss="optnet", **{"optnet-mult": mult})
-            if row in ABLATION_ROWS:
-                add(("t9", row, "local-only"), seed, strategy="local-only", loss="rspo+")
-                add(
-                    ("t9", row, "surrogate-only"),
-                    seed,
-                    loss="rspo+",
-                    **{"per-client-calibration": False, "personal-rounds": 0},
-                )
-                add(("t9", row, "no-anneal"), seed, loss="rspo+", anneal=False)
-            if row == "(0,0,0)":
-                add(("t14", row, "spo+-local-only"), seed, strategy="local-only", loss="spo+")
+            cells = [("t3", loss, {"loss": loss}) for loss in losses] + [
+                (r["table"], r["method"], r["config"]) for r in PLAN.runs if row in PLAN.axes[r["rows"]]
+            ]
+            for table, method, overrides in cells:
+                name = "-".join((table, re.sub(r"[()]", "", row).replace(",", "_"), method, f"s{seed}"))
+                config = {**base_config(row, seed, quick), **overrides, "run-name": name}
+                jobs.append(Job((table, row, method), seed, config))
     return jobs
 
 
@@ -291,7 +191,7 @@ def collect(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
                     entry["mean"], entry["std"] = mean_std(entry["values"])
     # OptNet-style: per seed, the multiplier with the lowest validation regret.
     for methods in out.get("t4", {}).values():
-        options = [methods[f"optnet-{m:g}"]["per"] for m in OPTNET_MULTS if f"optnet-{m:g}" in methods]
+        options = [entry["per"] for method, entry in methods.items() if method.startswith("optnet-")]
         if options:
             picked = [
                 min(options, key=_val_at(i))["values"][i]
@@ -1004,19 +904,11 @@ def custom_grid(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     started = time.time()
-    seeds = chosen_seeds(SEEDS, args)
+    seeds = PLAN.chosen_seeds(args.seeds, args.quick)
     custom = custom_grid(args)
-    rows = tuple(args.rows or (("(0,0,0)", "(0,1,0)") if args.quick else ROWS))
+    rows = tuple(args.rows or PLAN.axes["quick-rows" if args.quick else "rows"])
     jobs = grid(seeds, rows, args.quick, tuple(args.losses or LOSSES))
-    results_dir = Path(args.results_dir)
-    summaries = run_many(
-        [j.config for j in jobs],
-        nodes=args.clients,
-        results_dir=results_dir,
-        engine=args.engine,
-        workers=args.workers,
-    )
-    res = collect(jobs, summaries)
+    res = collect(jobs, run_jobs(jobs, args, nodes=args.clients))
     for seed in seeds if "(0,0,0)" in rows else ():  # Table 14's centralized yardstick
         for loss in ("spo+", "rspo+"):
             value = centralized({**base_config("(0,0,0)", seed, args.quick), "loss": loss}, args.clients)
@@ -1029,11 +921,12 @@ def run(args: argparse.Namespace) -> int:
             entry["seeds"].append(seed)
             entry["mean"], entry["std"] = mean_std(entry["values"])
     wall = time.time() - started
-    paper = {"t3": PAPER_T3, "t4": PAPER_T4, "t9": PAPER_T9, "t14": PAPER_T14}
+    paper = PLAN.paper
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    write_json(
-        out / "knapsack.json",
+    publish(
+        out,
+        "knapsack",
         {
             "seeds": list(seeds),
             "wall-time-s": round(wall, 1),
@@ -1051,10 +944,8 @@ def run(args: argparse.Namespace) -> int:
             "orderings": orderings(res),
             "studies": study_index(out),
         },
+        markdown,
     )
-    # The report is rendered from the JSON as written, so that it can be re-rendered from it alone.
-    data = json.loads((out / "knapsack.json").read_text(encoding="utf-8"))
-    (out / "knapsack.md").write_text(markdown(data), encoding="utf-8")
-    plot(results_dir, jobs, out)
+    plot(Path(args.results_dir), jobs, out)
     print((out / "knapsack.md").read_text(encoding="utf-8"))
     return 0

@@ -24,13 +24,14 @@ from typing import Any
 import numpy as np
 
 from hetfed.config import SCHEMA, parse_assignments
-from hetfed.reproduce.common import OUT, default_workers, run_many, stat, write_json
+from hetfed.reproduce.common import OUT, default_workers, stat, write_json
 from hetfed.reproduce.common import fmt as common_fmt
 from hetfed.reproduce.knapsack import (
     CLIENTS,
     LOSSES,
     PAPER_T3,
-    SEEDS,
+    PLAN,
+    base_config,
     cell,
     centralized,
     frozen_at,
@@ -38,6 +39,7 @@ from hetfed.reproduce.knapsack import (
     refresh_study_index,
     row_etas,
 )
+from hetfed.reproduce.plan import Job, run_jobs
 
 QUICK = {"num-rounds": 2, "personal-rounds": 2, "local-epochs": 1, "n-train": 40, "n-test": 40}
 
@@ -154,40 +156,22 @@ STUDIES = {
 }
 
 
-@dataclass(frozen=True)
-class Job:
-    """One run: its cell (row, loss, variant), its seed, size and run config."""
-
-    row: str
-    loss: str
-    variant: str
-    seed: int
-    clients: int
-    config: dict[str, Any]
-
-
 def jobs(study: Study, quick: bool, fixed: dict[str, Any]) -> list[Job]:
     """Every run of ``study``: seeds x rows x losses x variants (``fixed``: --set overrides)."""
     out = []
     for seed, row, loss, variant in itertools.product(
-        SEEDS[: study.seeds], study.rows, study.losses, study.variants
+        PLAN.seeds[: study.seeds], study.rows, study.losses, study.variants
     ):
-        eta_o, eta_c, eta_d = row_etas(row)
-        name = f"{study.name}-{row}-{loss}-{variant.label}-s{seed}"
+        name = re.sub(r"[^A-Za-z0-9.+=-]+", "_", f"{study.name}-{row}-{loss}-{variant.label}-s{seed}")
         cfg = {
-            "strategy": "fedrspo",
+            **base_config(row, seed, quick=False),
             "loss": loss,
-            "eta-o": eta_o,
-            "eta-c": eta_c,
-            "eta-d": eta_d,
-            "seed": seed,
-            "checkpoint-every": 0,
             **(QUICK if quick else {}),
             **variant.overrides,
             **fixed,
-            "run-name": re.sub(r"[^A-Za-z0-9.+=-]+", "_", name),
+            "run-name": name,
         }
-        out.append(Job(row, loss, variant.label, seed, variant.clients or study.clients, cfg))
+        out.append(Job((row, loss, variant.label), seed, cfg, variant.clients or study.clients))
     return out
 
 
@@ -213,10 +197,10 @@ def table(all_jobs: list[Job], summaries: list[dict[str, Any]], results_dir: Pat
     cells: dict[tuple[str, str, str], dict[str, list[float]]] = {}
     seeds: dict[tuple[str, str, str], list[int]] = {}
     for job, summary in zip(all_jobs, summaries, strict=True):
-        key = (job.row, job.loss, job.variant)
+        row, loss, variant = key = job.key[0], job.key[1], job.key[2]
         fed, per = cell(summary, "fed"), cell(summary, "per")
         values = {"fed": fed, "per": per, "per/fed": per / fed if fed else float("nan")}
-        if job.loss == "rspo+" and job.config.get("personal-rounds", 1):
+        if loss == "rspo+" and job.config.get("personal-rounds", 1):
             values.update(freezing(results_dir / job.config["run-name"]))
         for metric, value in values.items():
             cells.setdefault(key, {}).setdefault(metric, []).append(value)
@@ -234,12 +218,12 @@ def add_centralized(cells: dict[str, Any], planned: list[Job], reference: str) -
     ``reference`` variant's clients, per seed (its regret stands in the +P column)."""
     for row, by_loss in cells.items():
         for loss, by_variant in by_loss.items():
-            runs = [j for j in planned if (j.row, j.loss, j.variant) == (row, loss, reference)]
+            runs = [j for j in planned if j.key == (row, loss, reference)]
             seeds = [j.seed for j in runs]
             none = [float("nan")] * len(runs)
             by_variant["centralized"] = {
                 "fed": stat(none, seeds),
-                "per": stat([centralized(j.config, j.clients) for j in runs], seeds),
+                "per": stat([centralized(j.config, j.nodes or CLIENTS) for j in runs], seeds),
                 "per/fed": stat(none, seeds),
             }
     return True
@@ -380,8 +364,8 @@ def resolve(args: argparse.Namespace) -> Study:
     if args.losses:
         study = replace(study, losses=tuple(args.losses))
     if args.seeds is not None:
-        if not 1 <= args.seeds <= len(SEEDS):
-            raise ValueError(f"--seeds: must be in 1..{len(SEEDS)}, got {args.seeds}")
+        if not 1 <= args.seeds <= len(PLAN.seeds):
+            raise ValueError(f"--seeds: must be in 1..{len(PLAN.seeds)}, got {args.seeds}")
         study = replace(study, seeds=args.seeds)
     if args.clients is not None:
         if args.clients < 1:
@@ -396,18 +380,13 @@ def run(args: argparse.Namespace) -> int:
     fixed = parse_assignments(args.set)
     results_dir = Path(args.results_dir or f"results/reproduce-knapsack-{study.name}")
     planned = jobs(study, args.quick, fixed)
-    summaries: list[dict[str, Any]] = [{}] * len(planned)
-    for size in sorted({j.clients for j in planned}):  # one run_many per federation size
-        index = [i for i, j in enumerate(planned) if j.clients == size]
-        configs = [planned[i].config for i in index]
-        done = run_many(configs, nodes=size, results_dir=results_dir, workers=args.workers)
-        for i, summary in zip(index, done, strict=True):
-            summaries[i] = summary
+    inline = argparse.Namespace(**(vars(args) | {"results_dir": results_dir, "engine": "inline"}))
+    summaries = run_jobs(planned, inline)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     data = {
         "study": study.name,
-        "seeds": list(SEEDS[: study.seeds]),
+        "seeds": list(PLAN.seeds[: study.seeds]),
         "clients": study.clients,
         "quick": args.quick,
         "set": fixed,

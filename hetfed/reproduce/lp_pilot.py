@@ -12,47 +12,28 @@ beats each other loss on the deployed model's mean regret.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
 
-from hetfed.reproduce.common import add_run_arguments, chosen_seeds, fmt, run_many, stat, write_json
+from hetfed.reproduce.common import add_run_arguments, fmt, publish, run_many, stat
+from hetfed.reproduce.plan import Plan
 
 PILOT = Path(__file__).resolve().parents[2] / "examples" / "pilot"
-FEATURES = (
-    "prev_mean",
-    "prev_max",
-    "prev_min",
-    "week_mean",
-    "dow_sin",
-    "dow_cos",
-    "off_peak_day",
-    "gas_last",
-)
-VARIABLES = tuple(f"h{h:02d}" for h in range(1, 25))
 SILOS = {
     "client-00-silo-0": "Houston retailer (min, 12 MWh/day)",
     "client-01-silo-1": "West producer (max revenue)",
     "client-02-silo-2": "North buyer with storage (MPS)",
 }
-LOSSES = ("rspo+", "spo+", "mse")
+PLAN = Plan.load("lp-pilot")  # plans/lp-pilot.toml
+LOSSES = tuple(PLAN.axes["losses"])
 MODELS = ("fed", "per", "dep")
-SEEDS = (42, 43, 44, 45, 46)
-BASE = {
-    "problem": "lp",
-    "lp-features": ",".join(FEATURES),
-    "lp-variables": ",".join(VARIABLES),
-    "strategy": "fedrspo",
-    "fraction": 1.0,
-}
 
 
 def configs(seeds: tuple[int, ...], quick: bool) -> list[dict[str, Any]]:
-    """One run per loss and seed (quick: 3 rounds and 2 personalization rounds)."""
-    short = {"num-rounds": 3, "personal-rounds": 2} if quick else {}
+    """One run per loss and seed (plans/lp-pilot.toml)."""
     return [
-        {**BASE, **short, "loss": loss, "seed": seed, "run-name": f"lp-pilot-{loss}-s{seed}"}
+        PLAN.config(quick, loss=loss, seed=seed, **{"run-name": f"lp-pilot-{loss}-s{seed}"})
         for loss in LOSSES
         for seed in seeds
     ]
@@ -138,7 +119,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     started = time.time()
-    seeds = chosen_seeds(SEEDS, args)
+    seeds = PLAN.chosen_seeds(args.seeds, args.quick)
     planned = configs(seeds, args.quick)
     summaries = run_many(
         planned,
@@ -149,8 +130,9 @@ def run(args: argparse.Namespace) -> int:
         data_path=str(PILOT / "silo-{partition}"),
     )
     out = Path(args.out)
-    write_json(
-        out / "lp-pilot.json",
+    publish(
+        out,
+        "lp-pilot",
         {
             "seeds": list(seeds),
             "quick": args.quick,
@@ -160,8 +142,7 @@ def run(args: argparse.Namespace) -> int:
             "metric": "relative regret on each silo's test days",
             "tables": tables(planned, summaries),
         },
+        markdown,
     )
-    data = json.loads((out / "lp-pilot.json").read_text(encoding="utf-8"))
-    (out / "lp-pilot.md").write_text(markdown(data), encoding="utf-8")
     print(f"wrote {out / 'lp-pilot.md'} and lp-pilot.json")
     return 0

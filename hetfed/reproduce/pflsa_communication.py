@@ -16,7 +16,6 @@ x axis counts the messages the agents send, N per round; the metric is Fig. 1's
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import tempfile
 import time
@@ -25,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from hetfed.reproduce.common import publish
 from hetfed.reproduce.pflsa import ETA_SINGLE, OUT, THRESHOLD, Curve, Runner
 
 N = 10
@@ -186,10 +186,7 @@ def run(args: argparse.Namespace) -> int:
         "wall-time-s": round(time.time() - started, 1),
         "levels": out,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "pflsa-communication.json").write_text(json.dumps(result, indent=1) + "\n")
-    data = json.loads((args.out / "pflsa-communication.json").read_text())
-    (args.out / "pflsa-communication.md").write_text(markdown(data))
+    data = publish(args.out, "pflsa-communication", result, markdown)
     plot(data, args.out / "pflsa-communication.png")
     print((args.out / "pflsa-communication.md").read_text())
     return 0

@@ -29,13 +29,13 @@ from typing import Any
 import numpy as np
 
 from hetfed.config import defaults
-from hetfed.reproduce.common import add_run_arguments, chosen_seeds, fmt, mean_std, run_many, write_json
+from hetfed.reproduce.common import add_run_arguments, fmt, mean_std, write_json
 from hetfed.reproduce.knapsack import plot_warm_then_personal
+from hetfed.reproduce.plan import Job, Plan, run_jobs
 
-SEEDS = (42, 69, 1993, 67, 2026)
-LOSSES = ("mse", "pfyl", "dpo", "spo+", "rspo+")
+PLAN = Plan.load("shortest-path")  # plans/shortest-path.toml
+LOSSES = tuple(PLAN.axes["losses"])
 PARTS = ("table8", "sweep", "heterogeneity")
-GRIDS = (12, 5)
 SWEEP_SEEDS = 3
 ROWS = {  # row id -> (label, overrides)
     "corners-t0": (
@@ -46,21 +46,11 @@ ROWS = {  # row id -> (label, overrides)
     "random-t0.5": ("own source/sink, terrain t = 0.5", {"sp-endpoints": "random", "sp-terrain": 0.5}),
     "random-t1": ("own source/sink, terrain t = 1", {"sp-endpoints": "random", "sp-terrain": 1.0}),
 }
-BASE = {
-    "problem": "shortest-path",
-    "strategy": "fedrspo",
-    "num-features": 5,  # PyEPO's p
-    "degree": 4,
-    "sp-noise": 0.5,
-    "checkpoint-every": 0,
-}
 # The paper's Table 8 as issue 17 quotes it. kappa_lam is not quoted, so the synthetic 1.0 stays
 # (the sweep shows what it changes); everything else is the knapsack's, as the method's specification
 # gives them.
 TABLE8 = {"fraction": 0.5, "personal-epochs": 2, "fixed-lam0": 2.0, "kappa-lam": 1.0}
-# What is known of the paper's Table 6 (Warcraft 12 x 12): its ordering, as issue 17 states it;
-# the method's specification has none of its values.
-PAPER_TABLE6 = {"best-loss": "spo+", "rspo+-personalization-change-%": -66.0}
+PAPER_TABLE6 = PLAN.paper["table6"]
 SWEEP: dict[
     str, tuple[tuple[str, ...], list[tuple[str, str, dict[str, Any]]]]
 ] = {  # axis -> (losses, [(point id, label, overrides)]); a point equal to Table 8 reuses its runs
@@ -106,9 +96,6 @@ SWEEP: dict[
     ),
 }
 CLIENTS, QUICK_CLIENTS = 20, 8
-QUICK = {"num-rounds": 3, "personal-rounds": 3, "local-epochs": 1}
-
-Job = tuple[tuple[str, ...], dict[str, Any]]  # (where its numbers go in the part's table, run config)
 
 
 def table8_run(
@@ -117,7 +104,13 @@ def table8_run(
     """The run config of Table 8's settings (corner-to-corner clients) with ``over`` changed (it may
     change the grid); its name carries only what differs from Table 8, so a sweep point equal to
     Table 8 reuses its run."""
-    run = {**BASE, **TABLE8, **(QUICK if quick else {}), **ROWS["corners-t0"][1], "grid-size": grid_size}
+    run = {
+        **PLAN.base,
+        **TABLE8,
+        **(PLAN.quick if quick else {}),
+        **ROWS["corners-t0"][1],
+        "grid-size": grid_size,
+    }
     reference = {**defaults(), **run}
     # RSPO+ steps with lr0 = alpha lam0 / 4 and never reads `lr`: a point that changes only the lr
     # is, for RSPO+, the Table 8 run.
@@ -137,32 +130,31 @@ def part_jobs(part: str, seeds: tuple[int, ...], quick: bool) -> list[Job]:
     """Every run of ``part`` with where its numbers go: table8 ``(grid, loss)``, sweep
     ``(axis, point, loss)``, heterogeneity ``(row, loss)``."""
     if part == "table8":
-        grids = (5,) if quick else GRIDS
+        grids = PLAN.axes["quick-grids" if quick else "grids"]
         return [
-            ((str(k), loss), table8_run(k, loss, s, quick)) for k in grids for s in seeds for loss in LOSSES
+            Job((str(k), loss), s, table8_run(k, loss, s, quick))
+            for k in grids
+            for s in seeds
+            for loss in LOSSES
         ]
     if part == "sweep":
         return [
-            ((axis, point, loss), table8_run(5, loss, s, quick, over))
+            Job((axis, point, loss), s, table8_run(5, loss, s, quick, over))
             for axis, (losses, points) in SWEEP.items()
             for point, _, over in (points[:2] if quick else points)
             for s in seeds[:SWEEP_SEEDS]
             for loss in losses
         ]
     rows = ("corners-t0", "random-t0.5") if quick else tuple(ROWS)
-    short = QUICK if quick else {}
     return [
-        (
+        Job(
             (row, loss),
-            {
-                **BASE,
-                **short,
+            s,
+            PLAN.config(
+                quick,
                 **ROWS[row][1],
-                "grid-size": 5,
-                "loss": loss,
-                "seed": s,
-                "run-name": f"k5-{row}-{loss}-s{s}",
-            },
+                **{"grid-size": 5, "loss": loss, "seed": s, "run-name": f"k5-{row}-{loss}-s{s}"},
+            ),
         )
         for s in seeds
         for row in rows
@@ -174,16 +166,16 @@ def collect(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """The part's table: at each job's path, ``{stage: {"values", "seeds", "pooled", "mean", "std"}}``
     for Fed and +P (gaps in %)."""
     out: dict[str, Any] = {}
-    for (path, cfg), summary in zip(jobs, summaries, strict=True):
+    for job, summary in zip(jobs, summaries, strict=True):
         node = out
-        for key in path:
+        for key in job.key:
             node = node.setdefault(key, {})
         agg = summary["aggregate"]
         for stage in ("fed", "per"):
             entry = node.setdefault(stage, {"values": [], "seeds": [], "pooled": []})
             entry["values"].append(100 * agg[f"{stage}-relative-regret"])
             entry["pooled"].append(100 * agg[f"{stage}-pooled-relative-regret"])
-            entry["seeds"].append(cfg["seed"])
+            entry["seeds"].append(job.seed)
 
     def finish(node: dict[str, Any]) -> None:
         if "values" in node:
@@ -231,7 +223,7 @@ def table8_section(d: dict[str, Any]) -> list[str]:
         "",
         f"Generated by `hetfed reproduce shortest-path --part table8{' --quick' if d['quick'] else ''}`: "
         f"seeds {d['seeds']}, {d['clients']} clients, every client top-left -> bottom-right with no "
-        f"terrain (Warcraft's and PyEPO's endpoints), degree {BASE['degree']}; the runs took "
+        f"terrain (Warcraft's and PyEPO's endpoints), degree {PLAN.base['degree']}; the runs took "
         f"{d['runs-wall-time-s'] / 60:.0f} min (summed wall times, two runs at a time on a 2-core machine). "
         f"Table 8 as issue 17 quotes it: client fraction {d['settings']['fraction']}, "
         f"{d['settings']['personal-epochs']} personalization epochs, lam0 = {lam0:g} for every client "
@@ -540,11 +532,11 @@ def plot_rounds(results_dir: Path, jobs: list[Job], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    grid, seed = jobs[0][0][0], jobs[0][1]["seed"]
+    grid, seed = jobs[0].key[0], jobs[0].seed
     fig, ax = plt.subplots(figsize=(7, 4))
-    for key, cfg in jobs:
-        if key[0] == grid and cfg["seed"] == seed:
-            plot_warm_then_personal(ax, results_dir / cfg["run-name"], cfg["loss"])
+    for job in jobs:
+        if job.key[0] == grid and job.seed == seed:
+            plot_warm_then_personal(ax, results_dir / job.config["run-name"], job.config["loss"])
     ax.set(
         xlabel="round (warm start, then personalization)",
         ylabel="validation optimality gap (%)",
@@ -620,7 +612,7 @@ def part_record(
 
 
 def run(args: argparse.Namespace) -> int:
-    seeds = chosen_seeds(SEEDS, args)
+    seeds = PLAN.chosen_seeds(args.seeds, args.quick)
     parts = tuple(p for p in PARTS if p in (args.part or PARTS))
     out, results_dir = Path(args.out), Path(args.results_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -628,13 +620,7 @@ def run(args: argparse.Namespace) -> int:
     data = json.loads(path.read_text()) if path.exists() else {}
     for part in parts:
         jobs = part_jobs(part, seeds, args.quick)
-        summaries = run_many(
-            [cfg for _, cfg in jobs],
-            nodes=QUICK_CLIENTS if args.quick else CLIENTS,
-            results_dir=results_dir,
-            engine=args.engine,
-            workers=args.workers,
-        )
+        summaries = run_jobs(jobs, args, nodes=QUICK_CLIENTS if args.quick else CLIENTS)
         data[part] = part_record(part, seeds, args.quick, jobs, summaries)
         write_json(path, data)  # each part lands as soon as it is done
         if part == "table8":

@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hetfed.reproduce.common import add_run_arguments, run_many, write_json
+from hetfed.reproduce.common import add_run_arguments, write_json
 from hetfed.reproduce.energy.analysis import (
     ablation_table,
     cold_personalized,
@@ -47,6 +47,7 @@ from hetfed.reproduce.energy.plan import (
 )
 from hetfed.reproduce.energy.plots import plot, plot_personalization
 from hetfed.reproduce.energy.report import markdown
+from hetfed.reproduce.plan import run_jobs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,16 +62,15 @@ def run(args: argparse.Namespace) -> int:
 
     fetch_ercot()  # once, before the clients read it (a no-op when cached)
     plan = Plan.make(args.seeds, args.quick)
-    results_dir = Path(args.results_dir)
-    common = {"results_dir": results_dir, "engine": args.engine, "workers": args.workers}
+    results_dir, zones = Path(args.results_dir), len(plan.zones)
     ablation = ablation_jobs(plan)
-    ablation_runs = run_many([j.config for j in ablation], nodes=len(plan.zones), **common)
+    ablation_runs = run_jobs(ablation, args, nodes=zones)
     fed = cold_fed_jobs(plan)
-    fed_runs = run_many([j.config for j in fed], nodes=len(plan.zones) - 1, **common)
+    fed_runs = run_jobs(fed, args, nodes=zones - 1)  # every zone but the target
     local = cold_local_jobs(plan)
-    local_runs = run_many([j.config for j in local], nodes=1, **common)
+    local_runs = run_jobs(local, args, nodes=1)
     more = more_jobs(plan)
-    more_runs = run_many([j.config for j in more], nodes=len(plan.zones), **common)
+    more_runs = run_jobs(more, args, nodes=zones)
 
     table = ablation_table(ablation, ablation_runs)
     learning = learning_check(results_dir, ablation)

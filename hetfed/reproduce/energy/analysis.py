@@ -106,7 +106,7 @@ def cold_start_table(
 
     for job in fed:
         _, variant, target = job.key
-        model, data = final_model(results_dir / job.config["run-name"]), _zone_data(target)
+        model, data = final_model(results_dir / job.config["run-name"]), zone_data(target)
         test = decision_metrics(model, data.test, data.polytope)
         val = decision_metrics(model, data.val, data.polytope)
         put(
@@ -169,7 +169,7 @@ def storm_evidence(plan: Plan) -> dict[str, Any]:
 
     out: dict[str, Any] = {"storm-days": [str(d) for d in STORM_DAYS], "zones": {}}
     for zone in plan.zones:
-        full, clean = (_zone_data(zone, **extra) for extra in VARIANTS.values())
+        full, clean = (zone_data(zone, **extra) for extra in VARIANTS.values())
         norms = full.train.c.norm(dim=1)
         clean_norms = clean.train.c.norm(dim=1)
         storm_sum = float(norms.sum() - clean_norms.sum())
@@ -191,7 +191,7 @@ def storm_evidence(plan: Plan) -> dict[str, Any]:
     return out
 
 
-def _zone_data(zone: str, **extra: Any) -> Any:
+def zone_data(zone: str, **extra: Any) -> Any:
     """One zone's client data as a run reading the ERCOT cache loads it (in this process)."""
     from hetfed.config import validate
     from hetfed.problems.registry import get_problem
@@ -204,7 +204,7 @@ def _zone_data(zone: str, **extra: Any) -> Any:
 def zone_similarity(plan: Plan) -> dict[str, float]:
     """How alike the zones' test prices are: mean and min over zone pairs of the correlation of
     the hourly prices and of the intra-day shapes (each price minus its day's mean)."""
-    prices = np.array([_zone_data(zone).test.c.numpy() for zone in plan.zones])  # [zones, days, 24]
+    prices = np.array([zone_data(zone).test.c.numpy() for zone in plan.zones])  # [zones, days, 24]
     pairs = np.triu_indices(len(plan.zones), 1)
     hourly = np.corrcoef(prices.reshape(len(plan.zones), -1))[pairs]
     shape = np.corrcoef((prices - prices.mean(2, keepdims=True)).reshape(len(plan.zones), -1))[pairs]
@@ -229,7 +229,7 @@ def predictions(plan: Plan, results_dir: Path, jobs: list[Job]) -> dict[str, Any
         model = final_model(results_dir / job.config["run-name"])
         predicted, true, corr = [], [], []
         for zone in plan.zones:
-            test = _zone_data(zone).test
+            test = zone_data(zone).test
             with torch.no_grad():
                 c_hat = model(test.x).numpy()
             c = test.c.numpy()
@@ -439,7 +439,7 @@ def personalization_trace(plan: Plan, results_dir: Path, jobs: list[Job]) -> dic
             frozen = run.by_client("frozen-at", "train.personalize")
             for zone, trained_rounds in run.by_client("rounds-trained", "train.personalize").items():
                 m, trained = run.summary["clients"][zone], int(trained_rounds)
-                data = _zone_data(zone, **extra)  # the client's calibration, from the same settings
+                data = zone_data(zone, **extra)  # the client's calibration, from the same settings
                 cal = calibrate(data, cfg["rspo-alpha"], cfg["calibration-norm"], cfg["fixed-lam0"])
                 sched = PersonalSchedule.from_params(
                     DecisionParams.from_config(cfg), "rspo+", cal["lam0"], cal["lr0"]

@@ -5,16 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-SEEDS = (42, 69, 1993, 67, 2026)  # the paper's seeds
-ENERGY: dict[str, Any] = {  # the spec's energy values: alpha 0.01 warm / 0.001 personalization, tau 0.03
-    "problem": "energy",
-    "strategy": "fedrspo",
-    "rspo-alpha": 0.01,
-    "rspo-alpha-personal": 0.001,
-    "freeze-tau": 0.03,
-    "fraction": 0.4,
-    "checkpoint-every": 0,  # only the final checkpoint (the cold start reads models.npz)
-}
+from hetfed.reproduce.plan import Job
+from hetfed.reproduce.plan import Plan as RunPlan
+
+PLAN = RunPlan.load("energy")  # plans/energy.toml: seeds, settings, schedule, the paper's numbers
+ENERGY: dict[str, Any] = PLAN.base
 VARIANTS = {"as-is": {}, "no-storm": {"energy-exclude-storm": True}}
 VARIANT_LABELS = {"as-is": "training split as is", "no-storm": "storm days excluded from training"}
 RUNS: dict[str, dict[str, Any]] = {  # run key -> overrides
@@ -38,16 +33,7 @@ EXTRA = {
     "SPO+ +P": ("spo+", "per"),
     "RSPO+ fed-only, per-client lam": ("rspo+-full", "fed"),
 }
-# The paper's energy results: PJM, 19 zones, weather features (a different market and data).
-PAPER_PJM = {
-    "MSE": 175.5,
-    "SPO+": 81.7,
-    "RSPO+ fed-only, shared lam": 72.9,
-    "+ personalization": 68.1,
-    "+ per-client lam/eta": 63.0,
-    "full (annealing and freezing)": 60.7,
-}
-COLD_DAYS = (3, 7, 14, 30, 60, 0)  # 0 = the whole training split (a reference column)
+PAPER_PJM: dict[str, float] = PLAN.paper["pjm"]
 OPTNET_MULTS = (0.05, 0.1, 0.25)  # OptNet-style eps = mult * lam0_j, picked per seed on validation
 EQUAL_QUOTA = 8  # Table 13's equal demands: every zone buys 8 hours a day (the D_j average 7.7)
 # The paper's other energy tables (4, 13, 15 and the compositions): run key -> overrides.
@@ -75,19 +61,11 @@ class Plan:
     def make(cls, seeds: int, quick: bool) -> Plan:
         from hetfed.problems.energy import ERCOT_ZONES
 
+        chosen = PLAN.chosen_seeds(seeds, quick)
+        days = tuple(PLAN.axes["quick-cold-days" if quick else "cold-days"])
         if quick:
-            short = {"num-rounds": 2, "personal-rounds": 2, "local-epochs": 1}
-            return cls(SEEDS[:1], ERCOT_ZONES[:4], short, ERCOT_ZONES[:1], (7, 0))
-        return cls(SEEDS[: max(1, min(seeds, len(SEEDS)))], ERCOT_ZONES, {}, ERCOT_ZONES, COLD_DAYS)
-
-
-@dataclass(frozen=True)
-class Job:
-    """One run: its place in the tables and its run config."""
-
-    key: tuple[str, ...]
-    seed: int
-    config: dict[str, Any]
+            return cls(chosen, ERCOT_ZONES[:4], PLAN.quick, ERCOT_ZONES[:1], days)
+        return cls(chosen, ERCOT_ZONES, {}, ERCOT_ZONES, days)
 
 
 def _name(*parts: Any) -> str:
