@@ -301,6 +301,42 @@ def cmd_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """``hetfed dashboard``: serve the read-only live page and /metrics until Ctrl-C."""
+    from hetfed.dashboard import Dashboard, make_server
+    from hetfed.engines.flower import is_loopback
+    from hetfed.federation import FederationInfo
+    from hetfed.paths import check_port
+
+    results = Path(args.results_dir)
+    if results.exists() and not results.is_dir():
+        raise ConfigError(f"--results-dir {args.results_dir}: not a folder")
+    check_port("--port", args.port)
+    federation = Path(args.federation_dir) if args.federation_dir else None
+    if federation is not None:
+        FederationInfo.load(federation)  # no federation there: its one line, before serving
+    try:
+        server = make_server(Dashboard(results, federation), args.host, args.port)
+    except OSError as exc:
+        where = f"--host {args.host} --port {args.port}"
+        raise ConfigError(f"{where}: cannot serve there ({exc.strerror})") from None
+    host, port = server.server_address[:2]
+    shown = f"[{host}]" if ":" in str(host) else str(host)
+    print(f"hetfed dashboard on http://{shown}:{port}/ (metrics: /metrics); Ctrl-C stops it", flush=True)
+    if not is_loopback(args.host):
+        print(
+            "hetfed: warning: the dashboard has no TLS and no login; expose it only behind the TLS proxy",
+            file=sys.stderr,
+        )
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
 def cmd_reproduce(args: argparse.Namespace) -> int:
     if args.plan_error is not None:  # its plan file does not load: main prints the one line
         raise args.plan_error
@@ -435,6 +471,23 @@ def build_parser() -> argparse.ArgumentParser:
         "iterates; last when no round was averaged)",
     )
     pre.set_defaults(func=cmd_predict)
+
+    dash = sub.add_parser(
+        "dashboard",
+        help="a read-only live web page of the runs (and a federation's SuperNodes), with /metrics",
+        description="Serve a read-only web page that follows the runs in --results-dir as they go: "
+        "status, round k of n, elapsed time, segments, each run's main metric per round per client "
+        "(charts), failed and rejected replies with their reasons and the final per-client table; with "
+        "--federation-dir also the SuperNodes (online, last seen, partition). /metrics serves the same in "
+        "the Prometheus text format. Nothing is written; no file is fetched from the network.",
+    )
+    dash.add_argument("--results-dir", default="results", help="the runs' folder (default results)")
+    dash.add_argument(
+        "--federation-dir", help="a federation folder (`hetfed federation up` or `superlink`); default none"
+    )
+    dash.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
+    dash.add_argument("--port", type=int, default=8765, help="port (default 8765; 0: a free one)")
+    dash.set_defaults(func=cmd_dashboard)
 
     data = sub.add_parser("data", help="fetch and cache a real data set (ERCOT prices, UCI Adult)")
     data.add_argument("dataset", choices=("ercot", "adult"))
