@@ -320,9 +320,9 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     except OSError as exc:
         where = f"--host {args.host} --port {args.port}"
         raise ConfigError(f"{where}: cannot serve there ({exc.strerror})") from None
-    host, port = server.server_address[:2]
-    shown = f"[{host}]" if ":" in str(host) else str(host)
-    print(f"hetfed dashboard on http://{shown}:{port}/ (metrics: /metrics); Ctrl-C stops it", flush=True)
+    host = f"[{args.host.strip('[]')}]" if ":" in args.host else args.host
+    url = f"http://{host}:{server.server_address[1]}/"
+    print(f"hetfed dashboard on {url} (metrics: {url}metrics); Ctrl-C stops it", flush=True)
     if not is_loopback(args.host):
         print(
             "hetfed: warning: the dashboard has no TLS and no login; expose it only behind the TLS proxy",

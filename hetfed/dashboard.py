@@ -22,6 +22,7 @@ import html
 import math
 import re
 import socket
+import sys
 import threading
 import time
 from collections import Counter
@@ -275,17 +276,27 @@ class Dashboard:
     def __init__(self, results_dir: Path, federation_dir: Path | None = None) -> None:
         self.results_dir = Path(results_dir)
         self.federation_dir = federation_dir
-        self._nodes: tuple[float, FederationView] | None = None
-        self._nodes_lock = threading.Lock()
+        self._nodes: tuple[float, FederationView] | None = None  # (when asked, the answer)
+        self._asking = threading.Lock()  # held while a thread asks the SuperLink
 
     def federation(self) -> FederationView | None:
-        """The federation's nodes, asked at most every ``NODES_TTL_S`` seconds; None without a folder."""
+        """The federation's nodes as last asked (None without a folder). An answer older than
+        ``NODES_TTL_S`` is renewed in a thread: a slow SuperLink never holds up the page."""
         if self.federation_dir is None:
             return None
-        with self._nodes_lock:
-            if self._nodes is None or time.time() - self._nodes[0] > NODES_TTL_S:
-                self._nodes = (time.time(), read_federation(self.federation_dir))
-            return self._nodes[1]
+        if self._nodes is None:  # the first request waits for the first answer
+            with self._asking:
+                if self._nodes is None:
+                    self._nodes = (time.time(), read_federation(self.federation_dir))
+        elif time.time() - self._nodes[0] > NODES_TTL_S and self._asking.acquire(blocking=False):
+            threading.Thread(target=self._renew, args=(self.federation_dir,), daemon=True).start()
+        return self._nodes[1]
+
+    def _renew(self, federation_dir: Path) -> None:
+        try:
+            self._nodes = (time.time(), read_federation(federation_dir))
+        finally:
+            self._asking.release()
 
     def page(self) -> str:
         return PAGE.format(refresh_ms=REFRESH_S * 1000, fragment=self.fragment())
@@ -388,6 +399,10 @@ def make_server(dashboard: Dashboard, host: str = "127.0.0.1", port: int = 0) ->
     class Server(ThreadingHTTPServer):
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         daemon_threads = True  # an open page's pending request does not hold up the exit
+
+        def handle_error(self, request: Any, client_address: Any) -> None:
+            if not isinstance(sys.exc_info()[1], ConnectionError):  # a closed page is no error
+                super().handle_error(request, client_address)
 
     return Server((host.strip("[]"), port), Handler)
 

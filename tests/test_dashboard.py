@@ -1,0 +1,227 @@
+"""``hetfed dashboard``: /metrics against the run's files, and the live page in a real headless Chromium.
+
+The run folders are read here independently (csv and json, not through hetfed), so a dashboard
+that misreads them fails.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from hetfed.dashboard import Dashboard, make_server
+from hetfed.engines.inline import node_configs, run_inline
+from tests.conftest import REPO, hetfed_cli
+
+CFG = {"n-train": 40, "n-test": 30, "local-epochs": 1, "num-items": 10, "fraction": 1.0, "seed": 3}
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., str]]:
+    """``serve(results, federation=None)``: a dashboard on a free loopback port; its base URL."""
+    servers = []
+
+    def start(results: Path, federation: Path | None = None) -> str:
+        server = make_server(Dashboard(results, federation), "127.0.0.1", 0)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=60) as answer:
+        return str(answer.read().decode())
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a Prometheus text page, by (name, sorted labels), parsed by prometheus_client."""
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_metrics_equal_the_run_files(tmp_path: Path, serve: Callable[..., str]) -> None:
+    results = tmp_path / "results"
+    configs = node_configs(4)
+    configs[1]["fail-round"] = 2  # a failing silo: its round-2 reply is an error row
+    summary = run_inline(
+        {"strategy": "fedavg", **CFG, "num-rounds": 3, "results-dir": str(results), "run-name": "one"},
+        configs,
+    )
+    assert summary["status"] == "completed"
+    (results / "not-a-run").mkdir()  # a folder without run files is not counted
+    metrics = samples(get(serve(results) + "/metrics"))
+
+    run = results / "one"
+    progress = json.loads((run / "progress.json").read_text())
+    with open(run / "rounds.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert metrics[("hetfed_runs", (("status", "completed"),))] == 1
+    assert sum(v for (name, _), v in metrics.items() if name == "hetfed_runs") == 1
+    assert metrics[("hetfed_run_rounds_completed", (("run", "one"),))] == progress["round"] == 3
+    assert metrics[("hetfed_run_rounds_total", (("run", "one"),))] == 3
+    assert metrics[("hetfed_run_elapsed_seconds", (("run", "one"),))] == summary["wall-time-s"]
+    assert metrics[("hetfed_run_round_seconds", (("run", "one"),))] == pytest.approx(
+        progress["elapsed-s"] / 3
+    )
+    expected = Counter((r["client"], r["exchange"], r["status"]) for r in rows if r["client"] != "server")
+    assert ("client-01", "train", "failed") in expected  # the drill happened
+    replies = {
+        (dict(labels)["client"], dict(labels)["exchange"], dict(labels)["status"]): v
+        for (name, labels), v in metrics.items()
+        if name == "hetfed_client_replies"
+    }
+    assert replies == expected
+    assert not any(name.startswith("hetfed_supernodes") for name, _ in metrics)  # no federation given
+
+    page = get(serve(results) + "/")
+    reason = next(r["error"] for r in rows if r["status"] == "failed")
+    assert "fault drill" in reason and html.escape(reason) in page  # the reason, on the page
+
+
+def test_dashboard_refuses_bad_arguments_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    for args, message in (
+        (["--results-dir", str(tmp_path / "file")], "not a folder"),
+        (["--port", "70000"], "--port 70000: must be in 0-65535"),
+        (["--federation-dir", str(tmp_path)], "no local federation is running"),
+    ):
+        out = hetfed_cli("dashboard", "--results-dir", str(tmp_path), *args, timeout=60)
+        assert out.returncode == 2 and message in out.stderr and len(out.stderr.splitlines()) == 1, out
+
+
+# --- the page in a real browser ---------------------------------------------------------------
+
+
+def browser() -> Any:
+    """Headless Debian Chromium driven by Selenium; skipped without them (under CI, which installs them,
+    failed)."""
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    try:
+        from selenium import webdriver
+    except ImportError:
+        webdriver = None
+    if not (chromium and driver and webdriver is not None):
+        why = "needs selenium and Debian's chromium and chromium-driver (apt-get install both)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI installs them (.ci/run): {why}")
+        pytest.skip(why)
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1200,2000",
+    ):
+        options.add_argument(arg)
+    return webdriver.Chrome(options=options, service=Service(executable_path=driver))
+
+
+@pytest.mark.deployment
+def test_the_live_page_follows_a_deployment_run(tmp_path: Path, serve: Callable[..., str]) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver = browser()
+    fed, results = tmp_path / "fed", tmp_path / "results"
+    up = hetfed_cli("federation", "up", "--nodes", "3", "--dir", str(fed), timeout=300)
+    assert up.returncode == 0, up.stderr
+    run = None
+    try:
+        url = serve(results, fed)
+        driver.get(url + "/")  # before the run: the page must show it appear without a reload
+        driver.execute_script("window.loadedOnce = true;")
+        assert driver.find_element(By.CSS_SELECTOR, ".online-count").get_attribute("data-online") == "3"
+        partitions = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "table.nodes tr td:nth-child(2)")]
+        assert sorted(partitions) == ["0", "1", "2"]
+        run = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "hetfed.cli",
+                "run",
+                "--engine",
+                "deployment",
+                "--federation-dir",
+                str(fed),
+            ]
+            + ["--results-dir", str(results), "--set", "run-name=live", "--set", "num-rounds=10"]
+            + [f"--set={k}={v}" for k, v in CFG.items()],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        seen: list[int] = []  # the round counter as the page showed it, each change once
+        points: list[int] = []  # the aggregate curve's points, likewise
+        end = time.time() + 600
+        while run.poll() is None and time.time() < end:
+            counters = driver.find_elements(By.CSS_SELECTOR, 'section[data-run="live"] .round')
+            curves = driver.find_elements(
+                By.CSS_SELECTOR, 'section[data-run="live"] polyline[data-label="aggregate"]'
+            )
+            try:
+                if counters and (k := int(counters[0].get_attribute("data-round") or 0)) not in seen:
+                    seen.append(k)
+                if curves and (n := int(curves[0].get_attribute("data-points") or 0)) not in points:
+                    points.append(n)
+            except Exception:  # the fragment was swapped between finding and reading: look again
+                pass
+            time.sleep(0.2)
+        assert run.wait(timeout=60) == 0, run.stderr.read() if run.stderr else ""
+        time.sleep(2 * 2 + 1)  # two refreshes: the page has the end of the run
+        assert driver.execute_script("return window.loadedOnce === true;")  # never reloaded
+        summary = json.loads((results / "live" / "summary.json").read_text())
+        section = driver.find_element(By.CSS_SELECTOR, 'section[data-run="live"]')
+        assert section.find_element(By.CSS_SELECTOR, ".status").text == summary["status"] == "completed"
+        assert section.find_element(By.CSS_SELECTOR, ".round").text == "10 of 10"
+        assert len(seen) >= 3 and seen == sorted(seen), seen  # it advanced while the run went
+        assert len(points) >= 3 and points == sorted(points), points
+        table = section.find_element(By.CSS_SELECTOR, "table.final")
+        header = [th.text for th in table.find_elements(By.TAG_NAME, "th")][1:]
+        shown, texts = {}, {}
+        for tr in table.find_elements(By.TAG_NAME, "tr")[1:]:
+            client, *cells = tr.find_elements(By.TAG_NAME, "td")
+            shown[client.text] = {
+                k: float(c.get_attribute("data-value") or "nan") for k, c in zip(header, cells, strict=True)
+            }
+            texts[client.text] = {k: float(c.text) for k, c in zip(header, cells, strict=True)}
+        assert shown == summary["clients"]  # the exact values the cells carry
+        for client, values in summary["clients"].items():  # and the numbers shown, to 4 digits
+            assert texts[client] == pytest.approx(values, rel=5e-4), client
+        metrics = samples(get(url + "/metrics"))
+        assert metrics[("hetfed_supernodes_online", ())] == 3
+        assert metrics[("hetfed_run_rounds_completed", (("run", "live"),))] == 10
+        shot = tmp_path / "dashboard.png"
+        assert driver.save_screenshot(str(shot)) and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    finally:
+        if run is not None and run.poll() is None:
+            run.terminate()
+            run.wait(timeout=60)
+        driver.quit()
+        hetfed_cli("federation", "down", "--dir", str(fed), timeout=120)
