@@ -422,6 +422,7 @@ td, th {{ border: 1px solid #ddd; padding: 2px 8px; text-align: right; }}
 td:first-child, th:first-child {{ text-align: left; }}
 .muted {{ color: #777; }} .completed, .online {{ color: #2a7; }} .running {{ color: #27c; }}
 .failed, .rejected, .offline, .stopped, .interrupted {{ color: #c33; }}
+.scroll {{ overflow-x: auto; }}
 svg {{ background: #fafafa; margin: .3em 1em .3em 0; }}
 </style></head>
 <body><h1>hetfed dashboard</h1><div id="live">{fragment}</div>
@@ -442,6 +443,8 @@ def _e(text: str) -> str:
 
 def _num(value: Any) -> str:
     """A number's cell: 4 significant digits shown, the exact value in ``data-value``."""
+    if value is None:  # not finite (summary.json writes NaN as null)
+        return "<td></td>"
     if isinstance(value, bool) or not isinstance(value, int | float):
         return f"<td>{_e(str(value))}</td>"
     return f'<td data-value="{value!r}">{value:.4g}</td>'
@@ -450,7 +453,7 @@ def _num(value: Any) -> str:
 def _table(header: Iterable[str], rows: Iterable[Iterable[str]], cls: str) -> str:
     head = "".join(f"<th>{_e(h)}</th>" for h in header)
     body = "".join(f"<tr>{''.join(r)}</tr>" for r in rows)
-    return f'<table class="{cls}"><tr>{head}</tr>{body}</table>'
+    return f'<div class="scroll"><table class="{cls}"><tr>{head}</tr>{body}</table></div>'
 
 
 def _federation_html(f: FederationView) -> str:
@@ -496,17 +499,14 @@ def _run_html(r: RunView) -> str:
         else ""
     )
     final = ""
-    if r.clients:
-        metrics = list(dict.fromkeys(k for values in r.clients.values() for k in values))
+    if r.clients or r.aggregate:  # a row per metric (runs have many), a column per client
+        columns = {**dict(sorted(r.clients.items())), AGGREGATE: r.aggregate}
+        metrics = dict.fromkeys(k for values in columns.values() for k in values)
         rows = [
-            [f"<td>{_e(c)}</td>"] + [_num(v.get(k, "")) for k in metrics]
-            for c, v in sorted(r.clients.items())
+            [f"<td>{_e(k)}</td>"] + [_num(v[k]) if k in v else "<td></td>" for v in columns.values()]
+            for k in metrics
         ]
-        final = "<h3>Final per-client metrics (summary.json)</h3>" + _table(
-            ["client", *metrics], rows, "final"
-        )
-        if r.aggregate:
-            final += _table(list(r.aggregate), [[_num(v) for v in r.aggregate.values()]], "aggregate")
+        final = "<h3>Final metrics (summary.json)</h3>" + _table(["metric", *columns], rows, "final")
     round_s = "" if math.isnan(r.round_s) else f" &middot; {r.round_s:.2f} s per round"
     return (
         f'<section class="run" data-run="{_e(r.name)}"><h2>{_e(r.name)}: {_e(r.strategy)} on {_e(r.problem)} '
@@ -545,9 +545,10 @@ def _svg(chart: Chart, width: int = 560, height: int = 220) -> str:
         f'<rect x="{left}" y="{top}" width="{width - left - right}" height="{height - top - bottom}" '
         'fill="none" stroke="#bbb"/>'
     )
-    for v in (y0, y1):
+    for v in (y0, (y0 + y1) / 2, y1):
         out.append(f'<text x="{left - 4}" y="{y(v) + 4:.1f}" font-size="10" text-anchor="end">{v:.3g}</text>')
-    for t in sorted({x0, x1}):
+    step = max(1, math.ceil((x1 - x0) / 10))  # at most about 10 round labels
+    for t in range(x0, x1 + 1, step):
         out.append(f'<text x="{x(t):.1f}" y="{height - 10}" font-size="10" text-anchor="middle">{t}</text>')
     out.append(f'<text x="{(left + width - right) / 2}" y="{height - 1}" font-size="10">round</text>')
     if chart.level is not None:

@@ -203,17 +203,18 @@ def test_the_live_page_follows_a_deployment_run(tmp_path: Path, serve: Callable[
         assert len(seen) >= 3 and seen == sorted(seen), seen  # it advanced while the run went
         assert len(points) >= 3 and points == sorted(points), points
         table = section.find_element(By.CSS_SELECTOR, "table.final")
-        header = [th.text for th in table.find_elements(By.TAG_NAME, "th")][1:]
-        shown, texts = {}, {}
-        for tr in table.find_elements(By.TAG_NAME, "tr")[1:]:
-            client, *cells = tr.find_elements(By.TAG_NAME, "td")
-            shown[client.text] = {
-                k: float(c.get_attribute("data-value") or "nan") for k, c in zip(header, cells, strict=True)
-            }
-            texts[client.text] = {k: float(c.text) for k, c in zip(header, cells, strict=True)}
-        assert shown == summary["clients"]  # the exact values the cells carry
-        for client, values in summary["clients"].items():  # and the numbers shown, to 4 digits
-            assert texts[client] == pytest.approx(values, rel=5e-4), client
+        columns = [th.text for th in table.find_elements(By.TAG_NAME, "th")][1:]  # the clients, aggregate
+        assert columns == [*sorted(summary["clients"]), "aggregate"]
+        shown: dict[str, dict[str, float]] = {c: {} for c in columns}
+        for tr in table.find_elements(By.TAG_NAME, "tr")[1:]:  # a row per metric
+            metric, *cells = tr.find_elements(By.TAG_NAME, "td")
+            for column, cell in zip(columns, cells, strict=True):
+                if cell.text:
+                    value = float(cell.get_attribute("data-value") or "nan")  # the exact value
+                    assert float(cell.text) == pytest.approx(value, rel=5e-4)  # the number shown, 4 digits
+                    shown[column][metric.text] = value
+        expected = {**summary["clients"], "aggregate": summary["aggregate"]}
+        assert shown == {c: {k: v for k, v in m.items() if v is not None} for c, m in expected.items()}
         metrics = samples(get(url + "/metrics"))
         assert metrics[("hetfed_supernodes_online", ())] == 3
         assert metrics[("hetfed_run_rounds_completed", (("run", "live"),))] == 10
