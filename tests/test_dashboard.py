@@ -115,6 +115,23 @@ def test_dashboard_refuses_bad_arguments_in_one_line(tmp_path: Path) -> None:
 # --- the page in a real browser ---------------------------------------------------------------
 
 
+# What the page shows, read in one script: the page swaps its live part every 2 s, so elements
+# found one by one could belong to different versions of it.
+SNAPSHOT = """
+const cells = (sel) => [...document.querySelectorAll(sel)].map(tr => [...tr.children].map(
+    c => ({text: c.textContent, value: c.getAttribute("data-value")})));
+const s = document.querySelector('section[data-run="live"]');
+const online = document.querySelector(".online-count");
+const curve = s && s.querySelector('polyline[data-label="aggregate"]');
+return {
+  online: online && online.dataset.online, nodes: cells("table.nodes tr"),
+  run: s && {status: s.querySelector(".status").textContent, round: s.querySelector(".round").textContent,
+             k: +s.querySelector(".round").dataset.round, points: curve ? +curve.dataset.points : 0,
+             final: cells('section[data-run="live"] table.final tr')},
+};
+"""
+
+
 def browser() -> Any:
     """Headless Debian Chromium driven by Selenium. Without them the test skips, but not under CI
     where they can be installed (root with apt-get: .ci/run installs them), where it fails."""
@@ -145,8 +162,6 @@ def browser() -> Any:
 
 @pytest.mark.deployment
 def test_the_live_page_follows_a_deployment_run(tmp_path: Path, serve: Callable[..., str]) -> None:
-    from selenium.webdriver.common.by import By
-
     driver = browser()
     fed, results = tmp_path / "fed", tmp_path / "results"
     up = hetfed_cli("federation", "up", "--nodes", "3", "--dir", str(fed), timeout=300)
@@ -156,22 +171,21 @@ def test_the_live_page_follows_a_deployment_run(tmp_path: Path, serve: Callable[
         url = serve(results, fed)
         driver.get(url + "/")  # before the run: the page must show it appear without a reload
         driver.execute_script("window.loadedOnce = true;")
-        assert driver.find_element(By.CSS_SELECTOR, ".online-count").get_attribute("data-online") == "3"
-        partitions = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "table.nodes tr td:nth-child(2)")]
-        assert sorted(partitions) == ["0", "1", "2"]
+        page = driver.execute_script(SNAPSHOT)
+        assert page["online"] == "3" and page["run"] is None
+        assert sorted(row[1]["text"] for row in page["nodes"][1:]) == ["0", "1", "2"]  # the partitions
+        command = [
+            "run",
+            "--engine",
+            "deployment",
+            "--federation-dir",
+            str(fed),
+            "--results-dir",
+            str(results),
+        ]
+        command += ["--set=run-name=live", "--set=num-rounds=10", *(f"--set={k}={v}" for k, v in CFG.items())]
         run = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "hetfed.cli",
-                "run",
-                "--engine",
-                "deployment",
-                "--federation-dir",
-                str(fed),
-            ]
-            + ["--results-dir", str(results), "--set", "run-name=live", "--set", "num-rounds=10"]
-            + [f"--set={k}={v}" for k, v in CFG.items()],
+            [sys.executable, "-m", "hetfed.cli", *command],
             cwd=REPO,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -181,44 +195,40 @@ def test_the_live_page_follows_a_deployment_run(tmp_path: Path, serve: Callable[
         points: list[int] = []  # the aggregate curve's points, likewise
         end = time.time() + 600
         while run.poll() is None and time.time() < end:
-            counters = driver.find_elements(By.CSS_SELECTOR, 'section[data-run="live"] .round')
-            curves = driver.find_elements(
-                By.CSS_SELECTOR, 'section[data-run="live"] polyline[data-label="aggregate"]'
-            )
-            try:
-                if counters and (k := int(counters[0].get_attribute("data-round") or 0)) not in seen:
-                    seen.append(k)
-                if curves and (n := int(curves[0].get_attribute("data-points") or 0)) not in points:
-                    points.append(n)
-            except Exception:  # the fragment was swapped between finding and reading: look again
-                pass
+            live = driver.execute_script(SNAPSHOT)["run"]
+            if live and live["k"] not in seen:
+                seen.append(live["k"])
+            if live and live["points"] not in points:
+                points.append(live["points"])
             time.sleep(0.2)
         assert run.wait(timeout=60) == 0, run.stderr.read() if run.stderr else ""
         time.sleep(2 * 2 + 1)  # two refreshes: the page has the end of the run
         assert driver.execute_script("return window.loadedOnce === true;")  # never reloaded
         summary = json.loads((results / "live" / "summary.json").read_text())
-        section = driver.find_element(By.CSS_SELECTOR, 'section[data-run="live"]')
-        assert section.find_element(By.CSS_SELECTOR, ".status").text == summary["status"] == "completed"
-        assert section.find_element(By.CSS_SELECTOR, ".round").text == "10 of 10"
+        live = driver.execute_script(SNAPSHOT)["run"]
+        assert live["status"] == summary["status"] == "completed"
+        assert live["round"] == "10 of 10"
         assert len(seen) >= 3 and seen == sorted(seen), seen  # it advanced while the run went
         assert len(points) >= 3 and points == sorted(points), points
-        table = section.find_element(By.CSS_SELECTOR, "table.final")
-        columns = [th.text for th in table.find_elements(By.TAG_NAME, "th")][1:]  # the clients, aggregate
+        columns = [c["text"] for c in live["final"][0][1:]]  # a column per client, and the aggregate
         assert columns == [*sorted(summary["clients"]), "aggregate"]
         shown: dict[str, dict[str, float]] = {c: {} for c in columns}
-        for tr in table.find_elements(By.TAG_NAME, "tr")[1:]:  # a row per metric
-            metric, *cells = tr.find_elements(By.TAG_NAME, "td")
+        for metric, *cells in live["final"][1:]:  # a row per metric
             for column, cell in zip(columns, cells, strict=True):
-                if cell.text:
-                    value = float(cell.get_attribute("data-value") or "nan")  # the exact value
-                    assert float(cell.text) == pytest.approx(value, rel=5e-4)  # the number shown, 4 digits
-                    shown[column][metric.text] = value
+                if cell["text"]:
+                    value = float(cell["value"])  # the exact value
+                    assert float(cell["text"]) == pytest.approx(value, rel=5e-4)  # shown to 4 digits
+                    shown[column][metric["text"]] = value
         expected = {**summary["clients"], "aggregate": summary["aggregate"]}
         assert shown == {c: {k: v for k, v in m.items() if v is not None} for c, m in expected.items()}
         metrics = samples(get(url + "/metrics"))
         assert metrics[("hetfed_supernodes_online", ())] == 3
         assert metrics[("hetfed_run_rounds_completed", (("run", "live"),))] == 10
-        shot = tmp_path / "dashboard.png"
+        # HETFED_DASHBOARD_SCREENSHOT=docs/dashboard.png remakes the README's picture from this run
+        shot = Path(os.environ.get("HETFED_DASHBOARD_SCREENSHOT") or tmp_path / "dashboard.png")
+        height = driver.execute_script("return Math.ceil(document.body.getBoundingClientRect().bottom) + 16")
+        metrics_override = {"width": 1100, "height": height, "deviceScaleFactor": 1, "mobile": False}
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics_override)  # the whole page
         assert driver.save_screenshot(str(shot)) and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     finally:
         if run is not None and run.poll() is None:
