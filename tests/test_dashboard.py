@@ -99,6 +99,27 @@ def test_metrics_equal_the_run_files(tmp_path: Path, serve: Callable[..., str]) 
     page = get(serve(results) + "/")
     reason = next(r["error"] for r in rows if r["status"] == "failed")
     assert "fault drill" in reason and html.escape(reason) in page  # the reason, on the page
+    assert "client-01 failed in round 2</title>" in page  # and its mark on the chart
+
+
+def test_the_command_serves_the_page_and_metrics(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hetfed.cli", "dashboard", "--results-dir", str(tmp_path), "--port", "0"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # hetfed dashboard on http://127.0.0.1:PORT/ (metrics: ...)
+        url = line.split()[3]
+        assert url.startswith("http://127.0.0.1:"), line
+        assert "No runs yet." in get(url)
+        assert samples(get(url + "metrics")) == {}  # no runs: families without samples
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def test_dashboard_refuses_bad_arguments_in_one_line(tmp_path: Path) -> None:
@@ -193,9 +214,12 @@ def test_the_live_page_follows_a_deployment_run(tmp_path: Path, serve: Callable[
         )
         seen: list[int] = []  # the round counter as the page showed it, each change once
         points: list[int] = []  # the aggregate curve's points, likewise
+        statuses: set[str] = set()
         end = time.time() + 600
         while run.poll() is None and time.time() < end:
             live = driver.execute_script(SNAPSHOT)["run"]
+            if live:
+                statuses.add(live["status"])
             if live and live["k"] not in seen:
                 seen.append(live["k"])
             if live and live["points"] not in points:
@@ -209,6 +233,7 @@ def test_the_live_page_follows_a_deployment_run(tmp_path: Path, serve: Callable[
         assert live["status"] == summary["status"] == "completed"
         assert live["round"] == "10 of 10"
         assert len(seen) >= 3 and seen == sorted(seen), seen  # it advanced while the run went
+        assert "running" in statuses, statuses
         assert len(points) >= 3 and points == sorted(points), points
         columns = [c["text"] for c in live["final"][0][1:]]  # a column per client, and the aggregate
         assert columns == [*sorted(summary["clients"]), "aggregate"]
