@@ -22,6 +22,7 @@ import html
 import math
 import re
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -80,13 +81,12 @@ class RunView:
     row_status: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # (client, exchange, status)
 
 
-def read_run(run_dir: Path, now: float | None = None) -> RunView:
+def read_run(run_dir: Path) -> RunView:
     """The run in ``run_dir`` as it is on disk now; StoreError if it has no files yet."""
     run = RunResult.read(run_dir)
     store = RunStore(run.path.parent, run.path.name)  # its readers only (the folder exists: nothing is made)
     progress = store.read_json("progress.json") or {}
     segments = store.segments()
-    now = time.time() if now is None else now
     if run.summary:
         status = str(run.summary.get("status", "?"))
     elif flock_holder(run.path / ".writer.lock"):
@@ -97,7 +97,7 @@ def read_run(run_dir: Path, now: float | None = None) -> RunView:
     if run.summary.get("wall-time-s") is not None:
         elapsed = float(run.summary["wall-time-s"])
     elif status == "running" and segments and "started-unix" in segments[-1]:
-        elapsed = done + now - float(segments[-1]["started-unix"])
+        elapsed = done + time.time() - float(segments[-1]["started-unix"])
     else:
         elapsed = done + float(progress.get("elapsed-s") or 0)
     rounds = int(progress.get("round", 0))
@@ -138,11 +138,14 @@ def read_runs(results_dir: Path) -> list[RunView]:
             found.append((_mtime(path), read_run(path)))
         except StoreError:
             continue  # a folder that is not (yet) a run
+        except (OSError, ValueError, TypeError, KeyError):
+            continue  # a file caught as it is replaced or appended to: the next look reads it
     return [view for _, view in sorted(found, key=lambda f: -f[0])]
 
 
 def _mtime(path: Path) -> float:
-    return max((f.stat().st_mtime for f in path.glob("*") if f.is_file()), default=0.0)
+    """When the run last wrote a file (its config.json, rounds.csv, ...)."""
+    return max((f.stat().st_mtime for f in path.glob("*.*") if not f.name.startswith(".")), default=0.0)
 
 
 def charts(run: RunResult) -> list[Chart]:
@@ -244,8 +247,10 @@ def read_federation(federation_dir: Path) -> FederationView:
     flower = info.flower()
     try:
         answer = flower.flwr_json("supernode", "ls", CONNECTION, timeout=30)
-    except (FlowerProcessError, OSError) as exc:
-        return FederationView(flower.address, info.nodes, (), str(exc).splitlines()[0])
+    except (FlowerProcessError, OSError, subprocess.TimeoutExpired) as exc:
+        return FederationView(
+            flower.address, info.nodes, (), f"the SuperLink did not answer: {exc}".splitlines()[0]
+        )
     partitions = {}
     for index in range(info.nodes):
         try:
