@@ -479,7 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
         "status, round k of n, elapsed time, segments, each run's main metric per round per client "
         "(charts), failed and rejected replies with their reasons and the final per-client table; with "
         "--federation-dir also the SuperNodes (online, last seen, partition). /metrics serves the same in "
-        "the Prometheus text format. Nothing is written; no file is fetched from the network.",
+        "the Prometheus text format. No run file is written; nothing is fetched from the network.",
     )
     dash.add_argument("--results-dir", default="results", help="the runs' folder (default results)")
     dash.add_argument(
