@@ -96,6 +96,22 @@ def test_metrics_equal_the_run_files(tmp_path: Path, serve: Callable[..., str]) 
     assert replies == expected
     assert not any(name.startswith("hetfed_supernodes") for name, _ in metrics)  # no federation given
 
+    from hetfed.dashboard import AGGREGATE, read_run
+
+    (chart,) = read_run(run).charts  # decision: each client's validation regret, the mean per round
+    regret: dict[str, list[tuple[int, float]]] = {}
+    for r in rows:
+        if r["exchange"] == "train" and r["status"] == "ok":
+            regret.setdefault(r["client"], []).append((int(r["round"]), float(r["val-relative-regret"])))
+    by_round = {t: [v for points in regret.values() for u, v in points if u == t] for t in (1, 2, 3)}
+    aggregate = chart.series.pop(AGGREGATE)
+    assert chart.series == dict(sorted(regret.items()))
+    assert [t for t, _ in aggregate] == [1, 2, 3]
+    assert [v for _, v in aggregate] == pytest.approx(
+        [sum(vs) / len(vs) for vs in by_round.values()], rel=1e-14
+    )
+    assert chart.failures == ((2, "client-01"),)
+
     page = get(serve(results) + "/")
     reason = next(r["error"] for r in rows if r["status"] == "failed")
     assert "fault drill" in reason and html.escape(reason) in page  # the reason, on the page
@@ -261,3 +277,36 @@ def test_the_live_page_follows_a_deployment_run(tmp_path: Path, serve: Callable[
             run.wait(timeout=60)
         driver.quit()
         hetfed_cli("federation", "down", "--dir", str(fed), timeout=120)
+
+
+@pytest.mark.parametrize(
+    "config, panels",
+    [
+        (  # constrained: f_j, g_j of the evaluate replies; the aggregates are the server's F, G
+            {"strategy": "softmax-switching", "problem": "quadratic", "switching-eval-every": 2},
+            [("f", "evaluate", "F"), ("g", "evaluate", "G")],
+        ),
+        ({"strategy": "pflsa", "problem": "garnet"}, [("sq-error", "train", "mean-sq-error")]),  # LSA
+    ],
+)
+def test_the_charts_show_the_familys_main_metric_from_rounds_csv(
+    tmp_path: Path, config: dict[str, Any], panels: list[tuple[str, str, str]]
+) -> None:
+    from hetfed.dashboard import AGGREGATE, read_run
+
+    cfg = {**config, "seed": 4, "num-rounds": 6, "results-dir": str(tmp_path), "run-name": "r"}
+    assert run_inline(cfg, node_configs(3))["status"] == "completed"
+    with open(tmp_path / "r" / "rounds.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    charts = read_run(tmp_path / "r").charts
+    assert len(charts) == len(panels)
+    for chart, (metric, exchange, aggregate) in zip(charts, panels, strict=True):
+        expected: dict[str, list[tuple[int, float]]] = {}
+        for r in rows:
+            if r["exchange"] == exchange and r["client"] != "server" and r[metric]:
+                expected.setdefault(r["client"], []).append((int(r["round"]), float(r[metric])))
+        server = [
+            (int(r["round"]), float(r[aggregate])) for r in rows if r["client"] == "server" and r[aggregate]
+        ]
+        assert len(expected) == 3 and server, (metric, rows[0])
+        assert chart.series == {**dict(sorted(expected.items())), AGGREGATE: server}
