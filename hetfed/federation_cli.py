@@ -1,8 +1,8 @@
 """``hetfed federation ...``: the subcommands that start, secure and inspect federations.
 
-On one machine: ``up``, ``down``, ``status``. Across machines: ``certs`` and
-``keygen`` (credentials, made offline), ``superlink`` (the SuperLink host),
-``silo`` (one organisation's SuperNode), ``register`` (admit a silo's key),
+On one machine: ``up``, ``down``, ``status``; ``audit`` (the runs started, stopped and resumed).
+Across machines: ``certs`` and ``keygen`` (credentials, made offline), ``superlink`` (the
+SuperLink host), ``silo`` (one organisation's SuperNode), ``register`` (admit a silo's key),
 ``approve`` (a silo approves an app build, by its FAB hash);
 ``compose`` writes a docker-compose file. Every subcommand is in the README.
 """
@@ -135,6 +135,28 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(proxy_line(info.root / "proxy", str(info.extra.get("public-address", "?"))))
     print(silo_report_lines([info.root / "results", *map(Path, args.results_dir or ["results"])]))
     return 1 if args.wait and online < args.wait else 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """``federation audit``: the runs started, stopped and resumed on this federation (audit.jsonl)."""
+    from hetfed import audit
+    from hetfed.federation import FederationInfo
+
+    root = Path(args.dir)
+    entries = audit.read(root)
+    for entry in entries:
+        print(audit.describe(entry))
+    print(f"{len(entries)} audit entries in {root / audit.AUDIT_FILE}")
+    try:
+        runs = audit.superlink_runs(FederationInfo.load(root).flower())
+    except Exception as exc:  # a federation that is down still has its audit trail
+        print(f"(the SuperLink was not asked which runs it knows: {type(exc).__name__}: {exc})")
+        return 0
+    outside = audit.unaudited(entries, runs)
+    if outside:
+        print("runs the SuperLink knows that no entry names (submitted without hetfed, e.g. flwr run):")
+        print("\n".join(f"  {line}" for line in outside))
+    return 0
 
 
 def proxy_line(proxy_dir: Path, public: str) -> str:
@@ -378,6 +400,10 @@ def add_federation_parser(sub: argparse._SubParsersAction) -> None:
         help="where runs write results (repeat; default: results/ and <dir>/results), for the silos' reports",
     )
     status.set_defaults(func=cmd_status)
+
+    audit = actions.add_parser("audit", help="the runs started, stopped and resumed (audit.jsonl)")
+    audit.add_argument("--dir", default=DEFAULT_DIR, help="folder of `up` or `superlink`")
+    audit.set_defaults(func=cmd_audit)
 
     state = actions.add_parser("state", help="list or remove the client state runs left on the silos")
     state_actions = state.add_subparsers(dest="state_action", required=True)
