@@ -1,6 +1,7 @@
 """``hetfed federation ...``: the subcommands that start, secure and inspect federations.
 
-On one machine: ``up``, ``down``, ``status``; ``audit`` (the runs started, stopped and resumed).
+On one machine: ``up``, ``down``, ``status``; ``audit`` (the runs started, stopped and resumed),
+``ledger`` (what left each silo).
 Across machines: ``certs`` and ``keygen`` (credentials, made offline), ``superlink`` (the
 SuperLink host), ``silo`` (one organisation's SuperNode), ``register`` (admit a silo's key),
 ``approve`` (a silo approves an app build, by its FAB hash);
@@ -100,6 +101,17 @@ def cmd_state(args: argparse.Namespace) -> int:
         shutil.rmtree(s.path)
         print(f"removed {s.path} ({_size(s.size)})")
     print(f"removed {len(chosen)} state folders of run {args.run}, {_size(sum(s.size for s in chosen))}")
+    return 0
+
+
+def cmd_ledger(args: argparse.Namespace) -> int:
+    """``federation ledger``: per state dir, a summary of the replies that left the silo (ledger.jsonl)."""
+    from hetfed.client.ledger import LEDGER_FILE, read, summary_lines
+
+    for state_dir in state_dirs(args):
+        entries = read(state_dir)
+        print(f"{Path(state_dir) / LEDGER_FILE}: {len(entries)} replies left this silo")
+        print("\n".join(f"  {line}" for line in summary_lines(entries)))
     return 0
 
 
@@ -404,6 +416,11 @@ def add_federation_parser(sub: argparse._SubParsersAction) -> None:
     audit = actions.add_parser("audit", help="the runs started, stopped and resumed (audit.jsonl)")
     audit.add_argument("--dir", default=DEFAULT_DIR, help="folder of `up` or `superlink`")
     audit.set_defaults(func=cmd_audit)
+
+    ledger = actions.add_parser("ledger", help="what left each silo: a summary of its ledger.jsonl")
+    ledger.add_argument("--state-dir", action="append", help="a silo's state dir (repeat; default: --dir's)")
+    ledger.add_argument("--dir", default=DEFAULT_DIR, help="the local federation's folder (its state dirs)")
+    ledger.set_defaults(func=cmd_ledger)
 
     state = actions.add_parser("state", help="list or remove the client state runs left on the silos")
     state_actions = state.add_subparsers(dest="state_action", required=True)
