@@ -108,7 +108,12 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     """``federation ledger``: per state dir, a summary of the replies that left the silo (ledger.jsonl)."""
     from hetfed.client.ledger import LEDGER_FILE, read, summary_lines
 
-    for state_dir in state_dirs(args):
+    dirs = state_dirs(args)
+    if not dirs:
+        raise ValueError(
+            f"no state dir to read: give --state-dir, or --dir of a local federation (not {args.dir})"
+        )
+    for state_dir in dirs:
         entries = read(state_dir)
         print(f"{Path(state_dir) / LEDGER_FILE}: {len(entries)} replies left this silo")
         print("\n".join(f"  {line}" for line in summary_lines(entries)))
@@ -155,6 +160,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from hetfed.federation import FederationInfo
 
     root = Path(args.dir)
+    if not (root / audit.AUDIT_FILE).exists() and not (root / "federation.json").exists():
+        raise ValueError(f"{root} holds no federation (no federation.json, no {audit.AUDIT_FILE})")
     entries = audit.read(root)
     for entry in entries:
         print(audit.describe(entry))
