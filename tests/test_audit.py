@@ -27,8 +27,6 @@ from hetfed.runtime.pinning import fab_hash
 from tests.conftest import REPO, hetfed_cli
 from tests.test_cli_faults import sets, start_cli, wait_for_round
 
-pytestmark = pytest.mark.deployment
-
 RUN = {"num-rounds": 6, "n-train": 40, "n-test": 30, "num-items": 10, "local-epochs": 1, "seed": 5}
 
 
@@ -56,6 +54,14 @@ def public_key(pem: str) -> tuple[int, int]:
     return key.public_numbers().x, key.public_numbers().y
 
 
+def test_a_folder_without_a_federation_is_one_line(tmp_path: Path) -> None:
+    out = hetfed_cli("federation", "audit", "--dir", str(tmp_path), timeout=60)
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+        f"hetfed: error: {tmp_path} holds no federation (no federation.json, no audit.jsonl)"
+    ]
+
+
+@pytest.mark.deployment
 def test_start_stop_and_resume_are_audited_with_the_fab_hash_and_the_admitted_keys(
     federation: Path, tmp_path: Path
 ) -> None:

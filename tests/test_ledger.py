@@ -95,6 +95,13 @@ def test_without_a_state_dir_no_ledger_is_kept(tmp_path: Path) -> None:
     assert not list(tmp_path.rglob(LEDGER_FILE))
 
 
+def test_a_state_dir_without_a_ledger_is_one_line(tmp_path: Path) -> None:
+    out = hetfed_cli("federation", "ledger", "--state-dir", str(tmp_path), timeout=60)
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+        f"hetfed: error: {tmp_path / LEDGER_FILE} does not exist: this state dir's node recorded no reply"
+    ]
+
+
 @pytest.mark.deployment
 def test_the_silos_ledgers_and_the_servers_traffic_audit_describe_the_same_replies(
     deployment, tmp_path: Path
