@@ -3,10 +3,11 @@
 One JSON line per event, appended (never rewritten) to ``<federation dir>/audit.jsonl`` on the
 SuperLink host by the command that caused it: ``hetfed run --engine deployment`` (``start``, or
 ``resume`` for ``--resume``) and its SIGINT / SIGTERM, which stops the run on the SuperLink
-(``stop``). Each line holds when (UTC), the event, the run's id and name, the command line with
-its user, host and pid, the run config it submitted, the FAB hash, id and version the SuperLink
-holds for the run, and the nodes the SuperLink admits at that moment with their public keys (both
-read from Flower's Control API: ``ListRuns``, ``ListNodes``). What could not be asked (a SuperLink
+(``stop``); ``hetfed federation down`` (a ``stop`` for each run it ends). Each line holds when
+(UTC), the event, the run's id and name, the command line with its user, host and pid, the run
+config, the FAB hash, id and version the SuperLink holds for the run, and the nodes the SuperLink
+admits at that moment with their public keys (both read from Flower's Control API: ``ListRuns``,
+``ListNodes``). What could not be asked (a SuperLink
 that stopped answering) is written as ``unanswered`` with the reason, never left out silently.
 
 Flower's open-source SuperLink keeps no such log, and runs submitted with a bare ``flwr run`` do
@@ -38,7 +39,8 @@ GONE = ("unregistered", "deleted")  # node states that are no longer admitted
 def record(
     flower: LocalFlower, event: str, run_id: str, run_config: Mapping[str, Any], detail: str = ""
 ) -> dict[str, Any]:
-    """Append one ``event`` of run ``run_id`` to ``flower.root/audit.jsonl``; returns the entry."""
+    """Append one ``event`` of run ``run_id`` ("": not known) to ``flower.root/audit.jsonl``; returns
+    the entry."""
     if event not in EVENTS:
         raise ValueError(f"audit event {event!r}: one of {', '.join(EVENTS)}")
     entry: dict[str, Any] = {
@@ -56,7 +58,7 @@ def record(
         entry["detail"] = detail
     entry["run-config"] = dict(run_config)
     try:
-        entry |= superlink_view(flower, int(run_id))
+        entry |= superlink_view(flower, int(run_id) if run_id else None)
     except Exception as exc:  # the event happened all the same: record it, and why the rest is missing
         entry["unanswered"] = f"{type(exc).__name__}: {exc}"
     line = json.dumps(entry, sort_keys=False) + "\n"
@@ -96,8 +98,10 @@ def superlink_view(flower: LocalFlower, run_id: int | None = None) -> dict[str, 
     return out
 
 
-def superlink_runs(flower: LocalFlower) -> dict[str, str]:
-    """Every run the SuperLink knows: run id -> its status (``finished:completed``, ...)."""
+def superlink_runs(flower: LocalFlower) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Every run the SuperLink knows: run id -> its status (``finished:completed``, ...) and the run
+    config it was submitted with."""
+    from flwr.common.serde import user_config_from_proto
     from flwr.proto.control_pb2 import ListRunsRequest
 
     control = _control(flower)
@@ -105,7 +109,30 @@ def superlink_runs(flower: LocalFlower) -> dict[str, str]:
         runs = control.ListRuns(ListRunsRequest()).run_dict
     finally:
         control.close()
-    return {str(k): ":".join(p for p in (r.status.status, r.status.sub_status) if p) for k, r in runs.items()}
+    return {
+        str(k): (
+            ":".join(p for p in (r.status.status, r.status.sub_status) if p),
+            dict(user_config_from_proto(r.override_config)),
+        )
+        for k, r in runs.items()
+    }
+
+
+def record_down(flower: LocalFlower) -> list[dict[str, Any]]:
+    """A ``stop`` for each run the SuperLink has not finished: ``hetfed federation down`` ends them
+    all. None when the SuperLink does not answer (no run goes on without it)."""
+    if not flower.healthy():
+        return []
+    try:
+        runs = superlink_runs(flower)
+    except Exception as exc:  # `down` goes on all the same: one entry says which runs are unknown
+        why = f"the SuperLink did not say which ({type(exc).__name__}: {exc})"
+        return [record(flower, "stop", "", {}, detail=f"ended by hetfed federation down; {why}")]
+    return [
+        record(flower, "stop", run_id, config, detail="ended by hetfed federation down")
+        for run_id, (status, config) in runs.items()
+        if not status.startswith("finished")
+    ]
 
 
 def read(root: Path) -> list[dict[str, Any]]:
@@ -139,10 +166,10 @@ def describe(entry: Mapping[str, Any]) -> str:
     )
 
 
-def unaudited(entries: Iterable[Mapping[str, Any]], runs: Mapping[str, str]) -> list[str]:
+def unaudited(entries: Iterable[Mapping[str, Any]], runs: Mapping[str, tuple[str, Any]]) -> list[str]:
     """The SuperLink's runs that no entry names (submitted without hetfed, e.g. a bare ``flwr run``)."""
     named = {str(e["run-id"]) for e in entries}
-    return [f"run {run_id} ({status})" for run_id, status in sorted(runs.items()) if run_id not in named]
+    return [f"run {run_id} ({status})" for run_id, (status, _) in sorted(runs.items()) if run_id not in named]
 
 
 def _control(flower: LocalFlower) -> Any:
