@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hetfed import audit
 from hetfed.config import ConfigError
 from hetfed.credentials import TlsFiles, certificate_names, write_node_key
 from hetfed.engines.flower import (
@@ -260,6 +261,7 @@ def federation_down(root: Path) -> tuple[int, int]:
             f"the SuperLink in {info.root} was started by `hetfed federation superlink`; stop it where it "
             "runs (Ctrl-C, or `systemctl stop hetfed-superlink`)"
         )
+    audit.record_down(info.flower())  # the runs it is about to end, while the SuperLink can say which
     others = end_processes_of(info.root / "flwr-home", program="flwr-serverapp")
     stop_process_groups(list(reversed(info.pids)))
     others += end_processes_of(info.root / "flwr-home")

@@ -41,6 +41,7 @@ def test_two_rounds_complete_and_only_weights_and_scalars_cross_the_wire(deploym
     assert summary["status"] == "completed"
     assert sorted(summary["clients"]) == ["client-00", "client-01", "client-02"]
     assert 0 < summary["aggregate"]["fed-relative-regret"] < 1
+    assert (tmp_path / "deploy" / "rounds.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # test_plots.py
     shapes = ([64, 8], [64], [10, 64], [10])
     lines = (tmp_path / "deploy" / "traffic.jsonl").read_text().splitlines()
     assert len(lines) == 2 * 2 + 3  # 2 rounds x ceil(0.4 * 3) train replies + 3 evaluations
