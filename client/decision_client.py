@@ -459,12 +459,10 @@ class DecisionClient:
             self.save_personal(state, model, optimizer, sched.position())
             state.set_values("personal-log", path)
 
-        on_disk = state.directory is not None  # then every round: a restarted node resumes there
-        seed = self.cfg["seed"]
-        metrics = personalize(
-            self.data, params, model, optimizer, sched, seed, self.pid, path, checkpoint if on_disk else None
-        )
+        each = checkpoint if state.directory is not None else None  # on disk: a restarted node resumes there
+        done = personalize(self.data, params, model, optimizer, sched, self.cfg["seed"], self.pid, path, each)
         checkpoint()
+        metrics: dict[str, MetricRecordValues] = dict(done)
         return RecordDict({"metrics": MetricRecord(metrics)})
 
     def personal_start(self, state: ClientState, content: RecordDict) -> torch.nn.Module:
