@@ -133,21 +133,20 @@ def cold_start_table(
             },
         )
 
-    seeds = list(plan.seeds)
-
-    def block(metrics: dict[str, dict[str, dict[int, float]]]) -> dict[str, Any]:
-        return {
-            metric: {
-                "per-zone": {z: stat([by_zone[z][s] for s in seeds], seeds) for z in plan.targets},
-                "mean": stat([float(np.mean([by_zone[z][s] for z in plan.targets])) for s in seeds], seeds),
-            }
-            for metric, by_zone in metrics.items()
-        }
-
     out: dict[str, Any] = {"federated": {}, "local": {}}
     for (kind, key), metrics in values.items():
-        out[kind][key] = block(metrics)
+        out[kind][key] = {metric: target_stats(plan, by_zone) for metric, by_zone in metrics.items()}
     return out
+
+
+def target_stats(plan: Plan, by_zone: dict[str, dict[int, float]]) -> dict[str, Any]:
+    """``{"per-zone": {zone: stat}, "mean": stat}`` of a value per target zone and seed; ``mean``
+    is over seeds of the mean over target zones."""
+    seeds = list(plan.seeds)
+    return {
+        "per-zone": {z: stat([by_zone[z][s] for s in seeds], seeds) for z in plan.targets},
+        "mean": stat([float(np.mean([by_zone[z][s] for z in plan.targets])) for s in seeds], seeds),
+    }
 
 
 def decisiveness(data: Any, lam: float) -> float:
@@ -379,8 +378,7 @@ def personalized_on_target(run_dir: Path, config: dict[str, Any], target: str, d
 def cold_personalized(plan: Plan, results_dir: Path, fed: list[Job]) -> dict[str, Any]:
     """Table 11's Fed+P: per split and training-day budget K, the federated model (trained without
     the target) personalized on the target's last K days; ``{variant: {K: block}}`` with the test
-    absolute regret per zone and its mean over target zones, stats over seeds."""
-    seeds = list(plan.seeds)
+    absolute regret per zone and its mean over target zones, stats over seeds (:func:`target_stats`)."""
     values: dict[tuple[str, str], dict[str, dict[int, float]]] = {}
     for job in fed:
         _, variant, target = job.key
@@ -392,12 +390,7 @@ def cold_personalized(plan: Plan, results_dir: Path, fed: list[Job]) -> dict[str
             )
     out: dict[str, Any] = {}
     for (variant, budget), by_zone in values.items():
-        out.setdefault(variant, {})[budget] = {
-            "absolute": {
-                "per-zone": {z: stat([by_zone[z][s] for s in seeds], seeds) for z in plan.targets},
-                "mean": stat([float(np.mean([by_zone[z][s] for z in plan.targets])) for s in seeds], seeds),
-            }
-        }
+        out.setdefault(variant, {})[budget] = {"absolute": target_stats(plan, by_zone)}
     return out
 
 
