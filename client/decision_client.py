@@ -23,6 +23,11 @@ One client holds features -> costs data and its own polytope. Handlers:
 - ``evaluate``: test-set decision quality of the federated model and, when present, of the
   personal model (and of the Interp-DFFL blend when enabled); with both, the silo deploys the one
   better on its own validation data (``dep-`` metrics, kept in its state as ``deployed``).
+
+The handlers run typed functions of the client's data and params (``step_sizes``,
+``personal_schedule``, ``personalize``, ``evaluation``); ``personalize_and_evaluate`` runs the last
+two without messages or state, for a client that receives a model outside a federation (the energy
+reproduction's cold start).
 """
 
 from __future__ import annotations
