@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ from hetfed.engines.flower import _group_alive
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.engines.runner import prepare
 from tests.conftest import REPO, hetfed_cli
+from tests.test_cli_faults import start_cli
 
 pytestmark = pytest.mark.deployment
 
@@ -78,6 +82,63 @@ def test_federation_up_and_down_leave_no_process_behind(tmp_path: Path) -> None:
     assert not any(_group_alive(p) for p in pids)
     again = hetfed_cli("federation", "down", "--dir", str(root), timeout=60)
     assert again.returncode == 2 and "no local federation is running" in again.stderr
+
+
+class FlwrChildren:
+    """The ``flwr`` CLI processes a process starts, seen by polling /proc every 20 ms (one lives
+    ~1 s: its imports alone take ~0.8 s of CPU). ``commands``: each one's subcommand, in order."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc, self.seen, self.commands = proc, set[int](), list[str]()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        while self.proc.poll() is None:
+            for stat in Path("/proc").glob("[0-9]*/stat"):
+                try:
+                    ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+                    argv = (stat.parent / "cmdline").read_bytes().decode(errors="replace").split("\0")
+                except (OSError, IndexError, ValueError):
+                    continue
+                pid = int(stat.parent.name)
+                if ppid != self.proc.pid or pid in self.seen:
+                    continue
+                self.seen.add(pid)
+                flwr = [i for i, a in enumerate(argv[:2]) if Path(a).name == "flwr"]
+                if flwr:
+                    self.commands.append(argv[flwr[0] + 1] if len(argv) > flwr[0] + 1 else "")
+            time.sleep(0.02)
+
+
+def test_a_watched_run_starts_no_flwr_process(tmp_path: Path) -> None:
+    """``hetfed run`` follows a deployment run (and ``federation status`` counts SuperNodes) through
+    the Control API in its own process: the only ``flwr`` process is the submission (``flwr run``)."""
+    root = tmp_path / "fed"
+    up = hetfed_cli("federation", "up", "--nodes", "2", "--dir", str(root), timeout=300)
+    assert up.returncode == 0, up.stderr
+    try:
+        status = start_cli("federation", "status", "--dir", str(root), "--wait", "2")
+        status_children = FlwrChildren(status)
+        assert "2 of 2 SuperNodes online" in status.communicate(timeout=120)[0]
+        status_children.thread.join()
+        assert status_children.commands == []
+
+        sets = {**FAST, "num-rounds": 6, "num-clients": 2, "run-name": "watched"}
+        run = start_cli(
+            "run", "--engine", "deployment", "--federation-dir", str(root), "--results-dir",
+            str(tmp_path / "results"), *(a for k, v in sets.items() for a in ("--set", f"{k}={v}")),
+        )  # fmt: skip
+        children = FlwrChildren(run)
+        stdout, stderr = run.communicate(timeout=600)
+        children.thread.join()
+        assert run.returncode == 0, stderr[-3000:]
+        # The watch lasted long enough for the old poll (a `flwr ls` every 1-2 s) to start several.
+        summary = json.loads((tmp_path / "results" / "watched" / "summary.json").read_text())
+        assert summary["status"] == "completed" and summary["wall-time-s"] > 5, summary
+        assert children.commands == ["run"], children.commands  # seen: the submission; nothing while watched
+    finally:
+        hetfed_cli("federation", "down", "--dir", str(root), timeout=120)
 
 
 def test_a_node_with_a_missing_data_path_is_refused_before_start(tmp_path: Path) -> None:

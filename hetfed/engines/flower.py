@@ -29,10 +29,13 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hetfed.config import to_toml
 from hetfed.credentials import TlsFiles
+
+if TYPE_CHECKING:
+    from hetfed.engines.control_api import ControlApi
 
 CONNECTION = "hetfed"
 BIN = Path(sys.executable).parent  # flwr, flower-superlink, ... of this environment
@@ -54,7 +57,7 @@ def superlink_database(state: str, root: Path) -> str:
 
 
 class FlowerProcessError(RuntimeError):
-    """A Flower process did not start, or a run could not be submitted."""
+    """A Flower process did not start, a run could not be submitted, or the SuperLink did not answer."""
 
 
 class SuperLinkUnreachable(FlowerProcessError):
@@ -305,11 +308,12 @@ class LocalFlower:
         self._wait(lambda: self.online_nodes() >= count, timeout, f"{count} SuperNodes online", "supernode-0")
 
     def online_nodes(self) -> int:
-        try:
-            res = self.flwr_json("supernode", "ls", CONNECTION, timeout=30)
-        except (FlowerProcessError, subprocess.TimeoutExpired):
-            return 0
-        return sum(n.get("status") == "online" for n in res.get("nodes", []))
+        """How many SuperNodes are online (0 when the SuperLink does not answer)."""
+        with self.control() as control:
+            try:
+                return control.online_nodes()
+            except FlowerProcessError:
+                return 0
 
     def stop(self, timeout: float = 20) -> None:
         """SIGTERM every process group (SuperNodes first), SIGKILL what is left."""
@@ -359,10 +363,16 @@ class LocalFlower:
             raise FlowerProcessError(f"flwr run did not start a run: {res}")
         return str(res["run-id"])
 
-    def run_status(self, run_id: str, timeout: float = 60) -> str:
+    def control(self, timeout: float = 10) -> ControlApi:
+        """The SuperLink's Control API, asked in this process (no ``flwr`` process); close it after use."""
+        from hetfed.engines.control_api import ControlApi
+
+        return ControlApi(self.home, CONNECTION, timeout=timeout)
+
+    def run_status(self, run_id: str) -> str:
         """``pending``, ``running``, ..., or ``finished:completed|failed|stopped``."""
-        runs = self.flwr_json("ls", CONNECTION, "--run-id", run_id, timeout=timeout).get("runs", [])
-        return str(runs[0]["status"]) if runs else "unknown"
+        with self.control() as control:
+            return control.run_status(run_id)
 
     def wait_run(
         self,
@@ -371,80 +381,45 @@ class LocalFlower:
         tick: Callable[[], None] = lambda: None,
         lost_after: float = 20,
     ) -> str:
-        """Poll until the run finishes (``flwr run``'s exit code is not trustworthy); return its status.
+        """Ask the run's status every second until it finishes (``flwr run``'s exit code is not
+        trustworthy); return it. ``tick`` runs after every poll.
 
-        ``/health`` is asked every second, also while a ``flwr ls`` runs: ``flwr ls`` can hang on a
-        dead SuperLink, and a slow one on a loaded machine is only asked again. When ``/health``
-        has not answered for ``lost_after`` seconds: :class:`SuperLinkUnreachable` (within
-        ``lost_after`` + 3 s of the SuperLink's death, whatever ``flwr ls`` does).
+        The status comes from the Control API in this process (:meth:`control`), never a ``flwr``
+        process. ``/health`` decides whether the SuperLink lives: once it has not answered for
+        ``lost_after`` seconds, :class:`SuperLinkUnreachable`: within ``lost_after`` + 3 s of the
+        SuperLink's death, as a status call is bounded (by ``lost_after`` / 2, at most 10 s).
         """
         end = time.time() + timeout
-        silent_since: list[float] = []  # when /health stopped answering
-
-        def check() -> bool:
-            """Whether ``/health`` answers; raises once it has been silent for ``lost_after`` s."""
-            if self.healthy():
-                silent_since.clear()
-                return True
-            if not silent_since:
-                silent_since.append(time.time())
-            elif time.time() - silent_since[0] >= lost_after:
-                raise SuperLinkUnreachable(
-                    f"the SuperLink at {self.address} has not answered {self.health_url} for "
-                    f"{time.time() - silent_since[0]:.0f} s"
-                )
-            return False
-
-        while time.time() < end:
-            status = self._watched_status(run_id, check, tick) if check() else ""
-            tick()
-            if status.startswith("finished"):
-                return status
-            time.sleep(1)
+        heard = time.time()  # when /health last answered
+        with self.control(timeout=min(10, lost_after / 2)) as control:
+            while time.time() < end:
+                status = ""
+                if self.healthy():
+                    heard = time.time()
+                    try:
+                        status = control.run_status(run_id)
+                    except FlowerProcessError:
+                        pass  # slow or restarting: asked again next second, /health decides
+                elif time.time() - heard >= lost_after:
+                    raise SuperLinkUnreachable(
+                        f"the SuperLink at {self.address} has not answered {self.health_url} for "
+                        f"{time.time() - heard:.0f} s"
+                    )
+                tick()
+                if status.startswith("finished"):
+                    return status
+                time.sleep(1)
         raise FlowerProcessError(f"run {run_id} did not finish within {timeout:g} s")
 
-    def _watched_status(
-        self, run_id: str, check: Callable[[], bool], tick: Callable[[], None], timeout: float = 60
-    ) -> str:
-        """``flwr ls --run-id``'s status ('' if it fails or is slow); ``check`` and ``tick`` every second."""
-        proc = subprocess.Popen(
-            self._flwr_command("ls", CONNECTION, "--run-id", run_id),
-            env=self.env,
-            cwd=self.root,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        try:
-            started = time.time()
-            while proc.poll() is None:
-                if time.time() - started > timeout:
-                    return ""
-                time.sleep(1)
-                check()
-                tick()
-            runs = json.loads(proc.communicate()[0] or "{}").get("runs", [])
-        except (ValueError, AttributeError):
-            return ""
-        finally:
-            if proc.returncode is None:  # not reaped: slow, silent or interrupted
-                proc.kill()
-                proc.communicate()
-        return str(runs[0]["status"]) if runs else "unknown"
-
-    def _flwr_command(self, *args: str) -> list[str]:
-        """A ``flwr`` CLI command line with JSON output."""
-        return [str(BIN / "flwr"), *args, "--format", "json"]
-
     def stop_run(self, run_id: str, timeout: float = 15) -> bool:
-        """``flwr stop <run-id>``: ask the SuperLink to stop the run; False if it could not be asked."""
+        """Ask the SuperLink to stop the run (``flwr stop``); False if it could not be asked."""
         if not self.healthy():
             return False
-        try:
-            res = self.flwr_json("stop", run_id, CONNECTION, timeout=timeout)
-        except (FlowerProcessError, subprocess.TimeoutExpired):
-            return False
-        return bool(res.get("success", False))
+        with self.control(timeout) as control:
+            try:
+                return control.stop_run(run_id)
+            except FlowerProcessError:
+                return False
 
     def run_log(self, run_id: str) -> str:
         """The ServerApp's log of a run."""
