@@ -282,9 +282,9 @@ class _Health(http.server.BaseHTTPRequestHandler):
     answered: list[float] = []  # when /health last answered
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self.answered.append(time.time())  # before the answer: the watcher hears it later
         self.send_response(200 if self.path == "/health" else 404)
         self.end_headers()
-        self.answered.append(time.time())
 
     def do_POST(self) -> None:  # noqa: N802
         self.released.wait(600)  # then closes without an answer
