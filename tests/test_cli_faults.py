@@ -361,6 +361,8 @@ BAD_UP = [
     (["--nodes", "0"], "--nodes 0: must be >= 1"),
     (["--state-dir", "/dev/null"], "--state-dir /dev/null: /dev/null exists and is not a folder"),
     (["--state-dir", "/dev/null/{partition}"], "/dev/null is a file, not a folder"),
+    (["--timeout", "0"], "--timeout 0: must be > 0 seconds"),
+    (["--timeout", "nan"], "--timeout nan: must be > 0 seconds"),
 ]
 
 

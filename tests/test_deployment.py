@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import re
 import subprocess
 import threading
 import time
@@ -11,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from hetfed.engines.flower import _group_alive
+from hetfed.engines.flower import (
+    STARTUP_BATCH,
+    FlowerProcessError,
+    _group_alive,
+    nodes_timeout,
+    processes_of,
+)
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.engines.runner import prepare
 from tests.conftest import REPO, hetfed_cli
@@ -111,16 +119,28 @@ class FlwrChildren:
             time.sleep(0.02)
 
 
+def _started(pid: int) -> float:
+    """When process ``pid`` started, in seconds since boot."""
+    ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def test_a_watched_run_starts_no_flwr_process(tmp_path: Path) -> None:
     """``hetfed run`` follows a deployment run (and ``federation status`` counts SuperNodes) through
-    the Control API in its own process: the only ``flwr`` process is the submission (``flwr run``)."""
-    root = tmp_path / "fed"
-    up = hetfed_cli("federation", "up", "--nodes", "2", "--dir", str(root), timeout=300)
+    the Control API in its own process: the only ``flwr`` process is the submission (``flwr run``).
+    ``up`` started the SuperNodes a batch at a time, the next batch once the first was online."""
+    root, nodes = tmp_path / "fed", STARTUP_BATCH + 1
+    up = hetfed_cli(
+        "federation", "up", "--nodes", str(nodes), "--dir", str(root), "--timeout", "300", timeout=400
+    )
     assert up.returncode == 0, up.stderr
     try:
-        status = start_cli("federation", "status", "--dir", str(root), "--wait", "2")
+        pids = json.loads((root / "federation.json").read_text())["pids"]  # SuperLink, SuperNode 0, 1, ...
+        first, second = [_started(p) for p in pids[1 : STARTUP_BATCH + 1]], _started(pids[-1])
+        assert max(first) - min(first) < 1 and second - max(first) > 1  # coming online takes seconds
+        status = start_cli("federation", "status", "--dir", str(root), "--wait", str(nodes))
         status_children = FlwrChildren(status)
-        assert "2 of 2 SuperNodes online" in status.communicate(timeout=120)[0]
+        assert f"{nodes} of {nodes} SuperNodes online" in status.communicate(timeout=120)[0]
         status_children.thread.join()
         assert status_children.commands == []
 
@@ -139,6 +159,27 @@ def test_a_watched_run_starts_no_flwr_process(tmp_path: Path) -> None:
         assert children.commands == ["run"], children.commands  # seen: the submission; nothing while watched
     finally:
         hetfed_cli("federation", "down", "--dir", str(root), timeout=120)
+
+
+def test_an_up_whose_supernodes_do_not_come_online_in_time_says_how_many_did(tmp_path: Path) -> None:
+    """One line with the count and the logs, exit 2, nothing left running; the default wait grows with
+    --nodes."""
+    root = tmp_path / "fed"
+    out = hetfed_cli("federation", "up", "--nodes", "3", "--dir", str(root), "--timeout", "0.5", timeout=300)
+    line = [ln for ln in out.stderr.splitlines() if ln.startswith("hetfed:")]
+    assert out.returncode == 2 and len(line) == 1 and "Traceback" not in out.stderr, out.stderr
+    found = re.search(r"only (\d) of 3 SuperNodes came online: within 0\.5 s; their logs: (\S+)", line[0])
+    assert found and int(found[1]) < 3 and Path(found[2].replace("<i>", "0")).is_file(), line
+    assert not (root / "federation.json").exists() and not processes_of(root / "flwr-home")
+    assert nodes_timeout(16) == 110 and nodes_timeout(64) == 350  # as `up --help` says
+    help_text = " ".join(hetfed_cli("federation", "up", "--help").stdout.split())
+    assert "30 + 5 per SuperNode (110 for 16)" in help_text
+
+
+def test_waiting_for_more_nodes_than_are_online_counts_them(deployment) -> None:
+    """The count in the give-up line is the SuperLink's: the module's federation has 3 online."""
+    with pytest.raises(FlowerProcessError, match=r"^only 3 of 4 SuperNodes came online: within 2 s; "):
+        deployment.wait_for_nodes(4, timeout=2)
 
 
 def test_a_node_with_a_missing_data_path_is_refused_before_start(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +47,15 @@ DEFAULT_RUNTIME = "warm"
 # (registered node keys, known nodes, run history), which a cross-machine SuperLink needs.
 SUPERLINK_STATES = ("memory", "file")
 IN_MEMORY_DATABASE = ":flwr-in-memory:"
+# SuperNodes started at once: each spends ~1-2 s of CPU importing Flower, and dozens started
+# together on a 2-core machine starved each other past any fixed wait (issue 33).
+STARTUP_BATCH = max(4, 2 * (os.cpu_count() or 1))
+
+
+def nodes_timeout(nodes: int) -> float:
+    """Default seconds for ``nodes`` SuperNodes to come online: 30 s + 5 s per SuperNode (16 came
+    up in 21 s on a quiet 2-core machine; a loaded one needs several times that)."""
+    return 30.0 + 5.0 * nodes
 
 
 def superlink_database(state: str, root: Path) -> str:
@@ -303,9 +312,53 @@ class LocalFlower:
                 raise FlowerProcessError(f"no SuperLink answered {self.health_url} within {timeout:g} s")
             time.sleep(0.5)
 
+    def start_supernodes(
+        self,
+        node_configs: Sequence[Mapping[str, Any]],
+        keys: Sequence[Path | None] = (),
+        timeout: float | None = None,
+    ) -> None:
+        """Start SuperNode ``i`` with ``node_configs[i]`` (and auth key ``keys[i]``) in batches of
+        :data:`STARTUP_BATCH`, each once the one before is online; all online within ``timeout``
+        seconds (default :func:`nodes_timeout`), else one line saying how many came online."""
+        nodes = len(node_configs)
+        timeout = nodes_timeout(nodes) if timeout is None else timeout
+        end = time.time() + timeout
+        for first in range(0, nodes, STARTUP_BATCH):
+            last = min(first + STARTUP_BATCH, nodes)
+            for i in range(first, last):
+                self.start_supernode(i, node_configs[i], key=keys[i] if keys else None)
+            self._wait_online(last, nodes, end, timeout)
+
     def wait_for_nodes(self, count: int, timeout: float = 90) -> None:
         """Wait until ``count`` SuperNodes are online."""
-        self._wait(lambda: self.online_nodes() >= count, timeout, f"{count} SuperNodes online", "supernode-0")
+        self._wait_online(count, count, time.time() + timeout, timeout)
+
+    def _wait_online(self, count: int, total: int, end: float, timeout: float) -> None:
+        """Wait until ``count`` SuperNodes are online; once ``end`` passes, or a SuperNode started here
+        exits, one line saying how many of ``total`` came online."""
+        with self.control() as control:
+            while True:
+                try:
+                    online = control.online_nodes()
+                except FlowerProcessError:
+                    online = 0
+                if online >= count:
+                    return
+                nodes = {n: p for n, p in self.processes.items() if n.startswith("supernode-")}
+                exited = [n for n, p in nodes.items() if p.poll() is not None]
+                if exited or time.time() > end:
+                    why = (
+                        f"{exited[0]} exited with code {nodes[exited[0]].returncode} "
+                        f"({_tail(self.root / f'{exited[0]}.log', 1).strip()})"
+                        if exited
+                        else f"within {timeout:g} s"
+                    )
+                    raise FlowerProcessError(
+                        f"only {online} of {total} SuperNodes came online: {why}; "
+                        f"their logs: {self.root}/supernode-<i>.log"
+                    )
+                time.sleep(0.5)
 
     def online_nodes(self) -> int:
         """How many SuperNodes are online (0 when the SuperLink does not answer)."""
