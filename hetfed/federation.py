@@ -166,9 +166,9 @@ def federation_up(
 ) -> FederationInfo:
     """Start a SuperLink (cwd ``app_dir``) and ``nodes`` SuperNodes; wait until all are online.
 
-    The SuperNodes start a few at a time and get ``timeout`` seconds to come online (default
-    :func:`~hetfed.engines.flower.nodes_timeout`: proportional to ``nodes``); past it, one line
-    says how many did and every process started is stopped.
+    The SuperNodes come up a few at a time (``LocalFlower.start_supernodes``) and get ``timeout``
+    seconds to come online (default :func:`~hetfed.engines.flower.nodes_timeout`: proportional to
+    ``nodes``); past it, one line says how many did and every process started is stopped.
 
     With ``tls_dir`` the SuperLink serves HTTPS with its certificates; with ``node_auth``
     each SuperNode gets a key pair under ``root/keys`` that is registered before it starts.

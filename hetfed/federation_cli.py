@@ -360,7 +360,7 @@ def add_federation_parser(sub: argparse._SubParsersAction) -> None:
         "--timeout",
         type=float,
         metavar="SECONDS",
-        help="how long the SuperNodes (started a few at a time) may take to come online; default "
+        help="how long the SuperNodes (a few coming up at a time) may take to come online; default "
         "30 + 5 per SuperNode (110 for 16); past it `up` says how many did and stops them all",
     )
     up.add_argument(

@@ -128,7 +128,7 @@ def _started(pid: int) -> float:
 def test_a_watched_run_starts_no_flwr_process(tmp_path: Path) -> None:
     """``hetfed run`` follows a deployment run (and ``federation status`` counts SuperNodes) through
     the Control API in its own process: the only ``flwr`` process is the submission (``flwr run``).
-    ``up`` started the SuperNodes a batch at a time, the next batch once the first was online."""
+    ``up`` started at most STARTUP_BATCH SuperNodes at once, the next one once one before was online."""
     root, nodes = tmp_path / "fed", STARTUP_BATCH + 1
     up = hetfed_cli(
         "federation", "up", "--nodes", str(nodes), "--dir", str(root), "--timeout", "300", timeout=400

@@ -47,8 +47,8 @@ DEFAULT_RUNTIME = "warm"
 # (registered node keys, known nodes, run history), which a cross-machine SuperLink needs.
 SUPERLINK_STATES = ("memory", "file")
 IN_MEMORY_DATABASE = ":flwr-in-memory:"
-# SuperNodes started at once: each spends ~1-2 s of CPU importing Flower, and dozens started
-# together on a 2-core machine starved each other past any fixed wait (issue 33).
+# SuperNodes coming up at once (started, not yet online): each spends ~1-2 s of CPU importing
+# Flower, and dozens started together on a 2-core machine starved each other past any fixed wait.
 STARTUP_BATCH = max(4, 2 * (os.cpu_count() or 1))
 
 
@@ -318,17 +318,16 @@ class LocalFlower:
         keys: Sequence[Path | None] = (),
         timeout: float | None = None,
     ) -> None:
-        """Start SuperNode ``i`` with ``node_configs[i]`` (and auth key ``keys[i]``) in batches of
-        :data:`STARTUP_BATCH`, each once the one before is online; all online within ``timeout``
-        seconds (default :func:`nodes_timeout`), else one line saying how many came online."""
+        """Start SuperNode ``i`` with ``node_configs[i]`` (and auth key ``keys[i]``), at most
+        :data:`STARTUP_BATCH` of them coming up at once (started, not yet online); all online within
+        ``timeout`` seconds (default :func:`nodes_timeout`), else one line saying how many came online."""
         nodes = len(node_configs)
         timeout = nodes_timeout(nodes) if timeout is None else timeout
         end = time.time() + timeout
-        for first in range(0, nodes, STARTUP_BATCH):
-            last = min(first + STARTUP_BATCH, nodes)
-            for i in range(first, last):
-                self.start_supernode(i, node_configs[i], key=keys[i] if keys else None)
-            self._wait_online(last, nodes, end, timeout)
+        for i in range(nodes):
+            self._wait_online(i + 1 - STARTUP_BATCH, nodes, end, timeout)
+            self.start_supernode(i, node_configs[i], key=keys[i] if keys else None)
+        self._wait_online(nodes, nodes, end, timeout)
 
     def wait_for_nodes(self, count: int, timeout: float = 90) -> None:
         """Wait until ``count`` SuperNodes are online."""
