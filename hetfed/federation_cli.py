@@ -33,6 +33,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         runtime=args.runtime,
         approved_apps=Path(args.approved_apps) if args.approved_apps else None,
         superlink_state=args.superlink_state,
+        timeout=args.timeout,
     )
     scheme = "https" if info.tls_dir else "http"
     auth = ", node authentication on" if info.node_auth else ""
@@ -396,6 +397,13 @@ def add_federation_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--port", type=int, default=0, help="SuperLink port (default: a free port)")
     up.add_argument("--tls-dir", help="serve HTTPS with ca.crt, server.pem, server.key from `certs`")
     up.add_argument("--node-auth", action="store_true", help="make, register and use a key per SuperNode")
+    up.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="how long the SuperNodes (a few coming up at a time) may take to come online; default "
+        "30 + 5 per SuperNode (110 for 16); past it `up` says how many did and stops them all",
+    )
     up.add_argument(
         "--approved-apps", metavar="FILE", help="app pinning: SuperNodes run only the builds in FILE"
     )
