@@ -71,19 +71,14 @@ def record(
 def superlink_view(flower: LocalFlower, run_id: int | None = None) -> dict[str, Any]:
     """What the SuperLink says now: the run's FAB (hash, id, version) when ``run_id`` is given, and
     the admitted nodes (``node-id``, ``status``, ``name``, ``public-key`` PEM, ``key-sha256``)."""
-    from flwr.proto.control_pb2 import ListNodesRequest, ListRunsRequest
-
     if not flower.healthy():
         raise ConnectionError(f"the SuperLink does not answer {flower.health_url}")
-    control = _control(flower)
-    try:
+    with flower.control() as control:
         out: dict[str, Any] = {}
         if run_id is not None:
-            run = control.ListRuns(ListRunsRequest(run_id=run_id)).run_dict[run_id]
+            run = control.runs(run_id)[run_id]
             out |= {"fab-hash": run.fab_hash, "fab-id": run.fab_id, "fab-version": run.fab_version}
-        nodes = control.ListNodes(ListNodesRequest()).nodes_info
-    finally:
-        control.close()
+        nodes = control.nodes()
     out["nodes"] = [
         {
             "node-id": str(n.node_id),
@@ -102,16 +97,14 @@ def superlink_runs(flower: LocalFlower) -> dict[str, tuple[str, dict[str, Any]]]
     """Every run the SuperLink knows: run id -> its status (``finished:completed``, ...) and the run
     config it was submitted with."""
     from flwr.common.serde import user_config_from_proto
-    from flwr.proto.control_pb2 import ListRunsRequest
 
-    control = _control(flower)
-    try:
-        runs = control.ListRuns(ListRunsRequest()).run_dict
-    finally:
-        control.close()
+    from hetfed.engines.control_api import run_status_text
+
+    with flower.control() as control:
+        runs = control.runs()
     return {
         str(k): (
-            ":".join(p for p in (r.status.status, r.status.sub_status) if p),
+            run_status_text(r),
             dict(user_config_from_proto(r.override_config)),
         )
         for k, r in runs.items()
@@ -170,15 +163,3 @@ def unaudited(entries: Iterable[Mapping[str, Any]], runs: Mapping[str, tuple[str
     """The SuperLink's runs that no entry names (submitted without hetfed, e.g. a bare ``flwr run``)."""
     named = {str(e["run-id"]) for e in entries}
     return [f"run {run_id} ({status})" for run_id, (status, _) in sorted(runs.items()) if run_id not in named]
-
-
-def _control(flower: LocalFlower) -> Any:
-    """A Control API client of the federation's SuperLink (HTTPS verified with its CA, if any)."""
-    from flwr.supercore.control import ControlHttpClient
-
-    return ControlHttpClient.from_server_address(
-        server_address=flower.address,
-        insecure=flower.ca is None,
-        root_certificates=str(flower.ca) if flower.ca else None,
-        interceptors=[],
-    )

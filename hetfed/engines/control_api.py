@@ -23,6 +23,8 @@ import httpx
 from flwr.cli.cli_client_interceptor import CliClientHttpInterceptor
 from flwr.cli.flower_config import parse_superlink_connection
 from flwr.proto.control_pb2 import ListNodesRequest, ListRunsRequest, StopRunRequest
+from flwr.proto.node_pb2 import NodeInfo
+from flwr.proto.run_pb2 import Run
 from flwr.supercore.control import ControlHttpClient
 from flwr.supercore.interceptors.http.runtime_version import RuntimeVersionHttpInterceptor
 
@@ -60,24 +62,30 @@ class ControlApi:
             timeout=timeout,
         )
 
+    def runs(self, run_id: int | str | None = None) -> dict[int, Run]:
+        """The SuperLink's runs by id (``flwr ls``): all, or only ``run_id`` (empty if unknown)."""
+        request = ListRunsRequest() if run_id is None else ListRunsRequest(run_id=int(run_id))
+        try:
+            return dict(self._client.ListRuns(request).run_dict)
+        except (httpx.HTTPError, ValueError) as exc:
+            which = "" if run_id is None else f" for run {run_id}"
+            raise ControlApiError(f"ListRuns{which} at {self.address}: {_reason(exc)}") from None
+
+    def nodes(self) -> list[NodeInfo]:
+        """The SuperNodes the SuperLink knows (``flwr supernode ls``): id, status, name, public key."""
+        try:
+            return list(self._client.ListNodes(ListNodesRequest()).nodes_info)
+        except (httpx.HTTPError, ValueError) as exc:
+            raise ControlApiError(f"ListNodes at {self.address}: {_reason(exc)}") from None
+
     def run_status(self, run_id: int | str) -> str:
         """``pending``, ``starting``, ``running`` or ``finished:completed|failed|stopped``, as ``flwr ls``."""
-        try:
-            res = self._client.ListRuns(ListRunsRequest(run_id=int(run_id)))
-        except (httpx.HTTPError, ValueError) as exc:
-            raise ControlApiError(f"ListRuns for run {run_id} at {self.address}: {_reason(exc)}") from None
-        if int(run_id) not in res.run_dict:
-            return "unknown"
-        status = res.run_dict[int(run_id)].status
-        return f"{status.status}:{status.sub_status}" if status.sub_status else status.status
+        run = self.runs(run_id).get(int(run_id))
+        return "unknown" if run is None else run_status_text(run)
 
     def online_nodes(self) -> int:
         """How many SuperNodes the SuperLink counts ``online`` (``flwr supernode ls``'s status)."""
-        try:
-            res = self._client.ListNodes(ListNodesRequest())
-        except (httpx.HTTPError, ValueError) as exc:
-            raise ControlApiError(f"ListNodes at {self.address}: {_reason(exc)}") from None
-        return sum(node.status == "online" for node in res.nodes_info)
+        return sum(node.status == "online" for node in self.nodes())
 
     def stop_run(self, run_id: int | str) -> bool:
         """Ask the SuperLink to stop the run (``flwr stop``); whether it says it did."""
@@ -96,6 +104,11 @@ class ControlApi:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def run_status_text(run: Run) -> str:
+    """A run's status as ``flwr ls`` prints it: ``status`` or ``status:sub-status``."""
+    return f"{run.status.status}:{run.status.sub_status}" if run.status.sub_status else run.status.status
 
 
 def _reason(exc: Exception) -> str:
