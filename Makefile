@@ -2,7 +2,8 @@
 #   make demo  - create .venv, install, start a local deployment of 4 SuperNodes (warm ClientApp
 #                runtime), run FedRSPO+ (RSPO+ loss) on the knapsack task: 5 federated rounds and
 #                personalization, print the per-client table, stop the federation
-#   make test  - create .venv if needed, lint (ruff, mypy), run the test suite
+#   make test  - create .venv if needed, lint (ruff, mypy), install the tools the tests need where it
+#                can (.ci/test-deps), run the test suite
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -33,8 +34,11 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy hetfed bench
 
-# Real-process tests mostly wait on Flower's 3 s polling: three workers (one test file each) overlap them.
+# .ci/test-deps installs the system tools the tests need (ip, nginx) where it can (root, apt-get) and
+# says in one line what it could not. Real-process tests mostly wait on Flower's 3 s polling: three
+# workers (one test file each) overlap them.
 test: install lint
+	@bash .ci/test-deps
 	$(BIN)/python -m pytest -n 3 --dist loadfile
 
 bench: install

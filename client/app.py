@@ -23,6 +23,7 @@ from typing import Any
 from flwr.app import ConfigRecordValues, Context, Message
 from flwr.clientapp import ClientApp
 
+from hetfed.client.ledger import ledger_mod
 from hetfed.client.session import ClientSession
 from hetfed.methods import CLIENTS
 
@@ -32,7 +33,7 @@ SECAGG_EXCHANGES = ("query.secagg_keys", "query.secagg_shares", "query.secagg_ch
 # Every message type some client class handles: registered up front, without importing the classes.
 MESSAGE_TYPES = (*dict.fromkeys(kind for c in CLIENTS.values() for kind in c.handles), *SECAGG_EXCHANGES)
 
-app = ClientApp()
+app = ClientApp(mods=[ledger_mod])  # every reply is recorded on the silo first (client/ledger.py)
 
 
 class FaultDrill(RuntimeError):

@@ -23,6 +23,11 @@ One client holds features -> costs data and its own polytope. Handlers:
 - ``evaluate``: test-set decision quality of the federated model and, when present, of the
   personal model (and of the Interp-DFFL blend when enabled); with both, the silo deploys the one
   better on its own validation data (``dep-`` metrics, kept in its state as ``deployed``).
+
+The handlers run typed functions of the client's data and params (``step_sizes``,
+``personal_schedule``, ``personalize``, ``evaluation``); ``personalize_and_evaluate`` runs the last
+two without messages or state, for a client that receives a model outside a federation (the energy
+reproduction's cold start).
 """
 
 from __future__ import annotations
@@ -85,6 +90,160 @@ def calibrate(
     if not (math.isfinite(lam0) and lam0 > 0):
         raise CalibrationError(f"{data.name}: lam0 = {lam0:g} (its training costs are all zero)")
     return {"lam0": lam0, "lr0": alpha * lam0 / 4, "radius": radius}
+
+
+def own_calibration(data: DecisionClientData, params: DecisionParams) -> dict[str, float]:
+    """:func:`calibrate` with the method's settings (``rspo-alpha``, ``calibration-norm``, ``fixed-lam0``):
+    this client's ``lam0_j``, ``lr0_j`` and radius (docs/algorithms.md 1.3)."""
+    return calibrate(data, params.rspo_alpha, params.calibration_norm, params.fixed_lam0)
+
+
+def step_sizes(
+    data: DecisionClientData, params: DecisionParams, loss: str, shared: tuple[float, float] | None = None
+) -> tuple[float, float]:
+    """(lam, lr) a client trains ``loss`` with: the ``shared`` (lam, lr) when the message carries a
+    shared calibration, else the client's own ``lam0_j`` (for a loss that projects; 1 otherwise) and
+    ``lr0_j``; the run's ``lr`` for a loss whose step is not calibrated (docs/algorithms.md 1.3)."""
+    needs = LOSSES[loss]
+    own = own_calibration(data, params) if shared is None and needs.needs_calibration else {}
+    lam = shared[0] if shared is not None else own.get("lam0", 1.0)
+    if not needs.calibrated_lr:
+        return lam, params.lr
+    return lam, shared[1] if shared is not None else own["lr0"]
+
+
+def personal_schedule(
+    data: DecisionClientData, params: DecisionParams, shared: tuple[float, float] | None = None
+) -> PersonalSchedule:
+    """The personalization schedule of a client holding ``data`` (docs/algorithms.md 1.5), from its
+    :func:`step_sizes` for the personalization loss."""
+    loss = params.phase_loss("personal")
+    lam, lr = step_sizes(data, params, loss, shared)
+    return PersonalSchedule.from_params(params, loss, lam, lr)
+
+
+def train_local(
+    data: DecisionClientData,
+    params: DecisionParams,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss: BatchLoss,
+    epochs: int,
+    generator: torch.Generator,
+    penalty: Callable[[], torch.Tensor] | None = None,
+) -> float:
+    """``epochs`` epochs of ``loss`` on the client's training data in mini-batches drawn by ``generator``."""
+    return train_epochs(
+        model,
+        [(data.train, loss)],
+        optimizer,
+        epochs=epochs,
+        batch_size=params.batch_size,
+        generator=generator,
+        clip_norm=params.clip_norm,
+        penalty=penalty,
+    )
+
+
+def personalize(
+    data: DecisionClientData,
+    params: DecisionParams,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    sched: PersonalSchedule,
+    seed: int,
+    partition_id: int,
+    path: dict[str, float],
+    checkpoint: Callable[[], None] | None = None,
+) -> dict[str, float]:
+    """The personalization rounds after ``sched.round``, up to R_per (docs/algorithms.md 1.5): lam_t,
+    lr_t, the freeze on the QP-LP gap U_t of a monitor subset of the validation data and the stop
+    follow ``sched``; ``model`` and ``optimizer`` train in place, ``path`` gains each round's
+    ``r<t>-lam`` / ``r<t>-lr`` and ``checkpoint`` (if any) runs after every round. Returns the
+    per-round metrics (freeze statistic, loss, validation regret) and where the schedule ended."""
+    loss_name = params.phase_loss("personal")
+    metrics: dict[str, float] = {}
+    monitor = np.random.default_rng(np.random.SeedSequence([seed, MONITOR, partition_id]))
+    size = min(params.monitor_size, len(data.val))
+    for t in range(1, params.personal_rounds + 1):
+        # Draw the monitor subset every round, also for rounds already done, to keep the stream aligned.
+        index = torch.from_numpy(np.sort(monitor.choice(len(data.val), size=size, replace=False)))
+        if t <= sched.round:
+            continue
+        if not sched.trains(t):
+            break  # a frozen client trains freeze-extra-rounds more and then stops
+        sched.begin(t)
+        for group in optimizer.param_groups:
+            group["lr"] = sched.lr
+        noise = batch_generator(seed, NOISE, partition_id, 1000 + t)
+        loss = make_loss(loss_name, data.train, data.polytope, params, sched.lam, noise)
+        batches = batch_generator(seed, BATCHES, partition_id, 1000 + t)
+        train_loss = train_local(data, params, model, optimizer, loss, params.personal_epochs, batches)
+        u = qp_lp_gap(data.val.c[index], data.polytope, sched.lam)
+        sched.end(t, u)
+        val = decision_metrics(model, data.val, data.polytope)
+        path.update({f"r{t}-lam": sched.lam, f"r{t}-lr": sched.lr})
+        metrics.update(
+            {
+                f"r{t}-freeze-stat": u,
+                f"r{t}-train-loss": train_loss,
+                f"r{t}-val-relative-regret": val["relative-regret"],
+            }
+        )
+        if params.personal_trace:  # a diagnosis: the test metrics the evaluation reports, per round
+            test = decision_metrics(model, data.test, data.polytope)
+            metrics.update({f"r{t}-test-{k}": test[k] for k in ("absolute-regret", "relative-regret")})
+        if checkpoint is not None:
+            checkpoint()
+    return {
+        **metrics,
+        "rounds-trained": sched.round,
+        "frozen-at": sched.frozen_at,
+        "num-examples": len(data.train),
+    }
+
+
+def evaluation(
+    data: DecisionClientData, models: Mapping[str, torch.nn.Module | None]
+) -> tuple[dict[str, float], str]:
+    """Test-set decision quality (LP oracle) and validation relative regret
+    (``<prefix>-val-relative-regret``) of each model present, by metric prefix. With two, the
+    deployed model (``dep-``) is the one with the lower validation regret (``fed`` on a tie).
+    Returns the metrics and the deployed model's prefix ("" without a model)."""
+    metrics: dict[str, float] = {}
+    tested: dict[str, dict[str, float]] = {}
+    val: dict[str, float] = {}
+    for prefix, model in models.items():
+        if model is not None:
+            tested[prefix] = decision_metrics(model, data.test, data.polytope)
+            metrics.update({f"{prefix}-{k}": v for k, v in tested[prefix].items()})
+            val[prefix] = decision_metrics(model, data.val, data.polytope)["relative-regret"]
+            metrics[f"{prefix}-val-relative-regret"] = val[prefix]
+    chosen = next(iter(tested), "")  # the only model, when there is one
+    if len(tested) == 2:  # this silo deploys whichever model is better on its own validation days
+        chosen = "per" if val["per"] < val["fed"] else "fed"
+        metrics.update({f"dep-{k}": v for k, v in tested[chosen].items()})
+        metrics["dep-val-relative-regret"] = val[chosen]
+        metrics["dep-personal"] = int(chosen == "per")
+    return metrics, chosen
+
+
+def personalize_and_evaluate(
+    data: DecisionClientData, params: DecisionParams, arrays: Mapping[str, np.ndarray], seed: int
+) -> dict[str, float]:
+    """What a decision client holding ``data`` (partition 0 of 1, the run's ``seed``) does with a
+    received federated model ``arrays`` at the end of FedRSPO+, without messages or state: its own
+    calibration, every personalization round (:func:`personalize`), then the evaluation of the
+    personal (``per-``) and the received (``fed-``) model (:func:`evaluation`). The handlers
+    ``train.personalize`` and ``evaluate`` run the same functions (Interp-DFFL aside)."""
+    fed = make_mlp(data.num_features, params.hidden, data.num_costs, seed=seed)
+    fed.load_state_dict({k: torch.from_numpy(v) for k, v in arrays.items()})
+    personal = make_mlp(data.num_features, params.hidden, data.num_costs, seed=seed)
+    personal.load_state_dict(fed.state_dict())
+    sched = personal_schedule(data, params)
+    optimizer = torch.optim.Adam(personal.parameters(), lr=sched.lr0)
+    personalize(data, params, personal, optimizer, sched, seed, 0, {})
+    return evaluation(data, {"per": personal, "fed": fed})[0]
 
 
 def check_projection(data: DecisionClientData, params: DecisionParams) -> None:
@@ -166,16 +325,8 @@ class DecisionClient:
         server_round: int,
         penalty: Callable[[], torch.Tensor] | None = None,
     ) -> float:
-        return train_epochs(
-            model,
-            [(self.data.train, loss)],
-            optimizer,
-            epochs=epochs,
-            batch_size=self.params.batch_size,
-            generator=self.gen(BATCHES, server_round),
-            clip_norm=self.params.clip_norm,
-            penalty=penalty,
-        )
+        generator = self.gen(BATCHES, server_round)
+        return train_local(self.data, self.params, model, optimizer, loss, epochs, generator, penalty)
 
     # --- handlers --------------------------------------------------------------------------
     def query_info(self, content: RecordDict) -> RecordDict:
@@ -197,21 +348,14 @@ class DecisionClient:
 
     def calibration(self) -> dict[str, float]:
         """This client's ``lam0_j``, ``lr0_j`` and radius, from its own data (they stay here)."""
-        p = self.params
-        return calibrate(self.data, p.rspo_alpha, p.calibration_norm, p.fixed_lam0)
+        return own_calibration(self.data, self.params)
 
-    def step_sizes(self, config: ConfigRecord, loss: str) -> tuple[float, float]:
-        """(lam, lr) of a training message for ``loss``: the message's ``shared-lam`` / ``shared-lr``
-        when it carries them (a shared calibration), else this client's own ``lam0_j`` (for a loss
-        that projects; 1 otherwise) / ``lr0_j``; the run's ``lr`` for a loss whose step is not
-        calibrated (docs/algorithms.md 1.3)."""
-        needs = LOSSES[loss]
-        shared = "shared-lam" in config
-        own = self.calibration() if not shared and needs.needs_calibration else {}
-        lam = float(scalar(config["shared-lam"])) if shared else own.get("lam0", 1.0)
-        if not needs.calibrated_lr:
-            return lam, self.params.lr
-        return lam, float(scalar(config["shared-lr"])) if shared else own["lr0"]
+    @staticmethod
+    def shared(config: ConfigRecord) -> tuple[float, float] | None:
+        """A training message's shared calibration (``shared-lam``, ``shared-lr``), if it carries one."""
+        if "shared-lam" not in config:
+            return None
+        return float(scalar(config["shared-lam"])), float(scalar(config["shared-lr"]))
 
     def query_calibrate(self, content: RecordDict) -> RecordDict:
         """Can this client take part (its projection and calibration work)? Its lam0_j, lr0_j and
@@ -246,7 +390,7 @@ class DecisionClient:
         config = content.config_records["config"]
         rnd = int(scalar(config["server-round"]))
         name = self.params.phase_loss("warm")
-        lam, lr = self.step_sizes(config, name)
+        lam, lr = step_sizes(self.data, self.params, name, self.shared(config))
         loss = make_loss(name, self.data.train, self.data.polytope, self.params, lam, self.gen(NOISE, rnd))
         return self.train_round(content, loss, lr, self.params.local_epochs, rnd)
 
@@ -293,13 +437,11 @@ class DecisionClient:
         state.set_round_arrays("personal", personal.state_dict(), rnd)
 
     def train_personalize(self, content: RecordDict) -> RecordDict:
-        """All personalization rounds t = 1..R_per, locally (docs/algorithms.md 1.5); lam_t, lr_t, the
-        freeze and the stop follow :class:`~hetfed.client.personalization.PersonalSchedule`."""
+        """All personalization rounds t = 1..R_per, locally (:func:`personalize`); the personal model,
+        its Adam state and the schedule are kept after every round when the state is on disk."""
         params, config = self.params, content.config_records["config"]
         state = self.state(content)
-        name = params.phase_loss("personal")
-        lam, lr = self.step_sizes(config, name)
-        sched = PersonalSchedule.from_params(params, name, lam, lr)
+        sched = personal_schedule(self.data, params, self.shared(config))
         kept = state.values("schedule")
         if kept is None:  # a fresh start
             model = self.personal_start(state, content)
@@ -316,49 +458,17 @@ class DecisionClient:
             model = personal
             optimizer = torch.optim.Adam(model.parameters(), lr=sched.lr0)
             optimizer_from_state(optimizer, saved_arrays, saved_values)
-        metrics: dict[str, float] = {}
         path = state.values("personal-log") or {}  # lam_t, lr_t: derived from lam0_j, so kept here
-        monitor = np.random.default_rng(np.random.SeedSequence([self.cfg["seed"], MONITOR, self.pid]))
-        size = min(params.monitor_size, len(self.data.val))
-        for t in range(1, params.personal_rounds + 1):
-            # Draw the monitor subset every round, also for rounds already done, to keep the stream aligned.
-            index = torch.from_numpy(np.sort(monitor.choice(len(self.data.val), size=size, replace=False)))
-            if t <= sched.round:
-                continue
-            if not sched.trains(t):
-                break  # a frozen client trains freeze-extra-rounds more and then stops
-            sched.begin(t)
-            for group in optimizer.param_groups:
-                group["lr"] = sched.lr
-            loss = make_loss(
-                name, self.data.train, self.data.polytope, params, sched.lam, self.gen(NOISE, 1000 + t)
-            )
-            train_loss = self.fit(model, optimizer, loss, params.personal_epochs, 1000 + t)
-            u = qp_lp_gap(self.data.val.c[index], self.data.polytope, sched.lam)
-            sched.end(t, u)
-            val = decision_metrics(model, self.data.val, self.data.polytope)
-            path.update({f"r{t}-lam": sched.lam, f"r{t}-lr": sched.lr})
-            metrics.update(
-                {
-                    f"r{t}-freeze-stat": u,
-                    f"r{t}-train-loss": train_loss,
-                    f"r{t}-val-relative-regret": val["relative-regret"],
-                }
-            )
-            if params.personal_trace:  # a diagnosis: the test metrics the evaluation reports, per round
-                test = decision_metrics(model, self.data.test, self.data.polytope)
-                metrics.update({f"r{t}-test-{k}": test[k] for k in ("absolute-regret", "relative-regret")})
-            if state.directory is not None:  # on disk every round: a restarted node resumes here
-                self.save_personal(state, model, optimizer, sched.position())
-                state.set_values("personal-log", path)
-        self.save_personal(state, model, optimizer, sched.position())
-        state.set_values("personal-log", path)
-        done = {
-            "rounds-trained": sched.round,
-            "frozen-at": sched.frozen_at,
-            "num-examples": len(self.data.train),
-        }
-        return RecordDict({"metrics": MetricRecord({**metrics, **done})})
+
+        def checkpoint() -> None:
+            self.save_personal(state, model, optimizer, sched.position())
+            state.set_values("personal-log", path)
+
+        each = checkpoint if state.directory is not None else None  # on disk: a restarted node resumes there
+        done = personalize(self.data, params, model, optimizer, sched, self.cfg["seed"], self.pid, path, each)
+        checkpoint()
+        metrics: dict[str, MetricRecordValues] = dict(done)
+        return RecordDict({"metrics": MetricRecord(metrics)})
 
     def personal_start(self, state: ClientState, content: RecordDict) -> torch.nn.Module:
         """The model personalization starts from: the received federated model."""
@@ -417,39 +527,25 @@ class DecisionClient:
         state.set_values("schedule", sched)
 
     def evaluate(self, content: RecordDict) -> RecordDict:
-        """Test-set decision quality (LP oracle) of the federated and the personal model, plus their
-        validation relative regret (``<model>-val-relative-regret``). With both models, the silo's
-        deployed model (``dep-``) is the one with the lower validation regret (the federated one on
-        a tie); it is kept in the client's state (``deployed``) with which one it is."""
-        test, poly = self.data.test, self.data.polytope
-        metrics: dict[str, MetricRecordValues] = {}
+        """Test and validation quality of the federated and the personal model and the one this silo
+        deploys (:func:`evaluation`), which is kept in the client's state (``deployed``) with which
+        one it is."""
         state = self.state(content)
         models = self.evaluated_models(state, content)
-        tested: dict[str, dict[str, float]] = {}
-        val: dict[str, float] = {}
-        for prefix, model in models.items():
-            if model is not None:
-                tested[prefix] = decision_metrics(model, test, poly)
-                metrics.update({f"{prefix}-{k}": v for k, v in tested[prefix].items()})
-                val[prefix] = decision_metrics(model, self.data.val, poly)["relative-regret"]
-                metrics[f"{prefix}-val-relative-regret"] = val[prefix]
-        chosen = next(iter(tested))  # the only model, when there is one
-        if len(tested) == 2:  # this silo deploys whichever model is better on its own validation days
-            chosen = "per" if val["per"] < val["fed"] else "fed"
-            metrics.update({f"dep-{k}": v for k, v in tested[chosen].items()})
-            metrics["dep-val-relative-regret"] = val[chosen]
-            metrics["dep-personal"] = int(chosen == "per")
-        if tested:
+        scores, chosen = evaluation(self.data, models)
+        metrics: dict[str, MetricRecordValues] = dict(scores)
+        if chosen:
             deployed = models[chosen]
-            assert deployed is not None  # tested holds only the models that exist
+            assert deployed is not None  # evaluation deploys only a model that exists
             state.set_arrays(DEPLOYED, deployed.state_dict())
             state.set_values(DEPLOYED, {"model": "personal" if chosen == "per" else "federated"})
             if (fed := models.get("fed")) is not None:
                 state.set_arrays(FEDERATED, fed.state_dict())
-            self.save_inference(state, content, deployed, kept=[MODEL_NAMES[p] for p in tested])
+            kept = [MODEL_NAMES[p] for p, model in models.items() if model is not None]
+            self.save_inference(state, content, deployed, kept=kept)
         if self.params.interp_dffl and (fed := models.get("fed")) is not None:
             metrics.update({f"interp-{k}": v for k, v in self.interp_dffl(fed).items()})
-        metrics["num-examples"] = len(test)
+        metrics["num-examples"] = len(self.data.test)
         return RecordDict({"metrics": MetricRecord(metrics)})
 
     def save_inference(

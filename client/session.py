@@ -72,10 +72,10 @@ class ClientSession:
             ) from None
         if not 0 <= pid < n:
             raise NodeConfigError(f"{where}: partition-id {pid} is outside [0, num-partitions={n})")
-        data_path = _node_path(nc.get("data-path") or cfg["node-data-path"], pid)
+        data_path = node_path(nc.get("data-path") or cfg["node-data-path"], pid)
         if data_path is not None and not data_path.exists():
             raise NodeConfigError(f"partition {pid} of {n}: data-path '{data_path}' does not exist")
-        state_dir = _node_path(nc.get("state-dir") or cfg["node-state-dir"], pid)
+        state_dir = node_path(nc.get("state-dir") or cfg["node-state-dir"], pid)
         return cls(ProblemConfig(cfg), pid, n, data_path, state_dir, context.node_id, cfg_json)
 
     def data(self) -> Any:
@@ -131,7 +131,7 @@ def _load_named(cfg_json: str, partition_id: int, num_partitions: int, data_path
         raise SiloDataError(f"partition {partition_id} of {num_partitions}: {what}") from exc
 
 
-def _node_path(value: Any, partition_id: int) -> Path | None:
+def node_path(value: Any, partition_id: int) -> Path | None:
     """A node's path from its node config or, for a simulated node, the run config's pattern."""
     return Path(str(value).replace("{partition}", str(partition_id))) if value else None
 

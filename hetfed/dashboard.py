@@ -2,10 +2,10 @@
 
 Everything shown is read from the run folders (through :class:`~hetfed.server.store.RunResult`
 and the store's ``progress.json`` / ``segments.jsonl``) and, with a federation folder, from the
-SuperLink's node list (``flwr supernode ls``, as ``hetfed federation status`` asks it). Nothing is
-written anywhere. The page is server-rendered HTML with the charts as inline SVG; a few lines of
-inline script fetch ``/fragment`` every 2 s and swap it in, so the page follows a run without a
-reload and without anything from the network (no CDN: it works air-gapped).
+SuperLink's node list (its Control API asked in this process, as ``hetfed federation status``
+asks it). Nothing is written anywhere. The page is server-rendered HTML with the charts as
+inline SVG; a few lines of inline script fetch ``/fragment`` every 2 s and swap it in, so the
+page follows a run without a reload and without anything from the network (no CDN: it works air-gapped).
 
 - ``/``: the page; ``/fragment``: its live part; ``/metrics``: the Prometheus text format.
 
@@ -22,7 +22,6 @@ import html
 import math
 import re
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -43,7 +42,7 @@ from hetfed.server.store import RunResult, RunStore, StoreError
 
 AGGREGATE = "aggregate"
 REFRESH_S = 2  # how often the page fetches /fragment
-NODES_TTL_S = 5.0  # how long one `flwr supernode ls` answer is reused (each costs a flwr process)
+NODES_TTL_S = 5.0  # how long one answer of the SuperLink's node list is reused
 NODE_ID = re.compile(r"SuperNode ID: (\d+)")  # what a SuperNode logs when it has joined
 
 
@@ -237,7 +236,7 @@ def read_federation(federation_dir: Path) -> FederationView:
     The SuperLink does not know partitions; a SuperNode that ``hetfed federation up`` started here
     logged its node id in ``supernode-<partition>.log``, which gives its partition.
     """
-    from hetfed.engines.flower import CONNECTION, FlowerProcessError
+    from hetfed.engines.flower import FlowerProcessError
     from hetfed.federation import FederationInfo, FederationNotRunning
 
     try:
@@ -246,8 +245,9 @@ def read_federation(federation_dir: Path) -> FederationView:
         return FederationView("", 0, (), str(exc))
     flower = info.flower()
     try:
-        answer = flower.flwr_json("supernode", "ls", CONNECTION, timeout=30)
-    except (FlowerProcessError, OSError, subprocess.TimeoutExpired) as exc:
+        with flower.control() as control:  # in this process: no flwr CLI process per look
+            answer = control.nodes()
+    except (FlowerProcessError, OSError) as exc:
         return FederationView(
             flower.address, info.nodes, (), f"the SuperLink did not answer: {exc}".splitlines()[0]
         )
@@ -261,13 +261,13 @@ def read_federation(federation_dir: Path) -> FederationView:
             partitions[ids[-1]] = index  # a restarted SuperNode logs its new id last
     nodes = tuple(
         Node(
-            str(n.get("node-id")),
-            str(n.get("status")),
-            partitions.get(str(n.get("node-id"))),
-            str(n.get("online-at") if n.get("status") == "online" else n.get("offline-at") or ""),
+            str(n.node_id),
+            n.status,
+            partitions.get(str(n.node_id)),
+            n.last_activated_at if n.status == "online" else n.last_deactivated_at,
         )
-        for n in answer.get("nodes", [])
-        if n.get("status") != "unregistered"
+        for n in answer
+        if n.status != "unregistered"
     )
     return FederationView(flower.address, info.nodes, nodes)
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hetfed import audit
 from hetfed.config import ConfigError
 from hetfed.credentials import TlsFiles, certificate_names, write_node_key
 from hetfed.engines.flower import (
@@ -162,8 +163,13 @@ def federation_up(
     runtime: str = DEFAULT_RUNTIME,
     approved_apps: Path | None = None,
     superlink_state: str = "memory",
+    timeout: float | None = None,
 ) -> FederationInfo:
     """Start a SuperLink (cwd ``app_dir``) and ``nodes`` SuperNodes; wait until all are online.
+
+    The SuperNodes come up a few at a time (``LocalFlower.start_supernodes``) and get ``timeout``
+    seconds to come online (default :func:`~hetfed.engines.flower.nodes_timeout`: proportional to
+    ``nodes``); past it, one line says how many did and every process started is stopped.
 
     With ``tls_dir`` the SuperLink serves HTTPS with its certificates; with ``node_auth``
     each SuperNode gets a key pair under ``root/keys`` that is registered before it starts.
@@ -174,6 +180,8 @@ def federation_up(
     federation is with ``down``) or ``file`` (``root/state.db``).
     """
     superlink_database(superlink_state, root)  # refuse a bad value before starting anything
+    if timeout is not None and not timeout > 0:  # NaN too
+        raise ConfigError(f"--timeout {timeout:g}: must be > 0 seconds")
     root = Path(root).resolve()
     configs = check_up_arguments(nodes, data_path, state_dir, port, root)
     check_writable_folder("--dir", root)
@@ -207,6 +215,7 @@ def federation_up(
                 approved_apps=approved_apps,
                 state=superlink_state,
             ),
+            timeout,
         )
     finally:
         os.close(lock)
@@ -216,20 +225,19 @@ UP_LOCK = ".up.lock"
 
 
 def _start_processes(
-    root: Path, configs: list[dict[str, Any]], app_dir: Path, flower: LocalFlower
+    root: Path, configs: list[dict[str, Any]], app_dir: Path, flower: LocalFlower, timeout: float | None
 ) -> FederationInfo:
     """Start the SuperLink (cwd ``app_dir``) and a SuperNode per node config; wait until all are online."""
     nodes, tls, node_auth = len(configs), flower.tls, flower.node_auth
     try:
         flower.start_superlink(cwd=app_dir)
-        for i, cfg in enumerate(configs):
-            key = _node_key(root / "keys" / f"node-{i}") if node_auth else None
-            if key:
-                flower.register(key.with_name(key.name + ".pub"), name=f"node-{i}")
-            flower.start_supernode(i, cfg, key=key)
-        flower.wait_for_nodes(nodes)
+        keys = [_node_key(root / "keys" / f"node-{i}") for i in range(nodes)] if node_auth else []
+        for i, key in enumerate(keys):
+            flower.register(key.with_name(key.name + ".pub"), name=f"node-{i}")
+        flower.start_supernodes(configs, keys, timeout)
     except BaseException:
         flower.stop()
+        end_processes_of(flower.home)  # SuperExecs run in sessions of their own
         raise
     info = FederationInfo(
         root,
@@ -260,6 +268,7 @@ def federation_down(root: Path) -> tuple[int, int]:
             f"the SuperLink in {info.root} was started by `hetfed federation superlink`; stop it where it "
             "runs (Ctrl-C, or `systemctl stop hetfed-superlink`)"
         )
+    audit.record_down(info.flower())  # the runs it is about to end, while the SuperLink can say which
     others = end_processes_of(info.root / "flwr-home", program="flwr-serverapp")
     stop_process_groups(list(reversed(info.pids)))
     others += end_processes_of(info.root / "flwr-home")

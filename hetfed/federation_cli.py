@@ -1,8 +1,9 @@
 """``hetfed federation ...``: the subcommands that start, secure and inspect federations.
 
-On one machine: ``up``, ``down``, ``status``. Across machines: ``certs`` and
-``keygen`` (credentials, made offline), ``superlink`` (the SuperLink host),
-``silo`` (one organisation's SuperNode), ``register`` (admit a silo's key),
+On one machine: ``up``, ``down``, ``status``; ``audit`` (the runs started, stopped and resumed),
+``ledger`` (what left each silo).
+Across machines: ``certs`` and ``keygen`` (credentials, made offline), ``superlink`` (the
+SuperLink host), ``silo`` (one organisation's SuperNode), ``register`` (admit a silo's key),
 ``approve`` (a silo approves an app build, by its FAB hash);
 ``compose`` writes a docker-compose file. Every subcommand is in the README.
 """
@@ -32,6 +33,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         runtime=args.runtime,
         approved_apps=Path(args.approved_apps) if args.approved_apps else None,
         superlink_state=args.superlink_state,
+        timeout=args.timeout,
     )
     scheme = "https" if info.tls_dir else "http"
     auth = ", node authentication on" if info.node_auth else ""
@@ -103,6 +105,22 @@ def cmd_state(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ledger(args: argparse.Namespace) -> int:
+    """``federation ledger``: per state dir, a summary of the replies that left the silo (ledger.jsonl)."""
+    from hetfed.client.ledger import LEDGER_FILE, read, summary_lines
+
+    dirs = state_dirs(args)
+    if not dirs:
+        raise ValueError(
+            f"no state dir to read: give --state-dir, or --dir of a local federation (not {args.dir})"
+        )
+    for state_dir in dirs:
+        entries = read(state_dir)
+        print(f"{Path(state_dir) / LEDGER_FILE}: {len(entries)} replies left this silo")
+        print("\n".join(f"  {line}" for line in summary_lines(entries)))
+    return 0
+
+
 def _size(n: int) -> str:
     """Bytes as B, KiB, MiB or GiB."""
     value = float(n)
@@ -135,6 +153,30 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(proxy_line(info.root / "proxy", str(info.extra.get("public-address", "?"))))
     print(silo_report_lines([info.root / "results", *map(Path, args.results_dir or ["results"])]))
     return 1 if args.wait and online < args.wait else 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """``federation audit``: the runs started, stopped and resumed on this federation (audit.jsonl)."""
+    from hetfed import audit
+    from hetfed.federation import FederationInfo
+
+    root = Path(args.dir)
+    if not (root / audit.AUDIT_FILE).exists() and not (root / "federation.json").exists():
+        raise ValueError(f"{root} holds no federation (no federation.json, no {audit.AUDIT_FILE})")
+    entries = audit.read(root)
+    for entry in entries:
+        print(audit.describe(entry))
+    print(f"{len(entries)} audit entries in {root / audit.AUDIT_FILE}")
+    try:
+        runs = audit.superlink_runs(FederationInfo.load(root).flower())
+    except Exception as exc:  # a federation that is down still has its audit trail
+        print(f"(the SuperLink was not asked which runs it knows: {type(exc).__name__}: {exc})")
+        return 0
+    outside = audit.unaudited(entries, runs)
+    if outside:
+        print("runs the SuperLink knows that no entry names (submitted without hetfed, e.g. flwr run):")
+        print("\n".join(f"  {line}" for line in outside))
+    return 0
 
 
 def proxy_line(proxy_dir: Path, public: str) -> str:
@@ -356,6 +398,13 @@ def add_federation_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument("--tls-dir", help="serve HTTPS with ca.crt, server.pem, server.key from `certs`")
     up.add_argument("--node-auth", action="store_true", help="make, register and use a key per SuperNode")
     up.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="how long the SuperNodes (a few coming up at a time) may take to come online; default "
+        "30 + 5 per SuperNode (110 for 16); past it `up` says how many did and stops them all",
+    )
+    up.add_argument(
         "--approved-apps", metavar="FILE", help="app pinning: SuperNodes run only the builds in FILE"
     )
     _add_runtime_argument(up)
@@ -378,6 +427,15 @@ def add_federation_parser(sub: argparse._SubParsersAction) -> None:
         help="where runs write results (repeat; default: results/ and <dir>/results), for the silos' reports",
     )
     status.set_defaults(func=cmd_status)
+
+    audit = actions.add_parser("audit", help="the runs started, stopped and resumed (audit.jsonl)")
+    audit.add_argument("--dir", default=DEFAULT_DIR, help="folder of `up` or `superlink`")
+    audit.set_defaults(func=cmd_audit)
+
+    ledger = actions.add_parser("ledger", help="what left each silo: a summary of its ledger.jsonl")
+    ledger.add_argument("--state-dir", action="append", help="a silo's state dir (repeat; default: --dir's)")
+    ledger.add_argument("--dir", default=DEFAULT_DIR, help="the local federation's folder (its state dirs)")
+    ledger.set_defaults(func=cmd_ledger)
 
     state = actions.add_parser("state", help="list or remove the client state runs left on the silos")
     state_actions = state.add_subparsers(dest="state_action", required=True)

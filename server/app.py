@@ -6,7 +6,7 @@ import json
 import signal
 import time
 import traceback
-from logging import INFO
+from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from flwr.supercore.run import RunNotRunningException
 from hetfed.config import PROBLEM_KEYS, SCHEMA, ConfigError, validate
 from hetfed.runtime.waits import shorten_object_pull_backoff
 from hetfed.server.aggregation import Summation
+from hetfed.server.plots import draw_or_say
 from hetfed.server.pool import ClientPool, FederationError
 from hetfed.server.report import report_markdown
 from hetfed.server.rounds import run_rounds
@@ -173,7 +174,7 @@ def finish_segment(
     error: str,
     summary: dict[str, Any],
 ) -> dict[str, Any]:
-    """Close this segment and write summary.json / report.md over the whole run (every segment)."""
+    """Close this segment; write summary.json, report.md and rounds.png over the whole run (every segment)."""
     store.end_segment(status)
     segments = [
         {k: s.get(k) for k in ("segment", "engine", "started", "first-round", "status", "wall-time-s")}
@@ -193,6 +194,7 @@ def finish_segment(
         **summary,
     }
     store.write_summary(full, report_markdown(f"{store.run_name} ({status})", full))
+    draw_or_say(store.path, lambda text: log(WARNING, "[%s] %s", store.run_name, text))
     return full
 
 

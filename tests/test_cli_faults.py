@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from _pytest.capture import CaptureResult
 
-from tests.conftest import REPO, hetfed_cli
+from tests.conftest import REPO, cannot_run, hetfed_cli
 
 # Long enough to be interrupted mid-run (about 0.3 s a round), short enough to finish quickly.
 SETS = {
@@ -361,6 +361,8 @@ BAD_UP = [
     (["--nodes", "0"], "--nodes 0: must be >= 1"),
     (["--state-dir", "/dev/null"], "--state-dir /dev/null: /dev/null exists and is not a folder"),
     (["--state-dir", "/dev/null/{partition}"], "/dev/null is a file, not a folder"),
+    (["--timeout", "0"], "--timeout 0: must be > 0 seconds"),
+    (["--timeout", "nan"], "--timeout nan: must be > 0 seconds"),
 ]
 
 
@@ -401,10 +403,11 @@ def test_two_federation_ups_on_one_folder_cannot_both_start(tmp_path: Path) -> N
     assert not (tmp_path / "federation.json").exists()
 
 
-@pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0, reason="needs root and unshare(1)")
 def test_a_state_dir_on_a_read_only_file_system_is_refused(tmp_path: Path) -> None:
     """As root every permission check passes; a read-only mount (in a mount namespace of this test's
     own) is what still refuses writes, and `run` and `federation up` both say so at once."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        cannot_run("needs root and unshare(1)")
     ro = tmp_path / "ro"
     ro.mkdir()
     command = " ".join(

@@ -411,13 +411,9 @@ def test_the_tls_superlink_service_runs_flower_on_its_loopback_behind_nginx(tmp_
     auth and process isolation (parsed by Flower's parser), nginx on the published port forwarding to
     it, and the allow-list the silos read is what the image's last build step writes."""
     from hetfed.credentials import write_certificates
-    from hetfed.proxy import find_nginx
-    from tests.conftest import hetfed_cli
+    from tests.conftest import hetfed_cli, needs_nginx
 
-    try:
-        find_nginx()
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
+    needs_nginx()
     service = load("docker-compose.tls.yml")["services"]["superlink"]
     write_certificates(tmp_path / "secrets", ["superlink"])
     paths = {"/run/secrets": str(tmp_path / "secrets"), "/state": str(tmp_path / "state")}

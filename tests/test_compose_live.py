@@ -52,7 +52,7 @@ from hetfed.config import to_toml
 from hetfed.engines.flower import free_port
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.images import BASE_IMAGE, base_image_current, read_wheelhouse, requirements
-from tests.conftest import REPO
+from tests.conftest import REPO, cannot_run
 from tests.http_probe import CLOSED
 from tests.http_probe import SOURCE as PROBE_SOURCE
 
@@ -193,11 +193,19 @@ def test_the_topology_checks_pass_on_the_compose_files_and_fail_on_broken_copies
                 check_topology(*broken(change), SILOS)
 
 
+def test_a_live_test_that_cannot_run_fails_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``cannot_run`` (every live test's way out, e.g. no Docker engine): a skip, a failure under CI=true."""
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="^no dockerd$"):
+        cannot_run("no dockerd")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="^CI=true, and this test cannot run here: no dockerd$"):
+        cannot_run("no dockerd")
+
+
 # --- the engine --------------------------------------------------------------------------------
 def engine_unavailable() -> str | None:
     """Why no Docker engine can start here (one reason), or None."""
-    if os.environ.get("HETFED_DOCKER_TEST") != "1":
-        return "live Docker test off: HETFED_DOCKER_TEST=1 runs it (root, dockerd, Compose v2)"
     if os.geteuid() != 0:
         return "no Docker engine can start: dockerd needs root"
     for tool in ("dockerd", "docker", "iptables"):
@@ -236,7 +244,7 @@ def start_dockerd(logs: Path) -> Engine:
 
     pidfile = EXEC_ROOT / "dockerd.pid"
     if pidfile.exists() and pidfile.read_text().strip().isdigit() and _alive(int(pidfile.read_text())):
-        pytest.skip(
+        cannot_run(
             f"no Docker engine can start: a dockerd (pid {pidfile.read_text().strip()}) runs on {EXEC_ROOT}"
         )
     EXEC_ROOT.mkdir(parents=True, exist_ok=True)
@@ -256,7 +264,7 @@ def start_dockerd(logs: Path) -> Engine:
         time.sleep(1)
     stop_dockerd(proc)
     tail = (logs / "dockerd.log").read_text(errors="replace").strip().splitlines()[-1:]
-    pytest.skip(f"no Docker engine can start: dockerd did not answer within 120 s ({' '.join(tail)})")
+    cannot_run(f"no Docker engine can start: dockerd did not answer within 120 s ({' '.join(tail)})")
 
 
 def stop_dockerd(proc: subprocess.Popen) -> None:
@@ -331,7 +339,7 @@ def ensure_images(engine: Engine) -> None:
         engine.timings["wheelhouse-s"] = time.time() - t
     if not base_image_current(BASE_IMAGE, env):  # missing, or a stand-in of an older Debian package set
         if not (shutil.which("debootstrap") or Path("/usr/sbin/debootstrap").exists()):
-            pytest.skip(
+            cannot_run(
                 f"no {BASE_IMAGE} and no debootstrap to build its stand-in (apt-get install debootstrap)"
             )
         t = time.time()
@@ -358,9 +366,11 @@ def ensure_images(engine: Engine) -> None:
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Engine]:
+    if os.environ.get("HETFED_DOCKER_TEST") != "1":  # off, not missing: .ci/compose-live runs them
+        pytest.skip("live Docker test off: HETFED_DOCKER_TEST=1 runs it (root, dockerd, Compose v2)")
     reason = engine_unavailable()
     if reason:
-        pytest.skip(reason)
+        cannot_run(reason)
     logs = CACHE / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     t = time.time()

@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hetfed.dashboard import Dashboard, make_server
 from hetfed.engines.inline import node_configs, run_inline
-from tests.conftest import REPO, hetfed_cli
+from tests.conftest import REPO, cannot_run, hetfed_cli
 
 CFG = {"n-train": 40, "n-test": 30, "local-epochs": 1, "num-items": 10, "fraction": 1.0, "seed": 3}
 
@@ -170,18 +170,15 @@ return {
 
 
 def browser() -> Any:
-    """Headless Debian Chromium driven by Selenium. Without them the test skips, but not under CI
-    where they can be installed (root with apt-get: .ci/run installs them), where it fails."""
+    """Headless Debian Chromium driven by Selenium (.ci/test-deps installs them); without them
+    :func:`cannot_run` (skips; fails under CI=true)."""
     chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
     try:
         from selenium import webdriver
     except ImportError:
         webdriver = None
     if not (chromium and driver and webdriver is not None):
-        why = "needs selenium and Debian's chromium and chromium-driver (apt-get install both)"
-        if os.environ.get("CI") == "true" and os.geteuid() == 0 and shutil.which("apt-get"):
-            pytest.fail(f"{why}: .ci/run installs them here, it did not")
-        pytest.skip(why)
+        cannot_run("needs selenium and Debian's chromium and chromium-driver (apt-get install both)")
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()

@@ -40,6 +40,8 @@ def test_inline_and_simulation_sample_the_same_clients_and_agree(tmp_path: Path)
     assert sim["status"] == inline["status"] == "completed"
     assert sim["engine"] == "simulation" and inline["engine"] == "inline"
     assert sampled_per_round(tmp_path / "sim") == sampled_per_round(tmp_path / "inline")
+    for name in ("sim", "inline"):  # each engine's ServerApp drew the run's picture (tests/test_plots.py)
+        assert (tmp_path / name / "rounds.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(sampled_per_round(tmp_path / "sim")) == 3
     assert sim["clients"].keys() == inline["clients"].keys()
     for name, metrics in inline["clients"].items():

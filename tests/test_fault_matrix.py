@@ -276,36 +276,45 @@ def test_a_bad_silo_file_on_the_inline_engine(tmp_path: Path) -> None:
 
 # --- deployment, without a federation ------------------------------------------------------------
 class _Health(http.server.BaseHTTPRequestHandler):
+    """A SuperLink whose /health answers and whose Control API hangs until ``released`` is set."""
+
+    released = threading.Event()
+    answered: list[float] = []  # when /health last answered
+
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self.answered.append(time.time())  # before the answer: the watcher hears it later
         self.send_response(200 if self.path == "/health" else 404)
         self.end_headers()
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.released.wait(600)  # then closes without an answer
 
     def log_message(self, *args: object) -> None:
         pass
 
 
-def test_wait_run_notices_a_dead_superlink_within_30_s(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """/health decides, also while a ``flwr ls`` hangs (as it may on a dead SuperLink): one exception."""
+def test_wait_run_notices_a_dead_superlink_within_30_s(tmp_path: Path) -> None:
+    """/health decides, also while a Control API call hangs (as on a dying SuperLink): one exception."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     flower = LocalFlower(tmp_path, link_port=server.server_address[1])
-    hang = [sys.executable, "-c", "import time; time.sleep(600)"]  # a flwr ls that never returns
-    monkeypatch.setattr(flower, "_flwr_command", lambda *args: hang)
     ticks: list[float] = []
+    died: list[float] = []
 
     def die() -> None:  # the SuperLink process is gone: its port refuses connections
         server.shutdown()
         server.server_close()
+        died.append(time.time())
+        _Health.released.set()
 
     threading.Timer(2.0, die).start()
-    started = time.time()
     with pytest.raises(
         SuperLinkUnreachable, match=r"has not answered http://127\.0\.0\.1:\d+/health for 2\d s"
     ):
         flower.wait_run("7", timeout=3600, tick=lambda: ticks.append(time.time()))
-    assert 20 <= time.time() - started - 2.0 < 30  # noticed 20-30 s after it died, not an hour
+    noticed = time.time()
+    assert _Health.answered and 20 <= noticed - _Health.answered[-1] < 24  # 20 s of silence, no more
+    assert noticed - died[0] < 30  # noticed within 30 s of its death, not an hour
     assert len(ticks) >= 8  # progress was still printed while it waited
 
 

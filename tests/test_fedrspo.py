@@ -279,6 +279,35 @@ def personalize(cfg: dict, state_dir: Path | None = None, context: Context | Non
     return {**sent, **log, "_context": context}
 
 
+def test_personalize_and_evaluate_is_what_the_client_app_replies(task_identity: None) -> None:
+    """The typed entry point (data and params, no messages or state) gives, bit for bit, the metrics
+    of the ClientApp's evaluate after its train.personalize on a received model."""
+    from hetfed.client.decision_client import personalize_and_evaluate
+    from hetfed.client.session import load_partition
+    from hetfed.methods.decision import CalibratedParams
+
+    full = validate({**SMALL, "personal-rounds": 4})
+    node = {"partition-id": 0, "num-partitions": 1}
+    context = Context(run_id=1, node_id=7, node_config=node, state=RecordDict(), run_config=full)
+    received = make_mlp(8, 64, full["num-items"], seed=5)
+    settings = build_strategy(full).client_settings()
+    replies = {}
+    for kind in ("train.personalize", "evaluate"):
+        config = ConfigRecord({**settings, "run-name": "p", "server-round": 3})
+        ins = Message(
+            RecordDict({"arrays": model_record(received), "config": config}), dst_node_id=7, message_type=kind
+        )
+        reply = client_app(ins, context)
+        assert not reply.has_error(), reply.error
+        replies[kind] = dict(reply.content["metrics"])
+    arrays = {k: v.detach().numpy() for k, v in received.state_dict().items()}
+    data = load_partition(full, 0, 1, None)
+    direct = personalize_and_evaluate(data, CalibratedParams.from_config(full), arrays, full["seed"])
+    assert direct == {k: v for k, v in replies["evaluate"].items() if k != "num-examples"}
+    assert replies["train.personalize"]["rounds-trained"] == 4
+    assert direct["per-absolute-regret"] != direct["fed-absolute-regret"]  # it did personalize
+
+
 def test_inverse_time_schedules_freeze_and_stop_three_rounds_later() -> None:
     m = personalize({"personal-rounds": 12, "freeze-tau": 0.05})
     frozen = int(m["frozen-at"])

@@ -36,7 +36,7 @@ from hetfed.config import parse_assignments
 from hetfed.engines.flower import flower_env
 from hetfed.engines.runner import run_experiment
 from hetfed.problems.models import make_mlp
-from tests.conftest import REPO
+from tests.conftest import REPO, cannot_run, needs_nginx
 from tests.http_probe import CLOSED
 from tests.http_probe import SOURCE as PROBE_SOURCE
 
@@ -183,18 +183,13 @@ def _wait_exit(proc: subprocess.Popen, timeout: float) -> int | None:
 def hosts() -> Iterator[Hosts]:
     reason = _cannot_make_namespaces()
     if reason:
-        pytest.skip(reason)
+        cannot_run(reason)
     with Hosts(ADDRESSES, f"hf{os.getpid()}") as made:
         yield made
 
 
 def test_tls_and_node_auth_federation_across_namespaces(hosts: Hosts, tmp_path: Path) -> None:
-    from hetfed.proxy import find_nginx
-
-    try:
-        find_nginx()  # the SuperLink host's reverse proxy
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
+    needs_nginx()  # the SuperLink host's reverse proxy
     hetfed = [str(BIN / "hetfed")]
     py = [sys.executable, "-c"]
     tls, keys, link_dir = tmp_path / "tls", tmp_path / "keys", tmp_path / "link"

@@ -9,15 +9,13 @@ import pytest
 
 from hetfed.credentials import write_certificates
 from hetfed.federation import FederationInfo, superlink_host
-from hetfed.proxy import HEALTH, check_nginx_conf, find_nginx, fleet_routes, write_nginx_conf
+from hetfed.proxy import HEALTH, check_nginx_conf, fleet_routes, write_nginx_conf
+from tests.conftest import needs_nginx
 
 
 @pytest.fixture
 def nginx() -> str:
-    try:
-        return find_nginx()
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
+    return needs_nginx()
 
 
 def test_the_proxy_forwards_exactly_flowers_fleet_routes_and_health(tmp_path: Path, nginx: str) -> None:

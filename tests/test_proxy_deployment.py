@@ -22,8 +22,7 @@ import pytest
 
 from hetfed.credentials import write_certificates, write_node_key
 from hetfed.engines.flower import free_port
-from hetfed.proxy import find_nginx
-from tests.conftest import REPO
+from tests.conftest import REPO, needs_nginx
 from tests.http_probe import CLOSED, codes
 
 pytestmark = pytest.mark.deployment
@@ -72,10 +71,7 @@ def port_pair() -> int:
 
 
 def test_only_the_fleet_api_passes_the_proxy_and_node_auth_still_holds(tmp_path: Path) -> None:
-    try:
-        find_nginx()
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
+    needs_nginx()
     hetfed = str(BIN / "hetfed")
     tls = write_certificates(tmp_path / "tls")
     keys = {n: write_node_key(tmp_path / n)[0] for n in ("silo-0", "silo-1", "rogue")}

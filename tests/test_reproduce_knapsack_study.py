@@ -83,7 +83,7 @@ def test_the_papers_ordering_is_counted_per_pair_and_row_with_its_smallest_margi
 
 
 def test_the_centralized_yardstick_pools_the_same_clients_and_settings_as_the_runs(tmp_path: Path) -> None:
-    from hetfed.reproduce.knapsack import centralized
+    from hetfed.reproduce.centralized import centralized
 
     out, runs = tmp_path / "out", tmp_path / "runs"
     argv = ["reproduce", "knapsack-study", "data-heterogeneity", "--quick", "--rows", "(0,0,1)", "--losses"]

@@ -113,18 +113,32 @@ def test_a_resume_reads_its_own_state_and_a_wiped_state_is_one_recorded_line(
 
 
 def test_a_run_in_which_every_client_failed_is_failed(tmp_path: Path) -> None:
-    """The issue's drill: every silo's state-dir is a file, so every client fails where it keeps
-    state; the run once ended `completed` with clients-reporting = 0."""
-    (tmp_path / "file").write_text("not a folder")
+    """Every client fails the final evaluation (a fault drill: personalization is round 4, so is the
+    evaluation); the run once ended `completed` with clients-reporting = 0."""
     cfg = {**DITTO, "ditto-mu": 0.0, "personal-rounds": 2, "num-rounds": 3}
     cfg.update({"results-dir": str(tmp_path), "run-name": "all-failed"})
+    drill = {"fail-round": 4, "drill-exchange": "evaluate"}
     with pytest.raises(FederationError, match=r"^no client reported in the final evaluation \(client-00: "):
-        run_inline(cfg, node_configs(3, {"state-dir": str(tmp_path / "file")}))
+        run_inline(cfg, node_configs(3, drill))
     summary = json.loads((tmp_path / "all-failed" / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["error"].startswith("NoUsableClient: no client reported")
     assert sorted(summary["failed"]) == ["client-00", "client-01", "client-02"]
-    assert all("NotADirectoryError" in why or "Not a directory" in why for why in summary["failed"].values())
-    assert set(summary["failed-rounds"]) == {"client-00", "client-01", "client-02"}
+    assert all("fault drill: partition" in why for why in summary["failed"].values())
+    assert summary["failed-rounds"] == {"client-00": [4], "client-01": [4], "client-02": [4]}
+
+
+def test_a_state_dir_that_is_a_file_leaves_its_silo_out_at_discovery(tmp_path: Path) -> None:
+    """Every silo's state-dir is a file: its ledger (client/ledger.py) cannot be written, so not even
+    its discovery reply leaves, and the run fails at once naming the ledger (it used to fail later,
+    where the client kept state)."""
+    (tmp_path / "file").write_text("not a folder")
+    cfg = {**DITTO, "results-dir": str(tmp_path), "run-name": "no-state"}
+    with pytest.raises(FederationError, match=r"^only 0 of \? required clients are usable, 3 left out"):
+        run_inline(cfg, node_configs(3, {"state-dir": str(tmp_path / "file")}))
+    summary = json.loads((tmp_path / "no-state" / "summary.json").read_text())
+    assert (
+        summary["status"] == "failed" and f"ledger {tmp_path / 'file' / 'ledger.jsonl'}" in summary["error"]
+    )
 
 
 def test_federation_state_lists_and_removes_one_runs_state(

@@ -31,7 +31,7 @@ from hetfed.credentials import TlsFiles, write_certificates, write_node_key
 from hetfed.engines.flower import _http_ok
 from hetfed.federation import federation_down, silo_host, superlink_host
 from hetfed.runtime.supernode import split_runtime
-from tests.conftest import REPO, hetfed_cli
+from tests.conftest import REPO, hetfed_cli, needs_nginx
 
 DEPLOY = REPO / "deploy"
 
@@ -179,13 +179,9 @@ def env_keys(path: Path) -> set[str]:
 
 
 def test_start_scripts_map_their_env_files_to_the_commands(tmp_path: Path) -> None:
-    from hetfed.proxy import find_nginx
     from hetfed.runtime.pinning import approve
 
-    try:
-        find_nginx()
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
+    needs_nginx()
 
     approve(tmp_path / "state" / "approved-apps", "e" * 64)  # the silo approved a build
     tls = write_certificates(tmp_path / "tls")

@@ -26,13 +26,16 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hetfed.config import to_toml
 from hetfed.credentials import TlsFiles
+
+if TYPE_CHECKING:
+    from hetfed.engines.control_api import ControlApi
 
 CONNECTION = "hetfed"
 BIN = Path(sys.executable).parent  # flwr, flower-superlink, ... of this environment
@@ -44,6 +47,15 @@ DEFAULT_RUNTIME = "warm"
 # (registered node keys, known nodes, run history), which a cross-machine SuperLink needs.
 SUPERLINK_STATES = ("memory", "file")
 IN_MEMORY_DATABASE = ":flwr-in-memory:"
+# SuperNodes coming up at once (started, not yet online): each spends ~1-2 s of CPU importing
+# Flower, and dozens started together on a 2-core machine starved each other past any fixed wait.
+STARTUP_BATCH = max(4, 2 * (os.cpu_count() or 1))
+
+
+def nodes_timeout(nodes: int) -> float:
+    """Default seconds for ``nodes`` SuperNodes to come online: 30 s + 5 s per SuperNode (16 came
+    up in 21 s on a quiet 2-core machine; a loaded one needs several times that)."""
+    return 30.0 + 5.0 * nodes
 
 
 def superlink_database(state: str, root: Path) -> str:
@@ -54,7 +66,7 @@ def superlink_database(state: str, root: Path) -> str:
 
 
 class FlowerProcessError(RuntimeError):
-    """A Flower process did not start, or a run could not be submitted."""
+    """A Flower process did not start, a run could not be submitted, or the SuperLink did not answer."""
 
 
 class SuperLinkUnreachable(FlowerProcessError):
@@ -300,16 +312,60 @@ class LocalFlower:
                 raise FlowerProcessError(f"no SuperLink answered {self.health_url} within {timeout:g} s")
             time.sleep(0.5)
 
+    def start_supernodes(
+        self,
+        node_configs: Sequence[Mapping[str, Any]],
+        keys: Sequence[Path | None] = (),
+        timeout: float | None = None,
+    ) -> None:
+        """Start SuperNode ``i`` with ``node_configs[i]`` (and auth key ``keys[i]``), at most
+        :data:`STARTUP_BATCH` of them coming up at once (started, not yet online); all online within
+        ``timeout`` seconds (default :func:`nodes_timeout`), else one line saying how many came online."""
+        nodes = len(node_configs)
+        timeout = nodes_timeout(nodes) if timeout is None else timeout
+        end = time.time() + timeout
+        for i in range(nodes):
+            self._wait_online(i + 1 - STARTUP_BATCH, nodes, end, timeout)
+            self.start_supernode(i, node_configs[i], key=keys[i] if keys else None)
+        self._wait_online(nodes, nodes, end, timeout)
+
     def wait_for_nodes(self, count: int, timeout: float = 90) -> None:
         """Wait until ``count`` SuperNodes are online."""
-        self._wait(lambda: self.online_nodes() >= count, timeout, f"{count} SuperNodes online", "supernode-0")
+        self._wait_online(count, count, time.time() + timeout, timeout)
+
+    def _wait_online(self, count: int, total: int, end: float, timeout: float) -> None:
+        """Wait until ``count`` SuperNodes are online; once ``end`` passes, or a SuperNode started here
+        exits, one line saying how many of ``total`` came online."""
+        with self.control() as control:
+            while True:
+                try:
+                    online = control.online_nodes()
+                except FlowerProcessError:
+                    online = 0
+                if online >= count:
+                    return
+                nodes = {n: p for n, p in self.processes.items() if n.startswith("supernode-")}
+                exited = [n for n, p in nodes.items() if p.poll() is not None]
+                if exited or time.time() > end:
+                    why = (
+                        f"{exited[0]} exited with code {nodes[exited[0]].returncode} "
+                        f"({_tail(self.root / f'{exited[0]}.log', 1).strip()})"
+                        if exited
+                        else f"within {timeout:g} s"
+                    )
+                    raise FlowerProcessError(
+                        f"only {online} of {total} SuperNodes came online: {why}; "
+                        f"their logs: {self.root}/supernode-<i>.log"
+                    )
+                time.sleep(0.5)
 
     def online_nodes(self) -> int:
-        try:
-            res = self.flwr_json("supernode", "ls", CONNECTION, timeout=30)
-        except (FlowerProcessError, subprocess.TimeoutExpired):
-            return 0
-        return sum(n.get("status") == "online" for n in res.get("nodes", []))
+        """How many SuperNodes are online (0 when the SuperLink does not answer)."""
+        with self.control() as control:
+            try:
+                return control.online_nodes()
+            except FlowerProcessError:
+                return 0
 
     def stop(self, timeout: float = 20) -> None:
         """SIGTERM every process group (SuperNodes first), SIGKILL what is left."""
@@ -359,10 +415,16 @@ class LocalFlower:
             raise FlowerProcessError(f"flwr run did not start a run: {res}")
         return str(res["run-id"])
 
-    def run_status(self, run_id: str, timeout: float = 60) -> str:
+    def control(self, timeout: float = 10) -> ControlApi:
+        """The SuperLink's Control API, asked in this process (no ``flwr`` process); close it after use."""
+        from hetfed.engines.control_api import ControlApi
+
+        return ControlApi(self.home, CONNECTION, timeout=timeout)
+
+    def run_status(self, run_id: str) -> str:
         """``pending``, ``running``, ..., or ``finished:completed|failed|stopped``."""
-        runs = self.flwr_json("ls", CONNECTION, "--run-id", run_id, timeout=timeout).get("runs", [])
-        return str(runs[0]["status"]) if runs else "unknown"
+        with self.control() as control:
+            return control.run_status(run_id)
 
     def wait_run(
         self,
@@ -371,80 +433,45 @@ class LocalFlower:
         tick: Callable[[], None] = lambda: None,
         lost_after: float = 20,
     ) -> str:
-        """Poll until the run finishes (``flwr run``'s exit code is not trustworthy); return its status.
+        """Ask the run's status every second until it finishes (``flwr run``'s exit code is not
+        trustworthy); return it. ``tick`` runs after every poll.
 
-        ``/health`` is asked every second, also while a ``flwr ls`` runs: ``flwr ls`` can hang on a
-        dead SuperLink, and a slow one on a loaded machine is only asked again. When ``/health``
-        has not answered for ``lost_after`` seconds: :class:`SuperLinkUnreachable` (within
-        ``lost_after`` + 3 s of the SuperLink's death, whatever ``flwr ls`` does).
+        The status comes from the Control API in this process (:meth:`control`), never a ``flwr``
+        process. ``/health`` decides whether the SuperLink lives: once it has not answered for
+        ``lost_after`` seconds, :class:`SuperLinkUnreachable`: within ``lost_after`` + 3 s of the
+        SuperLink's death, as a status call is bounded (by ``lost_after`` / 2, at most 10 s).
         """
         end = time.time() + timeout
-        silent_since: list[float] = []  # when /health stopped answering
-
-        def check() -> bool:
-            """Whether ``/health`` answers; raises once it has been silent for ``lost_after`` s."""
-            if self.healthy():
-                silent_since.clear()
-                return True
-            if not silent_since:
-                silent_since.append(time.time())
-            elif time.time() - silent_since[0] >= lost_after:
-                raise SuperLinkUnreachable(
-                    f"the SuperLink at {self.address} has not answered {self.health_url} for "
-                    f"{time.time() - silent_since[0]:.0f} s"
-                )
-            return False
-
-        while time.time() < end:
-            status = self._watched_status(run_id, check, tick) if check() else ""
-            tick()
-            if status.startswith("finished"):
-                return status
-            time.sleep(1)
+        heard = time.time()  # when /health last answered
+        with self.control(timeout=min(10, lost_after / 2)) as control:
+            while time.time() < end:
+                status = ""
+                if self.healthy():
+                    heard = time.time()
+                    try:
+                        status = control.run_status(run_id)
+                    except FlowerProcessError:
+                        pass  # slow or restarting: asked again next second, /health decides
+                elif time.time() - heard >= lost_after:
+                    raise SuperLinkUnreachable(
+                        f"the SuperLink at {self.address} has not answered {self.health_url} for "
+                        f"{time.time() - heard:.0f} s"
+                    )
+                tick()
+                if status.startswith("finished"):
+                    return status
+                time.sleep(1)
         raise FlowerProcessError(f"run {run_id} did not finish within {timeout:g} s")
 
-    def _watched_status(
-        self, run_id: str, check: Callable[[], bool], tick: Callable[[], None], timeout: float = 60
-    ) -> str:
-        """``flwr ls --run-id``'s status ('' if it fails or is slow); ``check`` and ``tick`` every second."""
-        proc = subprocess.Popen(
-            self._flwr_command("ls", CONNECTION, "--run-id", run_id),
-            env=self.env,
-            cwd=self.root,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        try:
-            started = time.time()
-            while proc.poll() is None:
-                if time.time() - started > timeout:
-                    return ""
-                time.sleep(1)
-                check()
-                tick()
-            runs = json.loads(proc.communicate()[0] or "{}").get("runs", [])
-        except (ValueError, AttributeError):
-            return ""
-        finally:
-            if proc.returncode is None:  # not reaped: slow, silent or interrupted
-                proc.kill()
-                proc.communicate()
-        return str(runs[0]["status"]) if runs else "unknown"
-
-    def _flwr_command(self, *args: str) -> list[str]:
-        """A ``flwr`` CLI command line with JSON output."""
-        return [str(BIN / "flwr"), *args, "--format", "json"]
-
     def stop_run(self, run_id: str, timeout: float = 15) -> bool:
-        """``flwr stop <run-id>``: ask the SuperLink to stop the run; False if it could not be asked."""
+        """Ask the SuperLink to stop the run (``flwr stop``); False if it could not be asked."""
         if not self.healthy():
             return False
-        try:
-            res = self.flwr_json("stop", run_id, CONNECTION, timeout=timeout)
-        except (FlowerProcessError, subprocess.TimeoutExpired):
-            return False
-        return bool(res.get("success", False))
+        with self.control(timeout) as control:
+            try:
+                return control.stop_run(run_id)
+            except FlowerProcessError:
+                return False
 
     def run_log(self, run_id: str) -> str:
         """The ServerApp's log of a run."""

@@ -4,7 +4,8 @@
 - ``simulation``: a private simulation SuperLink (Flower's simulation runtime,
   Ray) started for this run and stopped after it;
 - ``deployment``: submitted with ``flwr run`` to the local federation started by
-  ``hetfed federation up``.
+  ``hetfed federation up``; its start, resume and stop go into the federation's audit trail
+  (:mod:`hetfed.audit`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from hetfed import audit
 from hetfed.config import ConfigError, validate
 from hetfed.engines.flower import (
     FlowerProcessError,
@@ -191,13 +193,16 @@ def _submit_and_wait(
 ) -> dict[str, Any]:
     """Submit the run and follow it to its end.
 
-    ``on_federation`` (deployment): SIGINT/SIGTERM stop the run on the SuperLink (``flwr stop``)
+    ``on_federation`` (deployment): the start (or resume) and a stop go into the federation's
+    ``audit.jsonl``; SIGINT/SIGTERM stop the run on the SuperLink (``flwr stop``)
     before it is recorded interrupted; a SuperLink that stops answering ends the run's ServerApp
     processes on this machine and raises :class:`RunLost`, the run recorded interrupted.
     """
     run_id = flower.submit(APP_DIR, run_config, num_supernodes=nodes)
-    echo(f"submitted run {run_id} ({run_config['run-name']}); results in {run_dir}")
-    try:
+    try:  # a signal from here on stops the submitted run
+        if on_federation:
+            audit.record(flower, "resume" if run_config.get("resume") else "start", run_id, run_config)
+        echo(f"submitted run {run_id} ({run_config['run-name']}); results in {run_dir}")
         return _follow(flower, run_id, run_dir, timeout, echo)
     except SuperLinkUnreachable as exc:
         from hetfed.server.app import record_interrupted
@@ -212,6 +217,8 @@ def _submit_and_wait(
         from hetfed.server.app import interrupt_reason, record_interrupted
 
         stopped = flower.stop_run(run_id)  # the ServerApp sees it and closes its segment, interrupted
+        asked = "flwr stop accepted" if stopped else "flwr stop not accepted"
+        audit.record(flower, "stop", run_id, run_config, detail=f"{interrupt_reason(exc)}; {asked}")
         if not (stopped and _segment_ended(run_dir, timeout=30)) and not flower.healthy():
             end_processes_of(flower.home, program="flwr-serverapp")
         record_interrupted(run_config["results-dir"], run_config["run-name"], interrupt_reason(exc))

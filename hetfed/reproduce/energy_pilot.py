@@ -28,8 +28,8 @@ import numpy as np
 
 from hetfed.reproduce.common import add_run_arguments, fmt, publish, stat
 from hetfed.reproduce.energy.plan import ENERGY, VARIANT_LABELS, VARIANTS, Job, Plan, split_jobs
-from hetfed.reproduce.knapsack import curves, frozen_at
 from hetfed.reproduce.plan import run_jobs
+from hetfed.reproduce.runs import curves, frozen_at
 
 RUNS: dict[str, dict[str, Any]] = {  # run label -> overrides
     "spo+": {"loss": "spo+"},
@@ -231,15 +231,20 @@ def plot(data: dict[str, Any], out: Path) -> None:
 
 def calibration(plan: Plan) -> dict[str, Any]:
     """Per zone and training split: lam0_j under the mean and the median norm (the zone's data)."""
-    from hetfed.client.decision_client import calibrate
+    from hetfed.client.decision_client import own_calibration
+    from hetfed.methods.decision import CalibratedParams
     from hetfed.reproduce.energy.analysis import zone_data
 
+    norms = {
+        norm: CalibratedParams.from_config({**ENERGY, "calibration-norm": norm})
+        for norm in ("mean", "median")
+    }
     out: dict[str, Any] = {}
     for zone in plan.zones:
         for split, extra in VARIANTS.items():
             data = zone_data(zone, **extra)
             out.setdefault(zone, {})[split] = {
-                norm: calibrate(data, ENERGY["rspo-alpha"], norm)["lam0"] for norm in ("mean", "median")
+                norm: own_calibration(data, p)["lam0"] for norm, p in norms.items()
             }
     return out
 

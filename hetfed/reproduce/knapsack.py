@@ -19,8 +19,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from hetfed.reproduce.centralized import centralized
 from hetfed.reproduce.common import add_run_arguments, fmt, mean_std, publish, write_json
 from hetfed.reproduce.plan import Job, Plan, run_jobs
+from hetfed.reproduce.runs import cell, curves, plot_warm_then_personal
 
 PLAN = Plan.load("knapsack")  # plans/knapsack.toml: the grid and the paper's numbers
 CLIENTS = 20
@@ -66,102 +68,12 @@ def grid(
     return jobs
 
 
-# --- the centralized yardstick (Table 14): pooled data, each sample judged on its own polytope ---
-def pooled(run_config: Mapping[str, Any], clients: int) -> dict[str, float]:
-    """Test decision metrics (mean over clients) of ONE model trained on the pooled training data of
-    the ``clients`` clients of ``run_config`` (any decision problem; each sample judged by its own
-    client's loss and polytope), with the federated run's whole budget of epochs."""
-    import torch
-
-    from hetfed.client.batch_losses import make_loss
-    from hetfed.client.decision import batch_generator, decision_metrics, train_epochs
-    from hetfed.client.decision_client import calibrate
-    from hetfed.config import validate
-    from hetfed.methods.decision import DecisionParams
-    from hetfed.problems.models import make_mlp
-    from hetfed.problems.registry import get_problem
-
-    torch.set_num_threads(1)  # tiny matrices: more threads only spin (and fight the worker processes)
-    cfg: dict[str, Any] = validate(dict(run_config))  # SCHEMA-typed values
-    params = DecisionParams.from_config(cfg)
-    seed, loss = cfg["seed"], cfg["loss"]
-    spec = get_problem(cfg["problem"])
-    assert spec.model_dims is not None  # a decision problem
-    data = [spec.load_client(cfg, j, clients, None) for j in range(clients)]
-    cal = [calibrate(d, cfg["rspo-alpha"], cfg["calibration-norm"], cfg["fixed-lam0"]) for d in data]
-    lr = sum(c["lr0"] for c in cal) / clients if loss == "rspo+" else cfg["lr"]
-    in_dim, out_dim = spec.model_dims(cfg)
-    model = make_mlp(in_dim, cfg["hidden"], out_dim, seed=seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    gen = batch_generator(seed, 99)
-    losses = [
-        make_loss(loss, d.train, d.polytope, params, c["lam0"], gen) for d, c in zip(data, cal, strict=True)
-    ]
-    epochs = cfg["num-rounds"] * cfg["local-epochs"] + cfg["personal-rounds"] * cfg["personal-epochs"]
-    train_epochs(
-        model, [(d.train, loss_j) for d, loss_j in zip(data, losses, strict=True)], opt, epochs=epochs,
-        batch_size=cfg["batch-size"], generator=gen, clip_norm=cfg["clip-norm"],
-    )
-    metrics = [decision_metrics(model, d.test, d.polytope) for d in data]
-    return {k: sum(m[k] for m in metrics) / clients for k in ("relative-regret", "absolute-regret")}
-
-
-def centralized(run_config: Mapping[str, Any], clients: int) -> float:
-    """Macro relative regret (%) of the pooled model (:func:`pooled`)."""
-    return 100 * pooled(run_config, clients)["relative-regret"]
-
-
-# --- reading runs back --------------------------------------------------------------------------------
+# --- the report ------------------------------------------------------------------------------------------
 def _val_at(i: int) -> Callable[[dict[str, Any]], float]:
     """The key of an OptNet-style option: its validation regret at seed index ``i``."""
     return lambda entry: entry["val"][i]
 
 
-def cell(summary: Mapping[str, Any], stage: str) -> float:
-    """Relative regret (%) of a run's ``fed``, ``per`` or ``interp`` model (mean over clients)."""
-    value = summary["aggregate"].get(f"{stage}-relative-regret")
-    return 100 * value if value is not None else float("nan")
-
-
-def curves(run_dir: Path) -> dict[str, Any]:
-    """Per-round validation regret (warm start, then personalization) and per-client freeze statistics."""
-    from hetfed.server.store import RunResult
-
-    run = RunResult.read(run_dir)
-    warm: dict[int, list[float]] = {}
-    for t, _, value in run.values("val-relative-regret", "train"):
-        warm.setdefault(t, []).append(100 * value)
-    personal: dict[int, list[float]] = {}
-    for by_round in run.local_rounds("val-relative-regret").values():
-        for t, value in by_round.items():
-            personal.setdefault(t, []).append(100 * value)
-    return {
-        "warm": {t: sum(v) / len(v) for t, v in sorted(warm.items())},
-        "personal": {t: sum(v) / len(v) for t, v in sorted(personal.items())},
-        "freeze": run.local_rounds("freeze-stat"),
-    }
-
-
-def frozen_at(run_dir: Path) -> dict[str, int]:
-    """Per client of a run: the personalization round at which it froze (0 = never)."""
-    from hetfed.server.store import RunResult
-
-    frozen = RunResult.read(run_dir).by_client("frozen-at", "train.personalize", 0)
-    return {client: int(t) for client, t in frozen.items()}
-
-
-def plot_warm_then_personal(ax: Any, run_dir: Path, label: str) -> None:
-    """One run's mean validation regret per round on ``ax``: the warm-start rounds, then the
-    personalization rounds after a dotted line."""
-    c = curves(run_dir)
-    warm = list(c["warm"].items())
-    per = [(len(warm) + t, v) for t, v in c["personal"].items()]
-    xs, ys = zip(*(warm + per), strict=True)
-    ax.plot(xs, ys, marker=".", label=label)
-    ax.axvline(len(warm) + 0.5, color="grey", ls=":", lw=1)
-
-
-# --- the report ------------------------------------------------------------------------------------------
 def collect(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """``{table: {row: {method: {stage: {"values": [...], "mean", "std", "seeds"}}}}}``."""
     out: dict[str, Any] = {}

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from hetfed.config import SCHEMA, parse_assignments
+from hetfed.reproduce.centralized import centralized
 from hetfed.reproduce.common import OUT, default_workers, stat, write_json
 from hetfed.reproduce.common import fmt as common_fmt
 from hetfed.reproduce.knapsack import (
@@ -32,14 +33,12 @@ from hetfed.reproduce.knapsack import (
     PAPER_T3,
     PLAN,
     base_config,
-    cell,
-    centralized,
-    frozen_at,
     ranking,
     refresh_study_index,
     row_etas,
 )
 from hetfed.reproduce.plan import Job, run_jobs
+from hetfed.reproduce.runs import cell, frozen_at
 
 QUICK = {"num-rounds": 2, "personal-rounds": 2, "local-epochs": 1, "n-train": 40, "n-test": 40}
 

@@ -30,8 +30,8 @@ import numpy as np
 
 from hetfed.config import defaults
 from hetfed.reproduce.common import add_run_arguments, fmt, mean_std, write_json
-from hetfed.reproduce.knapsack import plot_warm_then_personal
 from hetfed.reproduce.plan import Job, Plan, run_jobs
+from hetfed.reproduce.runs import plot_warm_then_personal
 
 PLAN = Plan.load("shortest-path")  # plans/shortest-path.toml
 LOSSES = tuple(PLAN.axes["losses"])

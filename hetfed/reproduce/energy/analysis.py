@@ -9,7 +9,7 @@ import numpy as np
 
 from hetfed.reproduce.common import stat
 from hetfed.reproduce.energy.plan import ABLATION, ENERGY, EXTRA, OPTNET_MULTS, RUNS, VARIANTS, Job, Plan
-from hetfed.reproduce.knapsack import curves
+from hetfed.reproduce.runs import curves
 
 
 def ablation_table(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -133,21 +133,20 @@ def cold_start_table(
             },
         )
 
-    seeds = list(plan.seeds)
-
-    def block(metrics: dict[str, dict[str, dict[int, float]]]) -> dict[str, Any]:
-        return {
-            metric: {
-                "per-zone": {z: stat([by_zone[z][s] for s in seeds], seeds) for z in plan.targets},
-                "mean": stat([float(np.mean([by_zone[z][s] for z in plan.targets])) for s in seeds], seeds),
-            }
-            for metric, by_zone in metrics.items()
-        }
-
     out: dict[str, Any] = {"federated": {}, "local": {}}
     for (kind, key), metrics in values.items():
-        out[kind][key] = block(metrics)
+        out[kind][key] = {metric: target_stats(plan, by_zone) for metric, by_zone in metrics.items()}
     return out
+
+
+def target_stats(plan: Plan, by_zone: dict[str, dict[int, float]]) -> dict[str, Any]:
+    """``{"per-zone": {zone: stat}, "mean": stat}`` of a value per target zone and seed; ``mean``
+    is over seeds of the mean over target zones."""
+    seeds = list(plan.seeds)
+    return {
+        "per-zone": {z: stat([by_zone[z][s] for s in seeds], seeds) for z in plan.targets},
+        "mean": stat([float(np.mean([by_zone[z][s] for z in plan.targets])) for s in seeds], seeds),
+    }
 
 
 def decisiveness(data: Any, lam: float) -> float:
@@ -164,8 +163,11 @@ def storm_evidence(plan: Plan) -> dict[str, Any]:
     """Per zone: lam0 with and without the storm days, the storm days' share of the training sums
     that scale the losses (sum ||c|| for lam0, sum ||c||^2 for the MSE gradient), and how decisive
     w_lam0(c) is on the ordinary (non-storm) training days under either lam0."""
-    from hetfed.client.decision_client import calibrate
+    from hetfed.client.decision_client import own_calibration
+    from hetfed.methods.decision import CalibratedParams
     from hetfed.problems.energy import STORM_DAYS
+
+    params = CalibratedParams.from_config(ENERGY)
 
     out: dict[str, Any] = {"storm-days": [str(d) for d in STORM_DAYS], "zones": {}}
     for zone in plan.zones:
@@ -174,7 +176,7 @@ def storm_evidence(plan: Plan) -> dict[str, Any]:
         clean_norms = clean.train.c.norm(dim=1)
         storm_sum = float(norms.sum() - clean_norms.sum())
         storm_sq = float((norms**2).sum() - (clean_norms**2).sum())
-        lam0, lam0_clean = (calibrate(d, ENERGY["rspo-alpha"])["lam0"] for d in (full, clean))
+        lam0, lam0_clean = (own_calibration(d, params)["lam0"] for d in (full, clean))
         out["zones"][zone] = {
             "storm-days-in-train": len(full.train) - len(clean.train),
             "train-days": len(full.train),
@@ -265,7 +267,7 @@ def more_tables(
     * ``t13``: equal demands (every zone buys EQUAL_QUOTA hours), MSE / SPO+ / RSPO+, Fed and +P;
     * ``t15``: centralized (one model on the pooled data) and local-only, next to Fed and Fed+P.
     """
-    from hetfed.reproduce.knapsack import pooled
+    from hetfed.reproduce.centralized import pooled
 
     by: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
     for job, summary in zip(jobs, summaries, strict=True):
@@ -355,45 +357,28 @@ def more_tables(
     return out
 
 
-def personalized_on_target(run_dir: Path, config: dict[str, Any], target: str, days: int) -> dict[str, Any]:
-    """The cold start's Fed+P: the target zone's own ClientApp, in this process, receives the final
-    model of a federation it took no part in, personalizes it on its last ``days`` training days
-    (one ``train.personalize`` instruction, as FedRSPO+ sends) and evaluates it (``evaluate``).
-    Returns the evaluate reply's metrics (``per-`` = the personalized model, ``fed-`` = as received)."""
-    from flwr.app import ConfigRecord, Context, Message, RecordDict
-    from flwr.common.constant import SUPERLINK_NODE_ID
-    from flwr.supercore.task_identity import TaskIdentity
-
-    from hetfed.client.app import app as client_app
+def personalized_on_target(run_dir: Path, config: dict[str, Any], target: str, days: int) -> dict[str, float]:
+    """The cold start's Fed+P: the target zone's client, in this process, personalizes the final
+    model of a federation it took no part in on its last ``days`` training days and evaluates it,
+    as FedRSPO+'s ``train.personalize`` and ``evaluate`` do
+    (hetfed.client.decision_client.personalize_and_evaluate). Returns the evaluation's metrics
+    (``per-`` = the personalized model, ``fed-`` = as received)."""
+    from hetfed.client.decision_client import personalize_and_evaluate
+    from hetfed.client.session import load_partition
     from hetfed.config import validate
-    from hetfed.records import to_record
+    from hetfed.methods.decision import CalibratedParams
     from hetfed.server.store import read_models
-    from hetfed.strategies.registry import build_strategy
 
-    cfg: dict[str, Any] = validate(
-        {**config, "energy-zones": target, "energy-train-days": days, "run-name": "cold-fed-p"}
-    )
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
-    node: dict[str, bool | float | int | str] = {"partition-id": 0, "num-partitions": 1}
-    context = Context(run_id=1, node_id=1, node_config=node, state=RecordDict(), run_config=cfg)
-    settings = build_strategy(cfg).client_settings()  # the method's settings, as its messages carry them
-    arrays = to_record(read_models(run_dir)["global"])
-    metrics: dict[str, Any] = {}
-    for kind in ("train.personalize", "evaluate"):
-        exchange = {"run-name": cfg["run-name"], "server-round": cfg["num-rounds"] + 1}
-        content = RecordDict({"arrays": arrays, "config": ConfigRecord({**settings, **exchange})})
-        reply = client_app(Message(content, dst_node_id=1, message_type=kind), context)
-        if reply.has_error():
-            raise RuntimeError(f"{target}, {days} days: {kind} failed: {reply.error.reason}")
-        metrics = dict(reply.content["metrics"])
-    return metrics
+    cfg: dict[str, Any] = validate({**config, "energy-zones": target, "energy-train-days": days})
+    data = load_partition(cfg, 0, 1, None)  # the target's data, as its node loads them
+    params = CalibratedParams.from_config(cfg)
+    return personalize_and_evaluate(data, params, read_models(run_dir)["global"], cfg["seed"])
 
 
 def cold_personalized(plan: Plan, results_dir: Path, fed: list[Job]) -> dict[str, Any]:
     """Table 11's Fed+P: per split and training-day budget K, the federated model (trained without
     the target) personalized on the target's last K days; ``{variant: {K: block}}`` with the test
-    absolute regret per zone and its mean over target zones, stats over seeds."""
-    seeds = list(plan.seeds)
+    absolute regret per zone and its mean over target zones, stats over seeds (:func:`target_stats`)."""
     values: dict[tuple[str, str], dict[str, dict[int, float]]] = {}
     for job in fed:
         _, variant, target = job.key
@@ -405,27 +390,22 @@ def cold_personalized(plan: Plan, results_dir: Path, fed: list[Job]) -> dict[str
             )
     out: dict[str, Any] = {}
     for (variant, budget), by_zone in values.items():
-        out.setdefault(variant, {})[budget] = {
-            "absolute": {
-                "per-zone": {z: stat([by_zone[z][s] for s in seeds], seeds) for z in plan.targets},
-                "mean": stat([float(np.mean([by_zone[z][s] for z in plan.targets])) for s in seeds], seeds),
-            }
-        }
+        out.setdefault(variant, {})[budget] = {"absolute": target_stats(plan, by_zone)}
     return out
 
 
 def personalization_trace(plan: Plan, results_dir: Path, jobs: list[Job]) -> dict[str, Any]:
     """Why personalization hurts, per zone and seed, from the full FedRSPO+ runs (which run with
     ``personal-trace``): the federated model's validation and test regret, the personal model's
-    after every personalization round, the freeze round and the lam_t, lr_t path (rebuilt from the
-    zone's lam0_j, lr0_j, computed here from its data as the client does, and the U_t it reported).
+    after every personalization round, the freeze round and the lam_t, lr_t path (the client's own
+    schedule from the zone's data, hetfed.client.decision_client.personal_schedule, replayed with
+    the U_t it reported).
 
     ``{variant: {"cases": {zone: {seed: case}}, "rounds": {t: mean over the cases still training},
     "zones": {zone: means over seeds}}}``; regrets: validation relative %, test absolute $."""
-    from hetfed.client.decision_client import calibrate
-    from hetfed.client.personalization import PersonalSchedule
+    from hetfed.client.decision_client import personal_schedule
     from hetfed.config import validate
-    from hetfed.methods.decision import DecisionParams
+    from hetfed.methods.decision import CalibratedParams
     from hetfed.server.store import RunResult
 
     out: dict[str, Any] = {}
@@ -433,17 +413,13 @@ def personalization_trace(plan: Plan, results_dir: Path, jobs: list[Job]) -> dic
         cases: dict[str, dict[str, Any]] = {}
         for job in (j for j in jobs if j.key[1:] == (variant, "rspo+-full")):
             run = RunResult.read(results_dir / job.config["run-name"])
-            cfg: dict[str, Any] = validate(job.config)
+            params = CalibratedParams.from_config(validate(job.config))
             freeze, val = run.local_rounds("freeze-stat"), run.local_rounds("val-relative-regret")
             test = run.local_rounds("test-absolute-regret")
             frozen = run.by_client("frozen-at", "train.personalize")
             for zone, trained_rounds in run.by_client("rounds-trained", "train.personalize").items():
                 m, trained = run.summary["clients"][zone], int(trained_rounds)
-                data = zone_data(zone, **extra)  # the client's calibration, from the same settings
-                cal = calibrate(data, cfg["rspo-alpha"], cfg["calibration-norm"], cfg["fixed-lam0"])
-                sched = PersonalSchedule.from_params(
-                    DecisionParams.from_config(cfg), "rspo+", cal["lam0"], cal["lr0"]
-                )
+                sched = personal_schedule(zone_data(zone, **extra), params)  # as the client's own
                 path = sched.replay({t: freeze[zone][t] for t in range(1, trained + 1)})
                 cases.setdefault(zone, {})[str(job.seed)] = {
                     "fed-val-%": 100 * m["fed-val-relative-regret"],

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from hetfed.reproduce.energy.plan import RUNS, VARIANT_LABELS, VARIANTS, Job, Plan
-from hetfed.reproduce.knapsack import plot_warm_then_personal
+from hetfed.reproduce.runs import plot_warm_then_personal
 
 
 def plot(plan: Plan, results_dir: Path, jobs: list[Job], cold: dict[str, Any], out: Path) -> None:
