@@ -140,7 +140,7 @@ def _count(value: Any) -> bool:
 
 
 # key -> (field, what it must be, check). Lists are of strings; numbers are >= 0.
-_RULES: dict[str, tuple[str, str, Callable[[Any], bool]]] = {
+RULES: dict[str, tuple[str, str, Callable[[Any], bool]]] = {
     "strategies": ("strategies", "a list of strategy names", _strings),
     "losses": ("losses", "a list of loss names", _strings),
     "metrics": ("metrics", "a list of metric names or globs", _strings),
@@ -174,9 +174,9 @@ def load(path: str) -> Policy:
         raise PolicyError(f"policy file {path} is not TOML: {exc}") from None
     values: dict[str, Any] = {}
     for key, value in raw.items():
-        if key not in _RULES:
-            raise PolicyError(f"policy file {path}: unknown key {key!r} (keys: {', '.join(_RULES)})")
-        field, what, ok = _RULES[key]
+        if key not in RULES:
+            raise PolicyError(f"policy file {path}: unknown key {key!r} (keys: {', '.join(RULES)})")
+        field, what, ok = RULES[key]
         if not ok(value):
             raise PolicyError(f"policy file {path}: {key!r} must be {what}, got {value!r}")
         values[field] = tuple(value) if isinstance(value, list) else value

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from hetfed.client.ledger import read
-from hetfed.client.policy import PolicyError, load
+from hetfed.client.policy import RULES, PolicyError, load
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.engines.runner import prepare
-from tests.conftest import REPO
+from tests.conftest import REPO, hetfed_cli
 
 FAST = {"num-rounds": 2, "n-train": 40, "n-test": 30, "local-epochs": 1, "num-items": 10, "seed": 3}
 
@@ -57,13 +57,13 @@ def assert_refused(tmp_path: Path, policy: str, refusal: str, rounds: set[int], 
 
 
 def test_a_strategy_the_silo_does_not_allow_is_refused(tmp_path: Path) -> None:
-    refusal = "rule 'strategies': strategy 'fedavg' is not allowed (allowed: fedprox, ditto)"
-    assert_refused(tmp_path, 'strategies = ["fedprox", "ditto"]\n', refusal, {1, 2})
+    refusal = "rule 'strategies': strategy 'fedavg' is not allowed (allowed: fedrspo, local-only)"
+    assert_refused(tmp_path, 'strategies = ["fedrspo", "local-only"]\n', refusal, {1, 2})
 
 
 def test_a_loss_the_silo_does_not_allow_is_refused(tmp_path: Path) -> None:
-    refusal = "rule 'losses': loss 'mse' is not allowed (allowed: spo)"
-    assert_refused(tmp_path, 'losses = ["spo"]\n', refusal, {1, 2})
+    refusal = "rule 'losses': loss 'mse' is not allowed (allowed: spo+, rspo+)"
+    assert_refused(tmp_path, 'losses = ["spo+", "rspo+"]\n', refusal, {1, 2})
 
 
 def test_rounds_beyond_the_silos_maximum_are_refused(tmp_path: Path) -> None:
@@ -100,6 +100,14 @@ def test_a_dp_run_without_an_epsilon_budget_or_over_the_silos_bound_is_refused(t
     assert_refused(tmp_path / "over", "max-epsilon = 50.0\n", refusal, {1, 2}, **over)
 
 
+def test_the_example_policy_is_valid_and_documents_every_key() -> None:
+    example = REPO / "deploy" / "policy.example.toml"
+    policy = load(str(example))
+    text = example.read_text()
+    assert policy.strategies == ("fedavg", "fedrspo") and policy.max_epsilon is None
+    assert all(f"\n{key} = " in text or f"\n# {key} = " in text for key in RULES)
+
+
 def test_a_run_within_the_policy_is_served(tmp_path: Path) -> None:
     """Every rule but secure aggregation set and kept (DP with a budget under the bound, the run's
     strategy, loss, rounds, epochs and metrics): the silo serves every exchange."""
@@ -132,6 +140,14 @@ def test_a_malformed_policy_file_is_one_line_and_leaves_the_silo_out(tmp_path: P
     with pytest.raises(PolicyError, match=r"^policy file /nonexistent.toml \(node config 'policy'\) cannot"):
         load("/nonexistent.toml")
 
+    # A silo started with it stops at start, in one line (hetfed federation silo --policy).
+    out = hetfed_cli("federation", "silo", "--superlink", "127.0.0.1:9092", "--insecure", "--partition-id",
+                     "0", "--num-partitions", "1", "--state-dir", str(tmp_path / "s"), "--any-app",
+                     "--policy", str(bad), "--print", timeout=60)  # fmt: skip
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+        f"hetfed: error: policy file {bad} is not TOML: Invalid value (at line 2, column 14)"
+    ]
+
     # On a run: the silo fails discovery with that line, is left out, and the others run.
     configs = node_configs(3)
     configs[1]["policy"] = str(bad)
@@ -146,12 +162,12 @@ def test_a_malformed_policy_file_is_one_line_and_leaves_the_silo_out(tmp_path: P
 
 @pytest.fixture(scope="module")
 def policed_deployment(tmp_path_factory: pytest.TempPathFactory):
-    """A real SuperLink and 3 SuperNodes; SuperNode 1 allows only FedProx."""
+    """A real SuperLink and 3 SuperNodes; SuperNode 1 allows only FedRSPO+."""
     from hetfed.engines.flower import LocalFlower
     from hetfed.federation import node_config
 
     root = tmp_path_factory.mktemp("policed")
-    (root / "policy.toml").write_text('strategies = ["fedprox"]\n')
+    (root / "policy.toml").write_text('strategies = ["fedrspo"]\n')
     flower = LocalFlower(root)
     try:
         flower.start_superlink(cwd=REPO)
@@ -177,7 +193,7 @@ def test_a_real_supernode_refuses_a_strategy_its_policy_does_not_allow(
     policy = deployment.root / "policy.toml"
     line = (
         "refused by this silo's policy, rule 'strategies': strategy 'fedavg' is not allowed "
-        f"(allowed: fedprox) (policy file {policy})"
+        f"(allowed: fedrspo) (policy file {policy})"
     )
     with open(tmp_path / "policed" / "rounds.csv", newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["round"] != "0"]
