@@ -120,6 +120,12 @@ def test_a_run_within_the_policy_is_served(tmp_path: Path) -> None:
     assert summary["status"] == "completed" and all(r["status"] == "ok" for r in rows)
     assert ledger and not any("error" in e for e in ledger)
     assert set(summary["clients"]) == {"client-00", "client-01", "client-02"}
+    # Secure aggregation required and declared: the masked updates leave, as do the protocol's own.
+    secure = {"secure-aggregation": True}
+    summary, rows, ledger = policed_run(tmp_path / "secure", "require-secure-aggregation = true\n", **secure)
+    assert summary["status"] == "completed" and all(r["status"] == "ok" for r in rows)
+    assert not any("error" in e for e in ledger)
+    assert {"train", "query.secagg_keys", "query.secagg_unmask"} <= {e["message-type"] for e in ledger}
 
 
 def test_a_malformed_policy_file_is_one_line_and_leaves_the_silo_out(tmp_path: Path) -> None:
