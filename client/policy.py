@@ -28,7 +28,8 @@ a refusing silo stays in the run's client list and each refusal is a failed exch
 rounds.csv rather than an abort of the run; the file itself is validated at the first message,
 discovery included, and a malformed file (:class:`PolicyError`, one line with the file, the
 line or key and the culprit) leaves the silo out of the run. The file is read once per
-SuperNode process: restart the SuperNode after editing it.
+ClientApp process (the warm runtime's worker lives as long as its SuperNode): restart the
+SuperNode after editing it.
 """
 
 from __future__ import annotations
@@ -117,7 +118,8 @@ class Policy:
             self.refuse("require-secure-aggregation", "the run did not declare secure aggregation for it")
         if not (self.require_dp or self.max_epsilon is not None):
             return
-        if _number(config.get("dp-clip", 0.0)) <= 0:
+        clip = config.get("dp-clip", 0.0)
+        if not isinstance(clip, int | float) or clip <= 0:
             self.refuse("require-dp", "the run did not declare differential privacy for it (dp-clip)")
         if self.max_epsilon is None:
             return
