@@ -24,6 +24,7 @@ from flwr.app import ConfigRecordValues, Context, Message
 from flwr.clientapp import ClientApp
 
 from hetfed.client.ledger import ledger_mod
+from hetfed.client.policy import policy_mod
 from hetfed.client.session import ClientSession
 from hetfed.methods import CLIENTS
 
@@ -33,7 +34,10 @@ SECAGG_EXCHANGES = ("query.secagg_keys", "query.secagg_shares", "query.secagg_ch
 # Every message type some client class handles: registered up front, without importing the classes.
 MESSAGE_TYPES = (*dict.fromkeys(kind for c in CLIENTS.values() for kind in c.handles), *SECAGG_EXCHANGES)
 
-app = ClientApp(mods=[ledger_mod])  # every reply is recorded on the silo first (client/ledger.py)
+# The first mod is the outermost: the silo's policy (client/policy.py) checks each message before the
+# ClientApp runs and each reply before it leaves, inside the ledger (client/ledger.py), which so
+# records every reply that leaves, a policy's refusal included (as the error reply it becomes).
+app = ClientApp(mods=[ledger_mod, policy_mod])
 
 
 class FaultDrill(RuntimeError):

@@ -414,13 +414,15 @@ def silo_host(
     port: int = 9094,
     runtime: str = DEFAULT_RUNTIME,
     approved_apps: Path | None = None,
+    policy: Path | None = None,
 ) -> HostCommand:
     """The SuperNode command of one silo: its partition, data, state and key; HTTPS unless on loopback.
 
     ``runtime`` ``warm`` runs ``hetfed-supernode`` with a long-lived ClientApp worker;
     ``stock`` runs Flower's own SuperNode exactly as installed. ``approved_apps`` is the
     silo's allow-list of app builds (``hetfed federation approve``); it must list one at
-    least; None runs any app the SuperLink sends.
+    least; None runs any app the SuperLink sends. ``policy`` is the silo's own policy file
+    (client/policy.py), checked here so a malformed one stops the silo at start, in one line.
     """
     host, _ = split_address(superlink)
     if ca is None and not is_loopback(host):
@@ -443,6 +445,10 @@ def silo_host(
     if approved_apps is not None:
         approved_apps = _approved_apps_file(approved_apps)
         cfg["approved-apps"] = str(approved_apps)  # the ClientApp reports what its silo approved
+    if policy is not None:
+        from hetfed.client.policy import load
+
+        cfg["policy"] = load(str(Path(policy).resolve())).path
     args = supernode_args(
         superlink=superlink,
         node_config=cfg,

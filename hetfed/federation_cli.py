@@ -312,6 +312,7 @@ def cmd_silo(args: argparse.Namespace) -> int:
         port=args.port,
         runtime=args.runtime,
         approved_apps=None if args.any_app else Path(args.approved_apps or allow_list),
+        policy=Path(args.policy) if args.policy else None,
     )
     print(shlex.join(command.argv), flush=True)
     if not args.print:
@@ -525,6 +526,9 @@ def add_federation_parser(sub: argparse._SubParsersAction) -> None:
         help="the app builds this silo runs (from `approve`); default <state-dir>/approved-apps",
     )
     pin.add_argument("--any-app", action="store_true", help="run any app the SuperLink sends (no pinning)")
+    silo.add_argument(
+        "--policy", metavar="FILE", help="this silo's own policy (deploy/policy.example.toml); default: none"
+    )
     _add_runtime_argument(silo)
     silo.add_argument("--print", action="store_true", help="print the Flower command instead of running it")
     silo.set_defaults(func=cmd_silo)

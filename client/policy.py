@@ -1,0 +1,222 @@
+"""A silo's own policy: what the operator may ask of this silo, enforced on the silo.
+
+The silo admin names a TOML file in the node config (``policy = "/etc/hetfed/policy.toml"``);
+:func:`policy_mod`, a Flower ClientApp mod (client/app.py), checks every message against it
+before the ClientApp runs, and every reply before it leaves. A message that breaks a rule is
+refused with one line naming the rule (:class:`PolicyRefusal`): it becomes the reply's error,
+so the server records the client as failed for that exchange (rounds.csv) and the run goes on
+without it; the silo logs it and its ledger records it (client/ledger.py). Every key is
+optional and a missing key allows everything (deploy/policy.example.toml, README):
+
+- ``strategies`` / ``losses``: the allowed run-config strategy names (the message's ``method``)
+  and losses (``loss``);
+- ``max-rounds``: the highest ``server-round`` served; ``max-local-epochs``: the highest
+  ``local-epochs`` (a message carries every setting of the strategy family, also those its
+  method does not use, e.g. FedAvg's ``interp-local-epochs``, so only this one is bounded);
+- ``metrics``: the metric names (shell globs) a reply may carry; a reply with another is
+  refused, not filtered: a reply missing a metric the server expects would pass as complete
+  and change (or break) the aggregate, while a refusal is explicit on both sides;
+- ``require-secure-aggregation``: an update (a train reply, or any reply with arrays) leaves
+  only in a round whose message declares secure aggregation (``secagg-step``);
+  ``require-dp``: only in a round whose message declares DP (``dp-clip`` > 0); ``max-epsilon``
+  (implies ``require-dp``): and declares an epsilon budget (``dp-epsilon``, enforced by the
+  server before round 1, server/privacy.py) no larger. A message that does not declare what a
+  rule needs is refused with the reason that the run did not declare it.
+
+Discovery (``query.info``: the partition's name and size) is not checked against the rules, so
+a refusing silo stays in the run's client list and each refusal is a failed exchange in
+rounds.csv rather than an abort of the run; the file itself is validated at the first message,
+discovery included, and a malformed file (:class:`PolicyError`, one line with the file, the
+line or key and the culprit) leaves the silo out of the run. The file is read once per
+ClientApp process (the warm runtime's worker lives as long as its SuperNode): restart the
+SuperNode after editing it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from logging import WARNING
+from typing import Any
+
+from flwr.app import ConfigRecordValues, Context, Message
+from flwr.common.logger import log
+
+
+class PolicyError(ValueError):
+    """The node's policy file cannot be read or is malformed (one line: file, line or key, culprit)."""
+
+
+class PolicyRefusal(RuntimeError):
+    """A message (or its reply) breaks this silo's policy: one line naming the rule."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A silo's rules (None: no limit)."""
+
+    path: str
+    strategies: tuple[str, ...] | None = None
+    losses: tuple[str, ...] | None = None
+    max_rounds: int | None = None
+    max_local_epochs: int | None = None
+    metrics: tuple[str, ...] | None = None
+    require_secure_aggregation: bool = False
+    require_dp: bool = False
+    max_epsilon: float | None = None
+
+    def check_message(self, kind: str, config: Mapping[str, ConfigRecordValues]) -> None:
+        """PolicyRefusal when the message asks what the rules do not allow (before the ClientApp runs)."""
+        self._allowed("strategies", self.strategies, "method", "strategy", config)
+        self._allowed("losses", self.losses, "loss", "loss", config)
+        if self.max_rounds is not None:
+            if "server-round" not in config:
+                self.refuse("max-rounds", "the run did not declare the message's round (server-round)")
+            if (server_round := _number(config["server-round"])) > self.max_rounds:
+                self.refuse("max-rounds", f"round {server_round:g} > {self.max_rounds}")
+        if self.max_local_epochs is not None:
+            if "local-epochs" not in config:
+                self.refuse("max-local-epochs", "the run did not declare its local epochs (local-epochs)")
+            if (epochs := _number(config["local-epochs"])) > self.max_local_epochs:
+                self.refuse("max-local-epochs", f"local-epochs {epochs:g} > {self.max_local_epochs}")
+        if kind == "train":
+            self._protected(config)
+
+    def check_reply(self, kind: str, config: Mapping[str, ConfigRecordValues], reply: Message) -> None:
+        """PolicyRefusal when the reply would carry what the rules keep on the silo."""
+        if self.metrics is not None:
+            names = sorted({k for record in reply.content.metric_records.values() for k in record})
+            if others := [n for n in names if not any(fnmatch.fnmatchcase(n, p) for p in self.metrics)]:
+                self.refuse("metrics", f"the reply carries metrics {', '.join(others)}, which may not leave")
+        from hetfed.client.app import SECAGG_EXCHANGES  # imported here: client/app.py imports this module
+
+        # The secure aggregation protocol's own exchanges carry keys and shares, not updates.
+        if kind not in SECAGG_EXCHANGES and reply.content.array_records:
+            self._protected(config)
+
+    def _allowed(
+        self,
+        rule: str,
+        allowed: tuple[str, ...] | None,
+        key: str,
+        what: str,
+        config: Mapping[str, ConfigRecordValues],
+    ) -> None:
+        if allowed is None:
+            return
+        if key not in config:
+            self.refuse(rule, f"the run did not declare its {what} ({key})")
+        if str(config[key]) not in allowed:
+            self.refuse(rule, f"{what} {str(config[key])!r} is not allowed (allowed: {', '.join(allowed)})")
+
+    def _protected(self, config: Mapping[str, ConfigRecordValues]) -> None:
+        """An update may leave only as the secure aggregation / DP rules require."""
+        if self.require_secure_aggregation and "secagg-step" not in config:
+            self.refuse("require-secure-aggregation", "the run did not declare secure aggregation for it")
+        if not (self.require_dp or self.max_epsilon is not None):
+            return
+        clip = config.get("dp-clip", 0.0)
+        if not isinstance(clip, int | float) or clip <= 0:
+            self.refuse("require-dp", "the run did not declare differential privacy for it (dp-clip)")
+        if self.max_epsilon is None:
+            return
+        budget = _number(config.get("dp-epsilon", 0.0))
+        if budget <= 0:
+            self.refuse("max-epsilon", "the run did not declare an epsilon budget (dp-epsilon)")
+        if budget > self.max_epsilon:
+            self.refuse("max-epsilon", f"the run's epsilon budget {budget:g} > {self.max_epsilon:g}")
+
+    def refuse(self, rule: str, why: str) -> None:
+        raise PolicyRefusal(f"refused by this silo's policy, rule {rule!r}: {why} (policy file {self.path})")
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+# key -> (field, what it must be, check). Lists are of strings; numbers are >= 0.
+RULES: dict[str, tuple[str, str, Callable[[Any], bool]]] = {
+    "strategies": ("strategies", "a list of strategy names", _strings),
+    "losses": ("losses", "a list of loss names", _strings),
+    "metrics": ("metrics", "a list of metric names or globs", _strings),
+    "max-rounds": ("max_rounds", "an integer >= 0", _count),
+    "max-local-epochs": ("max_local_epochs", "an integer >= 0", _count),
+    "require-secure-aggregation": (
+        "require_secure_aggregation",
+        "true or false",
+        lambda v: isinstance(v, bool),
+    ),
+    "require-dp": ("require_dp", "true or false", lambda v: isinstance(v, bool)),
+    "max-epsilon": (
+        "max_epsilon",
+        "a number > 0",
+        lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0,
+    ),
+}
+
+
+@functools.cache
+def load(path: str) -> Policy:
+    """The policy in TOML file ``path`` (read once per process); PolicyError in one line."""
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    except OSError as exc:
+        raise PolicyError(
+            f"policy file {path} (node config 'policy') cannot be read: {exc.strerror}"
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise PolicyError(f"policy file {path} is not TOML: {exc}") from None
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in RULES:
+            raise PolicyError(f"policy file {path}: unknown key {key!r} (keys: {', '.join(RULES)})")
+        field, what, ok = RULES[key]
+        if not ok(value):
+            raise PolicyError(f"policy file {path}: {key!r} must be {what}, got {value!r}")
+        values[field] = tuple(value) if isinstance(value, list) else value
+    return Policy(path, **values)
+
+
+def policy_mod(
+    message: Message, context: Context, call_next: Callable[[Message, Context], Message]
+) -> Message:
+    """Refuse ``message`` (or its reply) when it breaks the node's policy (node config ``policy``);
+    without one, pass everything."""
+    path = str(context.node_config.get("policy", "") or "")
+    if not path:
+        return call_next(message, context)
+    try:
+        policy = load(path)
+    except PolicyError as exc:
+        # The server's discovery reads "partition <i> of <n>: " to leave this partition out.
+        node = context.node_config
+        raise PolicyError(
+            f"partition {node.get('partition-id')} of {node.get('num-partitions')}: {exc}"
+        ) from None
+    kind = message.metadata.message_type
+    if kind == "query.info":  # discovery: the partition's name and size (see the module docs)
+        return call_next(message, context)
+    records = message.content.config_records
+    config: Mapping[str, ConfigRecordValues] = records["config"] if "config" in records else {}
+    try:
+        policy.check_message(kind, config)
+        reply = call_next(message, context)
+        if not reply.has_error():
+            policy.check_reply(kind, config, reply)
+    except PolicyRefusal as exc:
+        log(WARNING, "round %s %s: %s", message.metadata.group_id, kind, exc)
+        raise
+    return reply
+
+
+def _number(value: Any) -> float:
+    """A message's number; anything else counts as infinite, so no limit lets it pass."""
+    return float(value) if isinstance(value, int | float) else float("inf")
