@@ -24,8 +24,9 @@ from tests.conftest import REPO, hetfed_cli
 
 PILOT = REPO / "examples" / "pilot"
 SILOS = ("silo-0", "silo-1", "silo-2")
-FEATURES, VARIABLES = list(lp_pilot.FEATURES), list(lp_pilot.VARIABLES)
-PILOT_RUN = {**lp_pilot.BASE, "loss": "rspo+", "num-rounds": 4, "personal-rounds": 2}
+# The pilot's silos state their features and variables in its plan (hetfed/reproduce/plans/lp-pilot.toml).
+FEATURES, VARIABLES = (lp_pilot.PLAN.base[key].split(",") for key in ("lp-features", "lp-variables"))
+PILOT_RUN = {**lp_pilot.PLAN.base, "loss": "rspo+", "num-rounds": 4, "personal-rounds": 2}
 
 
 def read_table(path: Path) -> list[dict[str, str]]:

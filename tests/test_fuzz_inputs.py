@@ -26,7 +26,7 @@ from hetfed.cli import main
 from hetfed.config import SCHEMA, validate
 from hetfed.problems.energy import generate_pjm_like_csv, pjm_samples
 from hetfed.problems.registry import get_problem
-from hetfed.reproduce.lp_pilot import FEATURES, VARIABLES
+from hetfed.reproduce.lp_pilot import PLAN as LP_PILOT
 from tests.conftest import REPO
 
 SEED = int(os.environ.get("HETFED_FUZZ_SEED") or random.randrange(2**32))  # tests/conftest.py draws it
@@ -200,7 +200,7 @@ def test_any_lp_silo_file_loads_or_is_one_line_naming_it(
         shutil.copy(REPO / "examples" / "pilot" / "silo-0" / name, silo / name)
     name, text = mutation
     (silo / name).write_text(text)
-    cfg = validate({"problem": "lp", "lp-features": ",".join(FEATURES), "lp-variables": ",".join(VARIABLES)})
+    cfg = validate({"problem": "lp", **{k: LP_PILOT.base[k] for k in ("lp-features", "lp-variables")}})
     try:
         get_problem("lp").load_client(cfg, 0, 1, silo)
     except ValueError as exc:  # DataFileError, LP refusals
