@@ -16,9 +16,7 @@ instead, with the reason. A node without a state dir keeps no ledger (it has no 
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import json
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
@@ -29,6 +27,7 @@ import numpy as np
 from flwr.app import Context, Message, RecordDict
 
 from hetfed.client.session import node_path
+from hetfed.jsonl import append_entry, read_entries
 from hetfed.records import to_numpy
 
 LEDGER_FILE = "ledger.jsonl"
@@ -87,13 +86,7 @@ def read(state_dir: str | Path) -> list[dict[str, Any]]:
     path = Path(state_dir) / LEDGER_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: this state dir's node recorded no reply")
-    entries = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        try:
-            entries.append(json.loads(line))
-        except json.JSONDecodeError:
-            raise ValueError(f"{path} line {number} is not JSON") from None
-    return entries
+    return read_entries(path)
 
 
 def summary_lines(entries: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -146,9 +139,7 @@ def _append(context: Context, entry: Mapping[str, Any]) -> None:
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)  # the inline engine's nodes, or two workers, append whole lines
-            f.write(json.dumps(entry) + "\n")
+        append_entry(path, entry)
     except OSError as exc:
         raise LedgerError(
             f"this silo's ledger {path} cannot be written ({exc}); the reply was not sent"

@@ -16,10 +16,8 @@ not pass through hetfed: ``hetfed federation audit`` lists them as runs no entry
 
 from __future__ import annotations
 
-import fcntl
 import getpass
 import hashlib
-import json
 import os
 import shlex
 import socket
@@ -30,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from hetfed.engines.flower import LocalFlower
+from hetfed.jsonl import append_entry, read_entries
 
 AUDIT_FILE = "audit.jsonl"
 EVENTS = ("start", "resume", "stop")
@@ -61,10 +60,7 @@ def record(
         entry |= superlink_view(flower, int(run_id) if run_id else None)
     except Exception as exc:  # the event happened all the same: record it, and why the rest is missing
         entry["unanswered"] = f"{type(exc).__name__}: {exc}"
-    line = json.dumps(entry, sort_keys=False) + "\n"
-    with open(flower.root / AUDIT_FILE, "a", encoding="utf-8") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)  # two commands on one federation append whole lines
-        f.write(line)
+    append_entry(flower.root / AUDIT_FILE, entry)
     return entry
 
 
@@ -133,13 +129,7 @@ def read(root: Path) -> list[dict[str, Any]]:
     path = Path(root) / AUDIT_FILE
     if not path.exists():
         return []
-    entries = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        try:
-            entries.append(json.loads(line))
-        except json.JSONDecodeError:
-            raise ValueError(f"{path} line {number} is not JSON: the audit file was altered") from None
-    return entries
+    return read_entries(path, ": the audit file was altered")
 
 
 def describe(entry: Mapping[str, Any]) -> str:

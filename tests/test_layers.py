@@ -26,7 +26,7 @@ from tests.conftest import REPO
 
 BASE = {"hetfed.config", "hetfed.records", "hetfed.runtime.waits", "hetfed.runtime.internals"}
 BASE |= {"hetfed.runtime.pinning", "hetfed.secure_mean", "hetfed.paths", "hetfed.secagg"}
-BASE |= {"hetfed.params", "hetfed.methods", "hetfed.problem_params"}
+BASE |= {"hetfed.params", "hetfed.methods", "hetfed.problem_params", "hetfed.jsonl"}
 PACKAGES = ("problems", "client", "strategies", "server", "hetfed", "bench")
 # The app's folders, installed as hetfed.problems, hetfed.client, ... (hetfed/__init__.py).
 FOLDERS = ("problems", "client", "strategies", "server")
