@@ -38,7 +38,7 @@ from prometheus_client.registry import Collector
 
 from hetfed.paths import flock_holder
 from hetfed.problem_params import PROBLEMS
-from hetfed.server.store import RunResult, RunStore, StoreError
+from hetfed.server.store import RunResult, StoreError
 
 AGGREGATE = "aggregate"
 REFRESH_S = 2  # how often the page fetches /fragment
@@ -83,9 +83,7 @@ class RunView:
 def read_run(run_dir: Path) -> RunView:
     """The run in ``run_dir`` as it is on disk now; StoreError if it has no files yet."""
     run = RunResult.read(run_dir)
-    store = RunStore(run.path.parent, run.path.name)  # its readers only (the folder exists: nothing is made)
-    progress = store.read_json("progress.json") or {}
-    segments = store.segments()
+    progress, segments = run.progress, run.segments
     if run.summary:
         status = str(run.summary.get("status", "?"))
     elif flock_holder(run.path / ".writer.lock"):

@@ -290,16 +290,7 @@ class RunStore:
 
     def segments(self) -> list[dict[str, Any]]:
         """Every segment so far: number, engine, started, first-round; status, wall-time-s once ended."""
-        merged: dict[int, dict[str, Any]] = {}
-        path = self.path / "segments.jsonl"
-        lines = path.read_text().splitlines() if path.exists() else []
-        for line in lines:
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short by a kill
-            merged.setdefault(int(entry["segment"]), {}).update(entry)
-        return [merged[k] for k in sorted(merged)]
+        return _read_segments(self.path)
 
     def _append_segment(self, entry: Mapping[str, Any]) -> None:
         with open(self.path / "segments.jsonl", "a") as f:
@@ -403,6 +394,8 @@ class RunResult:
     config: dict[str, Any]  # config.json's resolved run config
     rows: list[dict[str, str]]  # rounds.csv, one dict per row, blank cells left out
     local: list[dict[str, str]]  # local-rounds.csv, likewise
+    progress: dict[str, Any]  # progress.json: rounds done / total, elapsed ({} before the first commit)
+    segments: list[dict[str, Any]]  # segments.jsonl merged per segment (RunStore.segments)
 
     @classmethod
     def read(cls, run_dir: str | os.PathLike) -> RunResult:
@@ -413,7 +406,10 @@ class RunResult:
         if not rows and config is None:
             raise StoreError(f"{path}: no run there (neither config.json nor rounds.csv)")
         local = _read_rows(path, "local-rounds.csv")
-        return cls(path, summary or {}, (config or {}).get("config", {}), rows, local)
+        progress = _json_or_none(path / "progress.json") or {}
+        return cls(
+            path, summary or {}, (config or {}).get("config", {}), rows, local, progress, _read_segments(path)
+        )
 
     @property
     def completed(self) -> bool:
@@ -484,6 +480,20 @@ def _read_rows(run_dir: Path, name: str = "rounds.csv") -> list[dict[str, str]]:
         return []
     with open(path, newline="", encoding="utf-8") as f:
         return [{k: v for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
+
+
+def _read_segments(run_dir: Path) -> list[dict[str, Any]]:
+    """segments.jsonl's entries merged per segment number, in order (a line cut short by a kill is
+    skipped)."""
+    merged: dict[int, dict[str, Any]] = {}
+    path = run_dir / "segments.jsonl"
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        merged.setdefault(int(entry["segment"]), {}).update(entry)
+    return [merged[k] for k in sorted(merged)]
 
 
 def _json_or_none(path: Path) -> Any:

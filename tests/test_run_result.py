@@ -45,6 +45,14 @@ def test_summary_config_rows_and_models_are_the_files(run_dir: Path) -> None:
     assert run.config == json.loads((run_dir / "config.json").read_text())["config"]
     assert run.config["personal-rounds"] == 4
     assert run.rows == [{k: v for k, v in r.items() if v} for r in csv_rows(run_dir)]
+    assert run.progress == json.loads((run_dir / "progress.json").read_text())
+    assert run.progress["round"] == run.progress["total"] == 4  # 3 warm-start rounds and personalization
+    lines = [json.loads(line) for line in (run_dir / "segments.jsonl").read_text().splitlines()]
+    merged: dict = {}
+    for line in lines:  # one segment: its start, then what it adds (first round, end)
+        assert line["segment"] == 1
+        merged |= line
+    assert run.segments == [merged] and merged["status"] == "completed"
     with np.load(run_dir / "models.npz") as stored:
         models = run.models()
         assert {f"{name}/{k}" for name, arrays in models.items() for k in arrays} == set(stored.files)
@@ -108,5 +116,6 @@ def test_a_run_still_being_written_reads_and_an_empty_folder_is_refused(tmp_path
     (tmp_path / "early" / "config.json").write_text(json.dumps({"config": {"seed": 3}}))
     early = RunResult.read(tmp_path / "early")
     assert early.config == {"seed": 3} and early.rows == [] and early.summary == {} and not early.completed
+    assert early.progress == {} and early.segments == []
     with pytest.raises(StoreError, match="no run there"):
         RunResult.read(tmp_path)
