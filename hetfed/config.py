@@ -113,6 +113,17 @@ PRIVACY_KEYS: dict[str, Key] = {
 }
 RUN_KEYS |= PRIVACY_KEYS
 
+# --- experiment tracking (server/tracking.py) ---------------------------------------------------
+TRACKING_KEYS: dict[str, Key] = {
+    "mlflow-tracking-uri": Key(
+        "",
+        "MLflow tracking URI (a server, sqlite:///path.db, or a file store path); empty = no tracking. "
+        "Needs hetfed[mlflow] on the SuperLink host",
+    ),
+    "mlflow-experiment": Key("hetfed", "MLflow experiment the run is logged under"),
+}
+RUN_KEYS |= TRACKING_KEYS
+
 # The problems' keys (hetfed/problem_params.py), then the simulated nodes'.
 PROBLEM_SCHEMA: dict[str, Key] = {k: v for p in PROBLEMS.values() for k, v in p.params.schema().items()}
 PROBLEM_SCHEMA |= SIMULATED_NODE_KEYS

@@ -24,6 +24,8 @@ from hetfed.server.pool import ClientPool, FederationError
 from hetfed.server.report import report_markdown
 from hetfed.server.rounds import run_rounds
 from hetfed.server.store import RunStore, StoreError, load_checkpoint_file, run_completed, run_path
+from hetfed.server.tracking import LINK as TRACKING_LINK
+from hetfed.server.tracking import MlflowTracker
 
 app = ServerApp()
 
@@ -70,11 +72,15 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
     store.begin_segment(engine, resumed=cfg["resume"])
     summary: dict[str, Any] = {}
     status, error = "failed", "the run stopped before it started"
+    tracker: MlflowTracker | None = None
 
     def say(text: str) -> None:
         log(INFO, "[%s] %s", run_name, text)
 
     try:
+        tracker = MlflowTracker.start(cfg, store.path, lambda text: log(WARNING, "[%s] %s", run_name, text))
+        if tracker is not None:
+            store.on_commit = tracker.log_rows
         strategy = build_strategy(cfg)
         pool = ClientPool(
             grid,
@@ -105,6 +111,8 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
         raise
     finally:
         full = finish_segment(store, cfg, engine, status, error, summary)
+        if tracker is not None:
+            tracker.finish(store.rows, status)
     say(f"done in {full['wall-time-s']:.1f} s; results in {store.path}")
     return full
 
@@ -213,4 +221,13 @@ def record_interrupted(results_dir: str, run_name: str, reason: str) -> dict[str
         return store.read_json("summary.json")
     store.segment = int(segments[-1]["segment"])
     cfg = validate(store.read_config()["config"])
-    return finish_segment(store, cfg, str(segments[-1].get("engine", "")), "interrupted", reason, {})
+    full = finish_segment(store, cfg, str(segments[-1].get("engine", "")), "interrupted", reason, {})
+    if (store.path / TRACKING_LINK).exists():  # its MLflow run ends as KILLED too, with the files
+        try:
+            tracker = MlflowTracker.start(cfg, store.path, lambda text: log(WARNING, "%s", text))
+        except ConfigError as exc:
+            log(WARNING, "[%s] MLflow run not closed: %s", run_name, exc)
+        else:
+            if tracker is not None:
+                tracker.finish(store.rows, "interrupted")
+    return full

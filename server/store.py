@@ -36,7 +36,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -103,6 +103,8 @@ class RunStore:
         self.local_rows: list[dict[str, Any]] = list(_read_rows(self.path, "local-rounds.csv"))
         self._local_written = len(self.local_rows)  # -1: local-rounds.csv must be rewritten
         self.started = time.time()
+        # Told the whole rows so far after each commit (server/tracking.py sends them to MLflow).
+        self.on_commit: Callable[[Sequence[Mapping[str, Any]]], None] | None = None
 
     # --- config ---------------------------------------------------------------
     def write_config(
@@ -202,6 +204,8 @@ class RunStore:
                 "aggregate": _finite(dict(aggregate or {})),
             },
         )
+        if self.on_commit is not None:
+            self.on_commit(self.rows)
 
     def drop_rows_after(self, server_round: int) -> None:
         """Forget rows of rounds after ``server_round`` (a resumed run redoes them)."""

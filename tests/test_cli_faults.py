@@ -20,6 +20,7 @@ import pytest
 from _pytest.capture import CaptureResult
 
 from tests.conftest import REPO, cannot_run, hetfed_cli
+from tests.test_tracking import assert_tracked, only_run
 
 # Long enough to be interrupted mid-run (about 0.3 s a round), short enough to finish quickly.
 SETS = {
@@ -307,9 +308,12 @@ def test_run_help_documents_resume_and_signals() -> None:
 def test_sigint_stops_a_simulation_run_cleanly_and_resume_reaches_the_uninterrupted_metrics(
     tmp_path: Path, uninterrupted: dict
 ) -> None:
+    """Also tracked in MLflow: the ServerApp killed, `hetfed run` closes its MLflow run as KILLED
+    (server/app.py record_interrupted), and the resume continues it."""
+    store = tmp_path / "mlruns"
     proc = start_cli(
         "run", "--engine", "simulation", "--nodes", "5", "--results-dir", str(tmp_path),
-        *sets({**SETS, "run-name": "sim", "num-rounds": 12}),
+        *sets({**SETS, "run-name": "sim", "num-rounds": 12, "mlflow-tracking-uri": str(store)}),
     )  # fmt: skip
     run_dir = tmp_path / "sim"
     wait_for_round(run_dir, 1, proc)
@@ -318,6 +322,7 @@ def test_sigint_stops_a_simulation_run_cleanly_and_resume_reaches_the_uninterrup
     assert "interrupted by SIGINT" in one_line((stdout, stderr), proc.returncode, 130)
     summary = read_json(run_dir / "summary.json")
     assert summary["status"] == "interrupted" and summary["engine"] == "simulation"
+    assert only_run(store)[1].info.status == "KILLED"
     stopped_at = read_json(run_dir / "progress.json")["round"]
     time.sleep(2)  # no Flower process is left writing into the run folder
     assert read_json(run_dir / "progress.json")["round"] == stopped_at
@@ -331,6 +336,7 @@ def test_sigint_stops_a_simulation_run_cleanly_and_resume_reaches_the_uninterrup
     for client, metrics in uninterrupted["clients"].items():
         for key, value in metrics.items():
             assert resumed["clients"][client][key] == pytest.approx(value, rel=1e-6), (client, key)
+    assert_tracked(store, run_dir, "FINISHED")  # one MLflow run; each row of rounds.csv once
 
 
 def test_a_signal_that_arrives_as_the_run_completes_does_not_offer_a_resume(tmp_path: Path) -> None:
