@@ -11,7 +11,9 @@ SuperLink host), ``silo`` (one organisation's SuperNode), ``register`` (admit a 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+import sys
 from pathlib import Path
 
 DEFAULT_DIR = ".hetfed/federation"
@@ -132,27 +134,53 @@ def _size(n: int) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """``federation status``: SuperNodes online, of a federation folder or of a named ``flwr``
+    connection (a compose deployment); ``--wait N`` waits for N of them (default timeout
+    proportional to N) and otherwise ends with one line saying how many came."""
     import time
 
     from hetfed.config import ConfigError
+    from hetfed.engines.control_api import ControlApi, ControlApiError
+    from hetfed.engines.flower import nodes_timeout
     from hetfed.federation import FederationInfo
 
-    if args.wait < 0 or not args.timeout > 0:  # NaN too
+    timeout = nodes_timeout(args.wait) if args.timeout is None else args.timeout
+    if args.wait < 0 or not timeout > 0:  # NaN too
         why = "need --wait >= 0 and --timeout > 0"
         raise ConfigError(f"--wait {args.wait}, --timeout {args.timeout}: {why}")
-    info = FederationInfo.load(Path(args.dir))
-    flower = info.flower()
-    end = time.time() + args.timeout
-    online = flower.online_nodes()
-    while args.wait and online < args.wait and time.time() < end:
-        time.sleep(2)
-        online = flower.online_nodes()
-    expected = f" of {info.nodes}" if info.nodes else ""
-    print(f"SuperLink {flower.address}; {online}{expected} SuperNodes online")
-    if info.extra.get("proxy"):
-        print(proxy_line(info.root / "proxy", str(info.extra.get("public-address", "?"))))
-    print(silo_report_lines([info.root / "results", *map(Path, args.results_dir or ["results"])]))
-    return 1 if args.wait and online < args.wait else 0
+    info = None
+    if args.connection:
+        control = ControlApi(Path(args.flwr_home or flwr_home_default()), args.connection)
+    else:
+        info = FederationInfo.load(Path(args.dir))
+        control = info.flower().control()
+    end = time.time() + timeout
+    with control:
+        while True:
+            try:
+                online, silent = control.online_nodes(), ""
+            except ControlApiError as exc:  # not up yet (compose: seconds after `up`) or gone
+                online, silent = 0, str(exc)
+            if not args.wait or online >= args.wait or time.time() >= end:
+                break
+            time.sleep(2)
+    expected = f" of {info.nodes}" if info is not None and info.nodes else ""
+    print(f"SuperLink {control.address}; {online}{expected} SuperNodes online")
+    if info is not None:
+        if info.extra.get("proxy"):
+            print(proxy_line(info.root / "proxy", str(info.extra.get("public-address", "?"))))
+        print(silo_report_lines([info.root / "results", *map(Path, args.results_dir or ["results"])]))
+    if args.wait and online < args.wait:
+        unanswered = f"; the SuperLink did not answer ({silent})" if silent else ""
+        print(f"hetfed: only {online} of {args.wait} SuperNodes came online within {timeout:g} s{unanswered}",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    return 0
+
+
+def flwr_home_default() -> str:
+    """Where ``flwr`` keeps its connections: ``$FLWR_HOME``, else ``~/.flwr``."""
+    return os.environ.get("FLWR_HOME") or str(Path.home() / ".flwr")
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -420,8 +448,21 @@ def add_federation_parser(sub: argparse._SubParsersAction) -> None:
 
     status = actions.add_parser("status", help="how many SuperNodes are online")
     status.add_argument("--dir", default=DEFAULT_DIR, help="folder of `up` or `superlink`")
+    status.add_argument(
+        "--connection",
+        metavar="NAME",
+        help="ask the SuperLink of this flwr connection instead of --dir's (e.g. hetfed-compose)",
+    )
+    status.add_argument(
+        "--flwr-home", help="with --connection: folder of flwr's config.toml (default $FLWR_HOME or ~/.flwr)"
+    )
     status.add_argument("--wait", type=int, default=0, metavar="N", help="wait until N SuperNodes are online")
-    status.add_argument("--timeout", type=float, default=120, help="seconds --wait waits (exit 1 after)")
+    status.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds --wait waits, then exit 1 saying how many came (default 30 + 5 per SuperNode)",
+    )
     status.add_argument(
         "--results-dir",
         action="append",

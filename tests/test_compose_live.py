@@ -465,11 +465,21 @@ class Federation:
             return {}
 
     def wait_online(self, timeout: float = 300) -> None:
-        def online() -> bool:
-            nodes = self.flwr("supernode", "ls", self.connection, timeout=30).get("nodes", [])
-            return sum(n.get("status") == "online" for n in nodes) >= SILOS
+        if self.tls:  # flwr inside the superlink container, which holds the only Control API
 
-        wait_for(f"{SILOS} SuperNodes online", online, timeout, self.logs)
+            def online() -> bool:
+                nodes = self.flwr("supernode", "ls", self.connection, timeout=30).get("nodes", [])
+                return sum(n.get("status") == "online" for n in nodes) >= SILOS
+
+            wait_for(f"{SILOS} SuperNodes online", online, timeout, self.logs)
+            return
+        # As the README has the operator wait on the host: the published port, connection hetfed-compose.
+        argv = [str(FLWR.parent / "hetfed"), "federation", "status", "--connection", self.connection]
+        argv += ["--wait", str(SILOS), "--timeout", str(timeout)]
+        out = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=timeout + 60)
+        assert out.returncode == 0 and f"{SILOS} SuperNodes online" in out.stdout, (
+            f"{out.stdout}{out.stderr}\n{self.logs()}"
+        )
 
     def put(self, service: str, path: str, data: bytes) -> None:
         """Write file ``path`` into the service's container (the engine's archive API)."""

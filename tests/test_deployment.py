@@ -86,6 +86,14 @@ def test_federation_up_and_down_leave_no_process_behind(tmp_path: Path) -> None:
     assert "SuperLink state in memory" in up.stdout
     status = hetfed_cli("federation", "status", "--dir", str(root), timeout=120)
     assert "2 of 2 SuperNodes online" in status.stdout
+    # The same SuperLink through a named flwr connection (as a compose deployment is asked).
+    home = ["--connection", "hetfed", "--flwr-home", str(root / "flwr-home")]
+    status = hetfed_cli("federation", "status", *home, "--wait", "2", timeout=120)
+    assert status.returncode == 0 and "; 2 SuperNodes online" in status.stdout, status.stderr
+    status = hetfed_cli("federation", "status", *home, "--wait", "3", "--timeout", "3", timeout=120)
+    assert status.returncode == 1 and status.stderr.strip().splitlines() == [
+        "hetfed: only 2 of 3 SuperNodes came online within 3 s"
+    ]
     down = hetfed_cli("federation", "down", "--dir", str(root), timeout=120)
     assert down.returncode == 0, down.stderr
     assert not any(_group_alive(p) for p in pids)
