@@ -86,7 +86,7 @@ def compose_spec(silos: int, problem: str, tls: bool) -> dict[str, Any]:
         superlink["environment"]["FLWR_HOME"] = OPERATOR_HOME  # `docker compose exec superlink flwr ...`
     else:
         superlink = service(
-            "flower-superlink",
+            "hetfed-superlink",
             superlink_args(
                 host="0.0.0.0", port=LINK_PORT, database="/state/state.db", tls=None, isolation="process"
             ),

@@ -28,7 +28,6 @@ from hetfed import audit
 from hetfed.config import ConfigError
 from hetfed.credentials import TlsFiles, certificate_names, write_node_key
 from hetfed.engines.flower import (
-    BIN,
     CONNECTION,
     DEFAULT_RUNTIME,
     LocalFlower,
@@ -38,6 +37,7 @@ from hetfed.engines.flower import (
     split_address,
     stop_process_groups,
     superlink_args,
+    superlink_command,
     superlink_database,
     supernode_args,
     supernode_command,
@@ -164,6 +164,7 @@ def federation_up(
     approved_apps: Path | None = None,
     superlink_state: str = "memory",
     timeout: float | None = None,
+    superlink_asgi: str = "gated",
 ) -> FederationInfo:
     """Start a SuperLink (cwd ``app_dir``) and ``nodes`` SuperNodes; wait until all are online.
 
@@ -177,7 +178,8 @@ def federation_up(
     ``stock``: Flower's process per message). With ``approved_apps`` (an allow-list of
     FAB hashes, see ``approve``) every SuperNode runs only the app builds listed there.
     ``superlink_state`` is ``memory`` (fast; gone when the SuperLink stops, as the whole local
-    federation is with ``down``) or ``file`` (``root/state.db``).
+    federation is with ``down``) or ``file`` (``root/state.db``). ``superlink_asgi``: ``gated``
+    (hetfed-superlink) or ``stock`` (flower-superlink; bench/superlink_asgi.py compares them).
     """
     superlink_database(superlink_state, root)  # refuse a bad value before starting anything
     if timeout is not None and not timeout > 0:  # NaN too
@@ -214,6 +216,7 @@ def federation_up(
                 runtime=runtime,
                 approved_apps=approved_apps,
                 state=superlink_state,
+                superlink_asgi=superlink_asgi,
             ),
             timeout,
         )
@@ -399,7 +402,7 @@ def superlink_host(
     flower = info.flower()  # writes the flwr connection
     info.save()
     # The ServerApp writes results relative to the SuperLink's working folder: root/results.
-    return HostCommand([str(BIN / "flower-superlink"), *args], flower.env, root, proxy=proxy_argv)
+    return HostCommand(superlink_command(args), flower.env, root, proxy=proxy_argv)
 
 
 def silo_host(

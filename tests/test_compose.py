@@ -58,6 +58,7 @@ class HetfedWorkerParser:
 
 PARSERS = {
     "flower-superlink": superlink_parser,
+    "hetfed-superlink": superlink_parser,
     "flower-supernode": supernode_parser,
     "flower-superexec": superexec_parser,
     "hetfed-supernode": HetfedSuperNodeParser,
@@ -421,7 +422,7 @@ def test_the_tls_superlink_service_runs_flower_on_its_loopback_behind_nginx(tmp_
     out = hetfed_cli(*command, "--print", timeout=120)
     assert out.returncode == 0, out.stderr
     superlink, proxy = (shlex.split(line) for line in out.stdout.splitlines()[:2])
-    assert Path(superlink[0]).name == "flower-superlink"
+    assert Path(superlink[0]).name == "hetfed-superlink"
     flower = superlink_parser().parse_args(superlink[1:])
     assert (flower.host, flower.port, flower.isolation) == ("127.0.0.1", 8001, "process")
     assert flower.enable_supernode_auth and flower.ssl_ca_certfile == str(tmp_path / "secrets" / "ca.crt")

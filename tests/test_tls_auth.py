@@ -90,7 +90,7 @@ def test_superlink_host_command_serves_tls_with_node_auth_and_refuses_plain_http
     tls = write_certificates(tmp_path / "tls", ["superlink.example.org"])
     cmd = superlink_host(tmp_path / "link", host="0.0.0.0", port=8123, tls_dir=tls.ca.parent, node_auth=True)
     args = _parse_args_run_superlink().parse_args(cmd.argv[1:])
-    assert Path(cmd.argv[0]).name == "flower-superlink"
+    assert Path(cmd.argv[0]).name == "hetfed-superlink"
     assert (args.host, args.port, args.enable_supernode_auth, args.insecure) == ("0.0.0.0", 8123, True, False)
     assert args.runtime_dependency_install is False
     assert try_obtain_server_certificates(args) == (

@@ -206,9 +206,9 @@ def read_rows(run_dir: Path) -> list[dict]:
 
 
 def start_federation(
-    root: Path, runtime: str, nodes: int, extra: dict[int, dict] | None = None
+    root: Path, runtime: str, nodes: int, extra: dict[int, dict] | None = None, asgi: str = "gated"
 ) -> LocalFlower:
-    flower = LocalFlower(root, runtime=runtime)
+    flower = LocalFlower(root, runtime=runtime, superlink_asgi=asgi)
     flower.start_superlink(cwd=REPO)
     for i in range(nodes):
         flower.start_supernode(
@@ -234,7 +234,7 @@ def worker_pids(supernode: subprocess.Popen) -> list[int]:
 
 
 @pytest.mark.deployment
-def test_warm_stock_and_inline_give_the_same_per_client_metrics(tmp_path: Path) -> None:
+def test_warm_stock_inline_and_either_superlink_give_the_same_per_client_metrics(tmp_path: Path) -> None:
     overrides = {
         **SMALL,
         "strategy": "fedrspo",
@@ -247,15 +247,19 @@ def test_warm_stock_and_inline_give_the_same_per_client_metrics(tmp_path: Path) 
         {**overrides, "results-dir": str(tmp_path / "inline"), "run-name": "x"}, node_configs(2)
     )
     results = {}
-    for runtime in ("warm", "stock"):
-        flower = start_federation(tmp_path / runtime, runtime, 2)
+    # SuperNode runtime x SuperLink middleware: hetfed's and stock Flower's on either side of the wire.
+    for runtime, asgi in (("warm", "gated"), ("stock", "gated"), ("warm", "stock"), ("stock", "stock")):
+        name = f"{runtime}-{asgi}"
+        flower = start_federation(tmp_path / name, runtime, 2, asgi=asgi)
         try:
-            cfg = prepare({**overrides, "run-name": runtime}, "deployment", tmp_path / "results")
-            results[runtime] = run_to_end(flower, REPO, cfg)
+            cfg = prepare({**overrides, "run-name": name}, "deployment", tmp_path / "results")
+            results[name] = run_to_end(flower, REPO, cfg)
         finally:
             flower.stop()
-        log = (tmp_path / runtime / "supernode-0.log").read_text()
+        log = (tmp_path / name / "supernode-0.log").read_text()
         assert ("hetfed warm worker" in log) == (runtime == "warm"), log[-2000:]
+        log = (tmp_path / name / "superlink.log").read_text()
+        assert ("HTTP middleware gated by API path" in log) == (asgi == "gated"), log[-2000:]
     for runtime, summary in results.items():
         assert sorted(summary["clients"]) == sorted(inline["clients"]) == ["client-00", "client-01"]
         for name, metrics in inline["clients"].items():

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from hetfed.engines.control_api import ControlApi
 
 CONNECTION = "hetfed"
-BIN = Path(sys.executable).parent  # flwr, flower-superlink, ... of this environment
+BIN = Path(sys.executable).parent  # flwr, hetfed-superlink, ... of this environment
 RUNTIMES = ("warm", "stock")  # ClientApp runtime of a SuperNode (hetfed.runtime)
 DEFAULT_RUNTIME = "warm"
 # Where the SuperLink keeps its state. "memory" is Flower's own default and ~3.5x faster per
@@ -181,6 +181,15 @@ def supernode_args(
     return [*args, "--node-config", node_config_string(node_config)]
 
 
+def superlink_command(args: list[str], asgi: str = "gated") -> list[str]:
+    """The SuperLink command line: ``hetfed-superlink <flower-superlink args>`` (``gated``: Flower's
+    SuperLink with its HTTP middleware gated by API path, hetfed.runtime.superlink; stock Flower when
+    its self-test fails) or ``flower-superlink`` exactly as installed (``stock``)."""
+    if asgi not in ("gated", "stock"):
+        raise ValueError(f"SuperLink middleware must be gated or stock, got {asgi!r}")
+    return [str(BIN / ("hetfed-superlink" if asgi == "gated" else "flower-superlink")), *args]
+
+
 def supernode_command(runtime: str, args: list[str], approved_apps: Path | None = None) -> list[str]:
     """The SuperNode command line: ``hetfed-supernode --runtime warm|stock <flower-supernode args>``.
 
@@ -219,7 +228,8 @@ class LocalFlower:
     ClientApp runtime of the SuperNodes started here (``warm`` or ``stock``) and
     ``approved_apps`` their allow-list of app builds (None: any app). ``state`` is where the
     SuperLink keeps its state (``memory``, or ``file``: ``root/state.db``, which a restarted
-    SuperLink reads back).
+    SuperLink reads back). ``superlink_asgi``: ``gated`` (hetfed-superlink) or ``stock``
+    (flower-superlink), see :func:`superlink_command`.
     """
 
     root: Path
@@ -232,6 +242,7 @@ class LocalFlower:
     runtime: str = DEFAULT_RUNTIME
     approved_apps: Path | None = None
     state: str = "memory"
+    superlink_asgi: str = "gated"
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -281,7 +292,7 @@ class LocalFlower:
             node_auth=self.node_auth,
             simulation=self.simulation,
         )
-        proc = self.spawn("superlink", [str(BIN / "flower-superlink"), *args], cwd)
+        proc = self.spawn("superlink", superlink_command(args, self.superlink_asgi), cwd)
         self._wait(lambda: proc.poll() is None and self.healthy(), timeout, "the SuperLink", "superlink")
 
     def start_supernode(self, index: int, node_config: Mapping[str, Any], key: Path | None = None) -> None:

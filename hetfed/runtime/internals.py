@@ -27,7 +27,7 @@ IDLE_SLEEP = 3
 REPLY_SLEEP = 0.5
 
 
-def _attr(path: str) -> Any:
+def attr(path: str) -> Any:
     """``package.module:attr.sub`` -> the object (ImportError / AttributeError if absent)."""
     module, _, attrs = path.partition(":")
     obj: Any = importlib.import_module(module)
@@ -37,33 +37,33 @@ def _attr(path: str) -> Any:
 
 
 def _source_has(path: str, *snippets: str) -> Callable[[], bool]:
-    return lambda: all(s in inspect.getsource(_attr(path)) for s in snippets)
+    return lambda: all(s in inspect.getsource(attr(path)) for s in snippets)
 
 
 def _kwdefaults(path: str, *names: str) -> Callable[[], bool]:
-    return lambda: all(n in (_attr(path).__kwdefaults__ or {}) for n in names)
+    return lambda: all(n in (attr(path).__kwdefaults__ or {}) for n in names)
 
 
 def _version() -> bool:
-    return bool(_attr("flwr.supercore.version:package_version") == FLOWER_VERSION)
+    return bool(attr("flwr.supercore.version:package_version") == FLOWER_VERSION)
 
 
 def _module_time() -> bool:
     import time
 
-    return _attr("flwr.supernode.start_client_internal:time") is time
+    return attr("flwr.supernode.start_client_internal:time") is time
 
 
 def _fields(path: str, *names: str) -> Callable[[], bool]:
-    return lambda: all(n in _attr(path).DESCRIPTOR.fields_by_name for n in names)
+    return lambda: all(n in attr(path).DESCRIPTOR.fields_by_name for n in names)
 
 
 def _keyword_call(path: str, *names: str) -> Callable[[], bool]:
     """``path`` takes every name as a keyword and ``start_client_internal`` passes each by keyword."""
 
     def check() -> bool:
-        params = inspect.signature(_attr(path)).parameters
-        source = inspect.getsource(_attr("flwr.supernode.start_client_internal"))
+        params = inspect.signature(attr(path)).parameters
+        source = inspect.getsource(attr("flwr.supernode.start_client_internal"))
         return all(n in params and f"{n}=" in source for n in names)
 
     return check
@@ -84,7 +84,7 @@ CHECKS: list[tuple[str, Callable[[], bool]]] = [
     ),
     (
         "start_client_internal._pull_and_store_message",
-        lambda: callable(_attr("flwr.supernode.start_client_internal:_pull_and_store_message")),
+        lambda: callable(attr("flwr.supernode.start_client_internal:_pull_and_store_message")),
     ),
     (
         "_pull_and_store_message creates the task and stores the message before pulling its objects "
@@ -117,13 +117,13 @@ CHECKS: list[tuple[str, Callable[[], bool]]] = [
     (
         "Runtime API defaults",
         lambda: (
-            isinstance(_attr("flwr.supercore.constant:UVICORN_DEFAULT_HOST"), str)
-            and isinstance(_attr("flwr.supercore.constant:SUPERNODE_UVICORN_DEFAULT_PORT"), int)
+            isinstance(attr("flwr.supercore.constant:UVICORN_DEFAULT_HOST"), str)
+            and isinstance(attr("flwr.supercore.constant:SUPERNODE_UVICORN_DEFAULT_PORT"), int)
         ),
     ),
-    ("flower_supernode entry point", lambda: callable(_attr("flwr.supernode.cli:flower_supernode"))),
-    ("isolation mode `process`", lambda: _attr("flwr.common.constant:ISOLATION_MODE_PROCESS") == "process"),
-    ("NodeStateFactory.state", lambda: callable(_attr("flwr.supernode.nodestate:NodeStateFactory.state"))),
+    ("flower_supernode entry point", lambda: callable(attr("flwr.supernode.cli:flower_supernode"))),
+    ("isolation mode `process`", lambda: attr("flwr.common.constant:ISOLATION_MODE_PROCESS") == "process"),
+    ("NodeStateFactory.state", lambda: callable(attr("flwr.supernode.nodestate:NodeStateFactory.state"))),
     (
         "InMemoryNodeState task tokens (task_token_store, lock_task_store, active_until)",
         _source_has(
@@ -136,14 +136,14 @@ CHECKS: list[tuple[str, Callable[[], bool]]] = [
     (
         "run_clientapp helpers pull_task_input / push_message / push_task_output",
         lambda: all(
-            callable(_attr(f"flwr.supernode.runtime.run_clientapp:{n}"))
+            callable(attr(f"flwr.supernode.runtime.run_clientapp:{n}"))
             for n in ("pull_task_input", "push_message", "push_task_output")
         ),
     ),
     (
         "RuntimeHttpClient calls",
         lambda: all(
-            hasattr(_attr("flwr.supercore.runtime:RuntimeHttpClient"), n)
+            hasattr(attr("flwr.supercore.runtime:RuntimeHttpClient"), n)
             for n in (
                 "from_server_address",
                 "AcquireTask",
@@ -155,11 +155,11 @@ CHECKS: list[tuple[str, Callable[[], bool]]] = [
         ),
     ),
     ("Runtime API messages", _fields("flwr.proto.runtime_pb2:AcquireTaskRequest", "supported_task_types")),
-    ("TaskType.CLIENT_APP", lambda: bool(_attr("flwr.supercore.constant:TaskType.CLIENT_APP"))),
+    ("TaskType.CLIENT_APP", lambda: bool(attr("flwr.supercore.constant:TaskType.CLIENT_APP"))),
     (
         "runtime interceptors, retry invoker, heartbeat sender",
         lambda: all(
-            callable(_attr(p))
+            callable(attr(p))
             for p in (
                 "flwr.supercore.interceptors:RuntimeTokenHttpInterceptor",
                 "flwr.supercore.interceptors:RuntimeVersionHttpInterceptor",
@@ -172,8 +172,8 @@ CHECKS: list[tuple[str, Callable[[], bool]]] = [
     (
         "FAB install and ClientApp loader",
         lambda: (
-            callable(_attr("flwr.cli.install:install_from_fab"))
-            and callable(_attr("flwr.clientapp.utils:get_load_client_app_fn"))
+            callable(attr("flwr.cli.install:install_from_fab"))
+            and callable(attr("flwr.clientapp.utils:get_load_client_app_fn"))
         ),
     ),
 ]
@@ -197,11 +197,11 @@ PINNING_CHECKS: list[tuple[str, Callable[[], bool]]] = [
     ),
     (
         "start_client_internal._insert_message",
-        lambda: callable(_attr("flwr.supernode.start_client_internal:_insert_message")),
+        lambda: callable(attr("flwr.supernode.start_client_internal:_insert_message")),
     ),
-    ("ErrorCode.INVALID_FAB", lambda: _attr("flwr.common.constant:ErrorCode.INVALID_FAB") == 7),
-    ("flwr.cli.build.build_fab_from_disk", lambda: callable(_attr("flwr.cli.build:build_fab_from_disk"))),
-    ("flower_supernode entry point", lambda: callable(_attr("flwr.supernode.cli:flower_supernode"))),
+    ("ErrorCode.INVALID_FAB", lambda: attr("flwr.common.constant:ErrorCode.INVALID_FAB") == 7),
+    ("flwr.cli.build.build_fab_from_disk", lambda: callable(attr("flwr.cli.build:build_fab_from_disk"))),
+    ("flower_supernode entry point", lambda: callable(attr("flwr.supernode.cli:flower_supernode"))),
 ]
 
 
