@@ -117,6 +117,13 @@ def param(
 class Params:
     """Base of a method's parameters; subclasses are frozen dataclasses of :func:`param` fields."""
 
+    def __post_init__(self) -> None:
+        """Every field checked against its key (type, range, choices, finiteness), also when the
+        object is built directly rather than from a run config."""
+        specs = self.schema()
+        for attr, key in self.keys().items():
+            specs[key].check(key, getattr(self, attr))
+
     @classmethod
     def keys(cls) -> dict[str, str]:
         """Field name -> run-config key, in declaration order."""

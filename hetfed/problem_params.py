@@ -13,7 +13,6 @@ base (:class:`SyntheticData`), so they mean the same in each.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from hetfed.params import Params, param
@@ -61,12 +60,6 @@ class SyntheticData(Params):
     n_val: int = param(10, "Validation samples per client", low=1)
     n_test: int = param(100, "Test samples per client", low=1)
 
-    def __post_init__(self) -> None:
-        # The run config's values were checked by their keys; a directly built one is checked here.
-        for name in ("num_features", "degree", "n_train", "n_val", "n_test"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{type(self).__name__} {name} must be >= 1, got {getattr(self, name)}")
-
 
 @dataclass(frozen=True)
 class KnapsackParams(SyntheticData):
@@ -77,15 +70,6 @@ class KnapsackParams(SyntheticData):
     eta_o: float = param(0.0, "Objective heterogeneity (rotation of B_j)", low=0.0)
     eta_c: float = param(0.0, "Constraint heterogeneity (capacities and weights)", low=0.0)
     eta_d: float = param(0.0, "Data heterogeneity (feature location and scale)", low=0.0)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.num_items < 1:
-            raise ValueError(f"knapsack num_items must be >= 1, got {self.num_items}")
-        for name in ("capacity_ratio", "eta_o", "eta_c", "eta_d"):
-            value = getattr(self, name)
-            if not math.isfinite(value) or value < 0:
-                raise ValueError(f"knapsack {name} must be a finite number >= 0, got {value}")
 
 
 ENDPOINTS = ("corners", "diagonals", "random")
@@ -109,17 +93,6 @@ class ShortestPathParams(SyntheticData):
     noise: float = param(
         0.5, "Shortest path: multiplicative noise U[1 - w, 1 + w], w < 1", low=0.0, high=0.99, key="sp-noise"
     )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.grid_size < 2:
-            raise ValueError(f"shortest-path grid_size must be >= 2, got {self.grid_size}")
-        if not 0 <= self.noise < 1:
-            raise ValueError(f"shortest-path noise must be in [0, 1) (costs stay positive), got {self.noise}")
-        if not (math.isfinite(self.terrain) and self.terrain >= 0):
-            raise ValueError(f"shortest-path terrain must be a finite number >= 0, got {self.terrain}")
-        if self.endpoints not in ENDPOINTS:
-            raise ValueError(f"shortest-path endpoints must be one of {ENDPOINTS}, got {self.endpoints!r}")
 
     @property
     def num_edges(self) -> int:
