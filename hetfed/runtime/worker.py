@@ -173,6 +173,8 @@ class Worker:
             if not why and (restart := self._restart_reason(task_input)):
                 heartbeat.stop()  # a fresh interpreter for this task (a re-executed one has no app loaded)
                 self._reexec(token, task_id, task_input, restart)  # does not return
+            if task_input.fab.hash_str == self.fab_hash:  # loaded: drop the FAB (MBs, copied again below)
+                task_input.fab.ClearField("content")
             replay = cast(RuntimeHttpClient, _TaskInputReplay(client, task_input))  # a stand-in client
             message, context, run, fab = pull_task_input(replay)
             self.run_id = run.run_id
