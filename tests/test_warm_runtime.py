@@ -482,7 +482,7 @@ def test_a_numpy_run_holds_no_torch_even_after_a_torch_run(tmp_path: Path) -> No
     assert [torch for torch, _, _ in seen] == [False, True, False], seen
     for _, (rss, peak), (proc_rss, proc_peak) in seen:
         assert peak == pytest.approx(proc_peak, abs=1)  # the idle worker's peak is still its last task's
-        # After its line the task's input (its 4.4 MB FAB, in a few copies) and reply are freed.
+        # After its line the task's message, reply and input are freed.
         assert rss - 20 < proc_rss <= rss + 1, seen
     # torch alone is ~180 MB; the peak of a re-executed worker counts only since the restart
     assert seen[0][1][1] < 150 and seen[2][1][1] < 150 < seen[1][1][0], seen
