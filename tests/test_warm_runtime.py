@@ -4,7 +4,8 @@ Against real processes: a warm federation gives the inline engine's and a stock
 federation's per-client metrics; a worker killed mid-task costs that round's reply
 only (Flower's ClientApp-crashed error, at once) and the restarted worker serves the
 next round; a raising ClientApp gives an error reply; a new app build is served by a
-fresh interpreter; a SuperNode whose Flower internals differ runs stock and says so.
+fresh interpreter, and so is a run after a run that imported torch (a NumPy run's worker
+holds no torch); a SuperNode whose Flower internals differ runs stock and says so.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -441,3 +443,60 @@ def test_a_restarted_supernode_restores_its_client_state_from_its_state_dir(tmp_
     for name, metrics in inline["clients"].items():
         for key, value in metrics.items():
             assert deployed["clients"][name][key] == pytest.approx(value, rel=1e-6), (name, key)
+
+
+def reported_memory(log: Path) -> tuple[float, float]:
+    """(RSS, peak) in MB of the worker's last task line in this SuperNode's log."""
+    rss, peak = re.findall(r"reply [\d.]+ s; RSS (\d+) MB \(peak (\d+) MB\)", log.read_text())[-1]
+    return float(rss), float(peak)
+
+
+def proc_memory(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM) in MB of process ``pid``, from /proc."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    rss, peak = (int(re.findall(rf"{key}:\s+(\d+) kB", status)[0]) / 1024 for key in ("VmRSS", "VmHWM"))
+    return rss, peak
+
+
+def maps_torch(pid: int) -> bool:
+    return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
+
+
+@pytest.mark.deployment
+def test_a_numpy_run_holds_no_torch_even_after_a_torch_run(tmp_path: Path) -> None:
+    """Lean silos: PF-LSA on Garnet (NumPy), then FedAvg on the knapsack (torch), then PF-LSA
+    again, on the same 2 warm SuperNodes. The NumPy runs' worker never maps libtorch (the third
+    run's first message restarts the worker, which keeps its pid); the RSS and peak it reports
+    are /proc's, far below torch's ~180 MB alone; and the restarted worker's per-client metrics
+    are the inline engine's."""
+    numpy_run = {"strategy": "pflsa", "problem": "garnet", "num-rounds": 3, "seed": 2}
+    torch_run = {**SMALL, "strategy": "fedavg", "problem": "knapsack", "num-rounds": 1}
+    flower = start_federation(tmp_path / "fed", "warm", 2)
+    try:
+        log = flower.root / "supernode-0.log"
+        (worker,) = worker_pids(flower.processes["supernode-0"])
+        seen = []
+        for name, overrides in (("numpy-1", numpy_run), ("torch", torch_run), ("numpy-2", numpy_run)):
+            cfg = prepare({**overrides, "run-name": name}, "deployment", tmp_path / "results")
+            summary = run_to_end(flower, REPO, cfg)
+            seen.append((maps_torch(worker), reported_memory(log), proc_memory(worker)))
+        assert worker_pids(flower.processes["supernode-0"]) == [worker]
+    finally:
+        flower.stop()
+    assert [torch for torch, _, _ in seen] == [False, True, False], seen
+    for _, (rss, peak), (proc_rss, proc_peak) in seen:
+        assert peak == pytest.approx(proc_peak, abs=1)  # the idle worker's peak is still its last task's
+        # After its line the task's message, reply and input are freed.
+        assert rss - 20 < proc_rss <= rss + 1, seen
+    # torch alone is ~180 MB; the peak of a re-executed worker counts only since the restart
+    assert seen[0][1][1] < 150 and seen[2][1][1] < 150 < seen[1][1][0], seen
+    restarts = [ln for ln in log.read_text().splitlines() if "not keeping what earlier runs imported" in ln]
+    assert len(restarts) == 1 and "torch" in restarts[0], restarts  # only before the run after torch's
+    inline = run_inline(
+        {**numpy_run, "results-dir": str(tmp_path / "inline"), "run-name": "x"}, node_configs(2)
+    )
+    assert sorted(summary["clients"]) == sorted(inline["clients"]) == ["client-00", "client-01"]
+    for name, metrics in inline["clients"].items():
+        assert metrics  # the final evaluation's metrics
+        for key, value in metrics.items():
+            assert summary["clients"][name][key] == pytest.approx(value, rel=1e-6), (name, key)

@@ -6,7 +6,8 @@ do, in one process that stays up: claim a ClientApp task on the SuperNode's Runt
 ClientApp callable in-process, push the reply and the context with Flower's own
 ``push_message`` / ``push_task_output``, and send task heartbeats meanwhile. The app
 is loaded once per build (FAB hash), so its imports and the silo's loaded data stay
-warm between messages. When the app raises, the reply is Flower's Error message
+warm between messages. Each task's log line ends with the worker's resident memory
+(``RSS n MB (peak m MB)``). When the app raises, the reply is Flower's Error message
 (``CLIENT_APP_RAISED_EXCEPTION``, or ``LOAD_CLIENT_APP_EXCEPTION`` when loading it fails).
 
 With ``--approved-apps FILE`` (app pinning) a task whose app build (the SHA-256 of its
@@ -15,7 +16,9 @@ hash, before the build is installed or any of its code imported.
 
 A task of a different build than the one loaded is served by a fresh interpreter: the
 worker re-executes itself with the task's token and its already pulled input, so no
-module of the old build is left in memory.
+module of the old build is left in memory. So is the first task of a new run when the
+runs before it imported packages the app alone does not (torch): a run holds only what
+its own problem needs.
 
 With ``--wake-fd`` (started by :mod:`hetfed.runtime.supernode`) the worker waits on a
 pipe that the SuperNode writes to when a message arrives, and polls once per second
@@ -97,11 +100,19 @@ class Worker:
         )
         self.fab_hash: str | None = None
         self.app: ClientApp | None = None
+        self.app_packages: set[str] = set()  # the packages imported once the app was loaded
+        self.run_id: int | None = None  # the run of the last task served
 
     # --- the loop ---------------------------------------------------------------------
     def run_forever(self) -> None:
-        log(INFO, "hetfed warm worker %d: serving the ClientApp tasks of %s", os.getpid(), self.address)
-        if self.args.task_input:  # re-executed for a new app build: first the task we hold
+        log(
+            INFO,
+            "hetfed warm worker %d: serving the ClientApp tasks of %s; %s",
+            os.getpid(),
+            self.address,
+            memory(),
+        )
+        if self.args.task_input:  # re-executed for a new build or run: first the task we hold
             path = Path(self.args.task_input)
             task_input = PullTaskInputResponse.FromString(path.read_bytes())
             path.unlink()
@@ -159,11 +170,14 @@ class Worker:
             if task_input is None:
                 task_input = client.PullTaskInput(PullTaskInputRequest())
             why = self._refusal(task_input)
-            if not why and self.fab_hash is not None and task_input.fab.hash_str != self.fab_hash:
-                heartbeat.stop()  # a new approved build: a fresh interpreter (a re-executed one has none)
-                self._reexec(token, task_id, task_input)  # does not return
+            if not why and (restart := self._restart_reason(task_input)):
+                heartbeat.stop()  # a fresh interpreter for this task (a re-executed one has no app loaded)
+                self._reexec(token, task_id, task_input, restart)  # does not return
+            if task_input.fab.hash_str == self.fab_hash:  # loaded: drop the FAB (MBs, copied again below)
+                task_input.fab.ClearField("content")
             replay = cast(RuntimeHttpClient, _TaskInputReplay(client, task_input))  # a stand-in client
             message, context, run, fab = pull_task_input(replay)
+            self.run_id = run.run_id
             if why:  # before the build is installed or imported
                 raise AppRefused(fab.hash_str, reason_for(context.node_config, why))
             app = self._load(run, fab.hash_str, fab.content)
@@ -202,9 +216,10 @@ class Worker:
                     steps = (b - a for a, b in zip(clock, clock[1:], strict=False))
                     log(
                         INFO,
-                        "hetfed warm worker: task %d input %.3f s, ClientApp %.3f s, reply %.3f s",
+                        "hetfed warm worker: task %d input %.3f s, ClientApp %.3f s, reply %.3f s; %s",
                         task_id,
                         *steps,
+                        memory(),
                     )
 
     def _refusal(self, task_input: PullTaskInputResponse) -> str:
@@ -213,12 +228,32 @@ class Worker:
             return ""
         return refused(Path(self.args.approved_apps), task_input.fab.hash_str, task_input.fab.content)
 
+    def _restart_reason(self, task_input: PullTaskInputResponse) -> str:
+        """Why this task is served by a fresh interpreter ('' if by this one).
+
+        A new app build, so that no module of the old build is left; or a new run when the
+        runs served so far imported packages beyond the app's own (hetfed's ClientApp imports
+        a client class, its problem and torch or SciPy on a run's first message), so that a
+        run holds only what its own problem needs: a NumPy run after a torch run does not keep
+        torch (~250 MB). Nothing is imported ahead of a run's first message (that message
+        imports what the run needs and the run's later messages find it loaded), so runs that
+        import nothing new (NumPy after NumPy) stay in this interpreter.
+        """
+        if self.fab_hash is None:
+            return ""
+        if task_input.fab.hash_str != self.fab_hash:
+            return f"new app build {task_input.fab.hash_str[:12]}"
+        extra = ", ".join(sorted(packages() - self.app_packages))
+        if task_input.run.run_id != self.run_id and extra:
+            return f"new run {task_input.run.run_id}, not keeping what earlier runs imported ({extra})"
+        return ""
+
     def _load(self, run: Run, fab_hash: str, fab_content: bytes) -> ClientApp:
         """The run's ClientApp, installed and imported once per app build."""
         if self.app is None:
             install_from_fab(fab_content, skip_prompt=True)
             self.app = get_load_client_app_fn("", None, True)(run.fab_id, run.fab_version, fab_hash)
-            self.fab_hash = fab_hash
+            self.fab_hash, self.app_packages = fab_hash, packages()
             log(
                 INFO,
                 "hetfed warm worker: loaded app %s %s (FAB %s)",
@@ -228,12 +263,12 @@ class Worker:
             )
         return self.app
 
-    def _reexec(self, token: str, task_id: int, task_input: PullTaskInputResponse) -> None:
-        """Serve a task of a new app build in a fresh interpreter (same pid, same pipes)."""
+    def _reexec(self, token: str, task_id: int, task_input: PullTaskInputResponse, reason: str) -> None:
+        """Serve a task in a fresh interpreter (same pid, same pipes), saying why."""
         fd, path = tempfile.mkstemp(prefix="hetfed-task-", suffix=".pb")
         with os.fdopen(fd, "wb") as f:
             f.write(task_input.SerializeToString())
-        log(INFO, "hetfed warm worker: new app build %s, restarting", task_input.fab.hash_str[:12])
+        log(INFO, "hetfed warm worker: %s; restarting", reason)
         argv = [sys.executable, "-m", "hetfed.runtime.worker", *_own_flags(self.args)]
         argv += ["--token", token, "--task-id", str(task_id), "--task-input", path]
         os.execv(sys.executable, argv)
@@ -241,6 +276,28 @@ class Worker:
     def _status(self, line: str) -> None:
         if self.args.status_fd is not None:
             os.write(self.args.status_fd, f"{line}\n".encode())
+
+
+def proc_memory(pid: int | str = "self") -> dict[str, float]:
+    """``VmRSS`` and ``VmHWM`` (peak) of a process in MB, from /proc (Linux); {} where there is none."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return {}
+    fields = (line.partition(":") for line in status.splitlines())
+    return {k: int(v.split()[0]) / 1024 for k, _, v in fields if k in ("VmRSS", "VmHWM")}
+
+
+def memory() -> str:
+    """``RSS n MB (peak m MB)`` of this process ('' without /proc)."""
+    mb = proc_memory()
+    return f"RSS {mb['VmRSS']:.0f} MB (peak {mb['VmHWM']:.0f} MB)" if mb else ""
+
+
+def packages() -> set[str]:
+    """The top-level packages imported in this process, outside the standard library."""
+    tops = {name.partition(".")[0] for name in sys.modules}
+    return {name for name in tops if not name.startswith("_")} - set(sys.stdlib_module_names)
 
 
 def _own_flags(args: argparse.Namespace) -> list[str]:
