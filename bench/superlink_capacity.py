@@ -1,0 +1,595 @@
+"""SuperLink capacity: many simulated silos in a few processes against a real SuperLink and ServerApp.
+
+A simulated silo is one thread that speaks the Fleet API with Flower 1.42's own SuperNode
+client code (``flwr.supernode.fleet_http_connection.http_request_response``: register,
+activate, heartbeats every 30 s, pull messages, pull the message's objects, confirm, push
+the reply and its objects, deactivate, unregister) and answers each message by calling a
+ClientApp in-process: no SuperNode process, no ClientApp process. A few driver processes
+hold all the silos; the SuperLink (``flower-superlink``, in-memory state, as ``hetfed
+federation up`` starts it) and the ServerApp (started by the SuperLink's own executor) are
+real.
+
+Two paths, side by side on the same machine:
+
+* **stock**: Flower's FedAvg (``flwr.serverapp.strategy.FedAvg``, every silo every round,
+  no federated evaluation) in a plain ServerApp (bench/stock_app; replies pulled by
+  ``Grid.send_and_receive``, every 3 s), silos waiting as Flower's SuperNode does (3 s
+  after an empty pull, object pulls retried from 1 s), answering with bench/stock_app's
+  ClientApp (the model plus seeded noise, a knapsack-MLP-sized reply).
+* **hetfed**: hetfed's ServerApp and FedAvg strategy on the knapsack task
+  (``hetfed run --engine deployment``: the ``query.info`` discovery, summed rounds, 0.1 s
+  reply pulls, evaluation after the last round), silos waiting as hetfed's warm runtime
+  does (hetfed/runtime/waits.py: 0.1 s after a message, growing x1.5 to Flower's 3 s;
+  object pulls from 0.02 s) and answering with hetfed's real ClientApp (one local epoch
+  of torch training on the silo's own generated partition).
+
+Measured per size, over the middle rounds 2..R-1 (the first carries start-up, the last
+hetfed's evaluation): rounds per second, round durations, SuperLink CPU (utime + stime of
+the ``flower-superlink`` process, /proc) per silo per round, the ServerApp's CPU per round,
+the latency of each reply (message created by the ServerApp -> the silo's reply and its
+objects pushed), and the SuperLink's resident memory (VmRSS after the run, VmHWM peak).
+
+Usage: ``python bench/superlink_capacity.py`` (10 and 100 silos, a few minutes);
+``--silos 10 100 500 1000 --rounds 4`` for the full table (writes docs/benchmarks.md and
+docs/results/bench-superlink-capacity.json). ``driver`` is the internal entry point of a
+driver process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench._report import markdown_table, write_section  # noqa: E402
+from bench.round_latency import RoundClock  # noqa: E402
+
+STOCK_APP = ROOT / "bench" / "stock_app"
+RESULTS = ROOT / "docs" / "results" / "bench-superlink-capacity.json"
+PATHS = ("stock", "hetfed")
+SILOS_PER_DRIVER = 250
+TASK: dict[str, Any] = {  # hetfed's side; the stock side gets the same model's layer sizes
+    "problem": "knapsack",
+    "strategy": "fedavg",
+    "num-items": 10,
+    "n-train": 40,
+    "n-test": 30,
+    "local-epochs": 1,
+    "fraction": 1.0,
+    "seed": 3,
+    "round-timeout": 1800.0,
+    "node-wait-timeout": 600.0,
+}
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+# --- the simulated silo ------------------------------------------------------------------------
+class Waits:
+    """How a silo waits: after an empty pull, and between retries of an object not yet there."""
+
+    def __init__(self, path: str) -> None:
+        from flwr.supercore import constant
+
+        from hetfed.runtime.internals import IDLE_SLEEP
+        from hetfed.runtime.supernode import IDLE_FAST
+        from hetfed.runtime.waits import PULL_BACKOFF_CAP, PULL_INITIAL_BACKOFF, Backoff
+
+        if path == "hetfed":  # the warm runtime's (hetfed/runtime/waits.py)
+            self.idle = Backoff(IDLE_FAST, IDLE_SLEEP)
+            self.pull = (PULL_INITIAL_BACKOFF, PULL_BACKOFF_CAP)
+        else:  # Flower's SuperNode: sleep(3) after an empty pull, its pull helpers' own backoff
+            self.idle = Backoff(IDLE_SLEEP, IDLE_SLEEP)
+            self.pull = (float(constant.PULL_INITIAL_BACKOFF), float(constant.PULL_BACKOFF_CAP))
+
+
+def client_app(path: str) -> Callable[..., Any]:
+    """The ClientApp a silo of ``path`` calls: hetfed's own, or bench/stock_app's."""
+    if path == "hetfed":
+        from hetfed.client.app import app
+
+        return app
+    sys.path.insert(0, str(STOCK_APP))
+    return importlib.import_module("capacity_stock.apps").client
+
+
+class Silo(threading.Thread):
+    """One simulated SuperNode: Flower's Fleet client code, the ClientApp called in this thread."""
+
+    def __init__(
+        self,
+        address: str,
+        node_config: dict[str, Any],
+        path: str,
+        stop: threading.Event,
+        online: threading.Semaphore,
+        record: Path | None = None,
+    ) -> None:
+        super().__init__(daemon=True)
+        self.address, self.node_config, self.path = address, node_config, path
+        self.stop, self.online, self.record = stop, online, record
+        self.app = client_app(path)
+        self.waits = Waits(path)
+        self.latencies: list[tuple[str, float]] = []  # (round, s from message creation to reply pushed)
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        from flwr.supernode.fleet_http_connection import http_request_response
+
+        # The connection's registration, activation and heartbeat thread are Flower's own.
+        with http_request_response(self.address, insecure=True) as conn:
+            node_id, receive, send, get_run, get_fab, pull_object, push_object, confirm = conn
+            self.online.release()
+            contexts: dict[int, Any] = {}
+            while not self.stop.is_set():
+                try:
+                    got = receive()
+                except Exception as exc:  # noqa: BLE001 - the SuperLink going away ends the silo
+                    self.errors.append(f"pull: {exc}")
+                    break
+                if got is None:
+                    self.stop.wait(self.waits.idle.next())
+                    continue
+                self.waits.idle.reset()
+                try:
+                    self.answer(
+                        node_id, *got, contexts, get_run, get_fab, pull_object, push_object, confirm, send
+                    )
+                except Exception as exc:  # noqa: BLE001 - counted and reported; the silo goes on
+                    self.errors.append(f"{type(exc).__name__}: {exc}")
+
+    def answer(
+        self,
+        node_id: int,
+        message: Any,
+        tree: Any,
+        contexts: dict[int, Any],
+        get_run: Callable[..., Any],
+        get_fab: Callable[..., Any],
+        pull_object: Callable[..., Any],
+        push_object: Callable[..., Any],
+        confirm: Callable[..., Any],
+        send: Callable[..., Any],
+    ) -> None:
+        """What a SuperNode and its ClientApp do with one message, in this thread."""
+        from flwr.app import Context, Message, RecordDict
+        from flwr.common.config import get_fused_config_from_fab
+        from flwr.supercore.inflatable.inflatable_object import (
+            get_all_nested_objects,
+            get_object_tree,
+            no_object_id_recompute,
+        )
+        from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree, push_objects
+
+        run_id = message.metadata.run_id
+        if run_id not in contexts:  # once per run, as a SuperNode does
+            run = get_run(run_id)
+            fab = get_fab(run.fab_hash, run_id)
+            config = get_fused_config_from_fab(fab.content, run)
+            contexts[run_id] = Context(
+                run_id, node_id, dict(self.node_config), RecordDict(), config, series_id=run.series_id
+            )
+        message = pull_and_inflate_object_from_tree(
+            tree,
+            functools.partial(pull_object, run_id),
+            functools.partial(confirm, run_id),
+            return_type=Message,
+            initial_backoff=self.waits.pull[0],
+            backoff_cap=self.waits.pull[1],
+        )
+        message.metadata.__dict__["_message_id"] = tree.object_id  # as Flower's pull_task_input does
+        started = time.perf_counter()
+        reply = self.app(message, contexts[run_id])
+        runtime = time.perf_counter() - started
+        reply.metadata.__dict__["_message_id"] = reply.object_id  # as Flower's push_message does
+        with no_object_id_recompute():
+            ids, session = send(reply, get_object_tree(reply), runtime)
+            push_objects(
+                get_all_nested_objects(reply),
+                functools.partial(push_object, run_id, session),
+                object_ids_to_push=set(ids),
+            )
+        self.latencies.append((round_of(message), time.time() - message.metadata.created_at))
+        if self.record is not None and "arrays" in reply.content.array_records:
+            self.save(message, reply)
+
+    def save(self, message: Any, reply: Any) -> None:
+        """The reply's arrays and weight, for the test (``<round>-<partition>.npz``)."""
+        import numpy as np
+
+        from hetfed.records import to_numpy
+
+        assert self.record is not None
+        payload: dict[str, Any] = {f"a/{k}": v for k, v in to_numpy(reply.content["arrays"]).items()}
+        payload["num_examples"] = reply.content["metrics"]["num-examples"]
+        np.savez(self.record / f"{round_of(message)}-{self.node_config['partition-id']}.npz", **payload)
+
+
+def round_of(message: Any) -> str:
+    """The server round a message belongs to (its config's ``server-round``, which both FedAvgs set)."""
+    config = message.content.config_records.get("config", {})
+    return str(config.get("server-round", message.metadata.group_id))
+
+
+def driver(args: argparse.Namespace) -> None:
+    """One driver process: ``--count`` silos until SIGTERM; then its measurements to ``--out``."""
+    from hetfed.federation import node_config
+
+    stop, online = threading.Event(), threading.Semaphore(0)
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    record = Path(args.record) if args.record else None
+    silos = [
+        Silo(
+            args.address,
+            node_config(i, args.num_partitions, Path(args.state), None, None),
+            args.path,
+            stop,
+            online,
+            record,
+        )
+        for i in range(args.first, args.first + args.count)
+    ]
+    for silo in silos:
+        silo.start()
+    stop.wait()
+    for silo in silos:
+        silo.join(timeout=60)
+    out = {
+        "latencies": [lat for s in silos for lat in s.latencies],
+        "errors": [e for s in silos for e in s.errors],
+        "rss-kb": status_kb(os.getpid(), "VmRSS"),
+    }
+    Path(args.out).write_text(json.dumps(out))
+
+
+# --- measuring a run ---------------------------------------------------------------------------
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of one process (not its children)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def status_kb(pid: int, key: str) -> int:
+    """A ``/proc/<pid>/status`` field in kB (VmRSS, VmHWM)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
+def layer_sizes() -> str:
+    """The knapsack MLP's layer sizes (``in,hidden,out``) of hetfed's task, for the stock side."""
+    from hetfed.engines.runner import prepare
+    from hetfed.strategies.fedavg import FedAvg
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = prepare({**TASK, "num-rounds": 1, "run-name": "sizes"}, "inline", Path(tmp))
+        model = FedAvg.build(cfg)
+    from hetfed.records import to_numpy
+
+    assert model.arrays is not None
+    weights = [v for v in to_numpy(model.arrays).values() if v.ndim == 2]
+    return ",".join(str(n) for n in [weights[0].shape[1], *(w.shape[0] for w in weights)])
+
+
+class Drivers:
+    """The driver processes of one measurement (a process group each), stopped by :meth:`collect`."""
+
+    def __init__(self, root: Path, address: str, path: str, silos: int, record: Path | None) -> None:
+        self.root, self.procs, self.outs = root, [], []
+        count = math.ceil(silos / SILOS_PER_DRIVER)
+        for d in range(count):
+            first, last = d * silos // count, (d + 1) * silos // count
+            out = root / f"driver-{d}.json"
+            cmd = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "driver",
+                f"--address={address}",
+                f"--path={path}",
+                f"--first={first}",
+                f"--count={last - first}",
+                f"--num-partitions={silos}",
+                f"--state={root / 'state'}",
+                f"--out={out}",
+                *([f"--record={record}"] if record else []),
+            ]
+            log = open(root / f"driver-{d}.log", "ab")  # noqa: SIM115 - closed with the process
+            self.procs.append(
+                subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            )
+            self.outs.append(out)
+
+    def alive(self) -> bool:
+        return all(p.poll() is None for p in self.procs)
+
+    def collect(self, timeout: float = 120) -> dict[str, Any]:
+        """SIGTERM every driver, wait for their reports; their latencies, errors and memory."""
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        end = time.time() + timeout
+        for p in self.procs:
+            try:
+                p.wait(max(1.0, end - time.time()))
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        reports = [json.loads(o.read_text()) for o in self.outs if o.exists()]
+        if len(reports) < len(self.procs):
+            logs = "\n".join(
+                (self.root / f"driver-{d}.log").read_text()[-1500:] for d in range(len(self.procs))
+            )
+            raise RuntimeError(f"{len(self.procs) - len(reports)} driver(s) wrote no report:\n{logs}")
+        return {
+            "latencies": [tuple(lat) for r in reports for lat in r["latencies"]],
+            "errors": [e for r in reports for e in r["errors"]],
+            "drivers": len(reports),
+            "drivers-rss-mb": sum(r["rss-kb"] for r in reports) / 1024,
+        }
+
+
+def measure(path: str, silos: int, rounds: int, record: Path | None = None) -> dict[str, Any]:
+    """One run of ``rounds`` rounds on ``silos`` simulated silos; the measurements (see the module docs)."""
+    from hetfed.engines.flower import LocalFlower, end_processes_of, processes_of
+    from hetfed.engines.runner import APP_DIR, run_experiment
+    from hetfed.federation import FederationInfo
+
+    if rounds < 3:
+        raise ValueError("--rounds must be >= 3: rounds 2..R-1 are measured")
+    with tempfile.TemporaryDirectory(prefix="hetfed-capacity-") as tmp:
+        root = Path(tmp)
+        flower = LocalFlower(root / "federation")
+        drivers: Drivers | None = None
+        samples: dict[int, tuple[float, float, float]] = {}
+        try:
+            flower.start_superlink(cwd=APP_DIR if path == "hetfed" else STOCK_APP)
+            link = flower.processes["superlink"].pid
+            started = time.time()
+            drivers = Drivers(root, flower.address, path, silos, record)
+            flower.wait_for_nodes(silos, timeout=120 + silos)
+            online_s = time.time() - started
+            cpu_online = cpu_seconds(link)
+
+            def on_round(r: int) -> None:
+                apps = processes_of(flower.home, "flwr-serverapp")
+                app_cpu = sum(cpu_seconds(p) for p in apps) if apps else math.nan
+                samples[r] = (time.time(), cpu_seconds(link), app_cpu)
+
+            if path == "hetfed":
+                FederationInfo(flower.root, flower.link_port, silos, [link]).save()
+                progress = root / "results" / "capacity" / "progress.json"
+                with RoundClock(progress, on_round):
+                    run_experiment(
+                        "deployment",
+                        {**TASK, "num-rounds": rounds, "run-name": "capacity"},
+                        nodes=silos,
+                        results_dir=root / "results",
+                        federation_dir=flower.root,
+                        timeout=7200,
+                        echo=lambda _: None,
+                    )
+                model = root / "results" / "capacity" / "models.npz"
+            else:
+                progress, model = root / "progress.json", root / "model.npz"
+                config = {
+                    "num-rounds": rounds,
+                    "silos": silos,
+                    "layer-sizes": layer_sizes(),
+                    "progress": str(progress),
+                    "out": str(model),
+                }
+                with RoundClock(progress, on_round):
+                    status = flower.wait_run(flower.submit(STOCK_APP, config), timeout=7200)
+                if status != "finished:completed":
+                    raise RuntimeError(f"the stock run ended {status}; SuperLink log: {root}/federation")
+            rss, peak = status_kb(link, "VmRSS"), status_kb(link, "VmHWM")
+            final = dict(_load_npz(model)) if record is not None else {}
+        finally:
+            silo_report = drivers.collect() if drivers else {}
+            flower.stop()
+            end_processes_of(flower.home)
+    missing = [r for r in range(1, rounds) if r not in samples]
+    if missing:
+        raise RuntimeError(f"{path}, {silos} silos: the round clock missed rounds {missing}")
+    (t1, c1, a1), (tn, cn, an) = samples[1], samples[rounds - 1]
+    window = rounds - 2
+    middle = {str(r) for r in range(2, rounds)}
+    latencies = sorted(s for g, s in silo_report["latencies"] if g in middle)
+    return {
+        "path": path,
+        "silos": silos,
+        "rounds": rounds,
+        "online-s": online_s,
+        "round-s": [samples[r][0] - samples[r - 1][0] for r in range(2, rounds)],
+        "rounds-per-s": window / (tn - t1),
+        "superlink-cpu-per-silo-round-ms": 1000 * (cn - c1) / window / silos,
+        "superlink-cpu-per-round-s": (cn - c1) / window,
+        "serverapp-cpu-per-round-s": (an - a1) / window,
+        "superlink-cpu-until-online-s": cpu_online,
+        "reply-latency-s": {f"p{q}": _percentile(latencies, q) for q in (50, 90, 99)}
+        | {"max": latencies[-1]},
+        "replies-measured": len(latencies),
+        "superlink-rss-mb": rss / 1024,
+        "superlink-peak-rss-mb": peak / 1024,
+        "drivers": silo_report["drivers"],
+        "drivers-rss-mb": silo_report["drivers-rss-mb"],
+        "silo-errors": silo_report["errors"][:20],
+        "silo-error-count": len(silo_report["errors"]),
+        "final-model": final,
+    }
+
+
+def _load_npz(path: Path) -> Mapping[str, Any]:
+    import numpy as np
+
+    with np.load(path) as data:
+        return {k: data[k] for k in data.files}
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (nearest rank) of sorted ``values``."""
+    return values[min(len(values) - 1, max(0, math.ceil(q / 100 * len(values)) - 1))]
+
+
+# --- the report --------------------------------------------------------------------------------
+def report(measured: list[dict[str, Any]], note: str, load: tuple[float, float], minutes: float) -> str:
+    """The docs/benchmarks.md section."""
+    by = {(m["path"], m["silos"]): m for m in measured}
+    sizes = sorted({m["silos"] for m in measured})
+    rows = []
+    for n in sizes:
+        for path in PATHS:
+            m = by.get((path, n))
+            if m is None:
+                continue
+            lat = m["reply-latency-s"]
+            rows.append(
+                [
+                    n,
+                    path,
+                    m["rounds-per-s"],
+                    ", ".join(f"{r:.2f}" for r in m["round-s"]),
+                    m["superlink-cpu-per-silo-round-ms"],
+                    m["superlink-cpu-per-round-s"],
+                    m["serverapp-cpu-per-round-s"],
+                    f"{lat['p50']:.2f} / {lat['p90']:.2f} / {lat['p99']:.2f}",
+                    f"{m['superlink-rss-mb']:.0f} ({m['superlink-peak-rss-mb']:.0f})",
+                    m["silo-error-count"],
+                ]
+            )
+    table = markdown_table(
+        [
+            "silos",
+            "path",
+            "rounds / s",
+            "rounds 2..R-1 (s)",
+            "SuperLink CPU / silo / round (ms)",
+            "SuperLink CPU / round (s)",
+            "ServerApp CPU / round (s)",
+            "reply latency p50 / p90 / p99 (s)",
+            "SuperLink RSS MB (peak)",
+            "silo errors",
+        ],
+        rows,
+    )
+    ratio_rows = []
+    for n in sizes:
+        stock, het = by.get(("stock", n)), by.get(("hetfed", n))
+        if stock and het:
+            ratio_rows.append(
+                [
+                    n,
+                    f"{het['rounds-per-s'] / stock['rounds-per-s']:.1f}x",
+                    f"{het['superlink-cpu-per-silo-round-ms'] / stock['superlink-cpu-per-silo-round-ms']:.2f}x",  # noqa: E501
+                ]
+            )
+    ratios = markdown_table(
+        ["silos", "rounds / s: hetfed / stock", "SuperLink CPU per silo: hetfed / stock"], ratio_rows
+    )
+    at100 = by.get(("hetfed", 100))
+    target = (
+        "not measured (no 100-silo row)"
+        if at100 is None
+        else (
+            f"**{'met' if at100['superlink-cpu-per-silo-round-ms'] <= 10 else 'not met'}** on hetfed's path "
+            f"({at100['superlink-cpu-per-silo-round-ms']:.1f} ms"
+            + (
+                f"; stock path {by[('stock', 100)]['superlink-cpu-per-silo-round-ms']:.1f} ms)"
+                if ("stock", 100) in by
+                else ")"
+            )
+        )
+    )
+    biggest = max(sizes)
+    done = [p for p in PATHS if (p, biggest) in by]
+    drivers = ", ".join(f"{n}: {by[(p, n)]['drivers']}" for n in sizes for p in PATHS[:1] if (p, n) in by)
+    rounds = sorted({m["rounds"] for m in measured})
+    return f"""Simulated silos, not SuperNode processes: each silo is a thread in one of a few driver \
+processes ({SILOS_PER_DRIVER} silos each; drivers per size {drivers}) that speaks the Fleet API with \
+Flower 1.42's own SuperNode client code (`http_request_response`: register, activate, 30 s heartbeats, \
+pull, object pulls and confirmation, reply push, deactivate) and calls a ClientApp in-process, so the \
+SuperLink sees what it sees from real SuperNodes while no process per silo is needed. The SuperLink \
+(`flower-superlink`, in-memory state) and the ServerApp are real and started fresh for every row. \
+**stock**: Flower's own FedAvg ServerApp (`bench/stock_app`: `flwr.serverapp.strategy.FedAvg`, every silo \
+every round, no federated evaluation, `Grid.send_and_receive`) and silos that wait as Flower's SuperNode \
+does (3 s after an empty pull, object pulls retried from 1 s), replying with the received model plus \
+noise (same layer sizes and dtype as hetfed's knapsack MLP). **hetfed**: `hetfed run --engine \
+deployment`'s ServerApp with hetfed's FedAvg on the knapsack task (every silo every round, one local \
+epoch, evaluation after the last round), silos that wait as hetfed's warm runtime does (0.1 s after a \
+message, x1.5 per empty pull up to 3 s) and run hetfed's real ClientApp. The SuperLink binary and its \
+launch are the same on both paths: the difference is the ServerApp (strategy, reply polling, message \
+packing) and the SuperNode side's polling. Rounds {", ".join(map(str, rounds))} per run; rounds 2..R-1 \
+measured (the first carries start-up and hetfed's discovery exchange, hetfed's last its evaluation). \
+**SuperLink CPU** is utime + stime of the `flower-superlink` process over those rounds, idle heartbeats \
+and polls included; **reply latency**: message created by the ServerApp to the silo's reply and its \
+objects pushed; RSS after the run (peak). Machine: {os.cpu_count()} cores shared with the silo drivers \
+and the ServerApp (their CPU competes with the SuperLink's: rounds per second and latencies are those \
+of this one machine, the CPU columns are not); 1-minute load average {load[0]:.1f} before and \
+{load[1]:.1f} after; {note}; the whole benchmark took {minutes:.0f} min.
+
+{table}
+
+{ratios}
+
+Target: at 100 simulated silos at most 10 ms of SuperLink CPU per silo per round: {target}. \
+{biggest} simulated silos completed {"every" if len(done) == len(PATHS) else "only the " + ", ".join(done)} \
+path's rounds. Numbers: [`docs/results/bench-superlink-capacity.json`]\
+(results/bench-superlink-capacity.json)."""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command")
+    run = sub.add_parser("driver", help="internal: one driver process of simulated silos")
+    for flag in ("--address", "--path", "--state", "--out"):
+        run.add_argument(flag, required=True)
+    for flag in ("--first", "--count", "--num-partitions"):
+        run.add_argument(flag, type=int, required=True)
+    run.add_argument("--record")
+    parser.add_argument("--silos", type=int, nargs="+", default=[10, 100])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
+    parser.add_argument(
+        "--note",
+        default="other agents' test suites were running on the same 2 cores",
+        help="what else was running during the measurement (written into the report)",
+    )
+    args = parser.parse_args()
+    os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+    os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
+    if args.command == "driver":
+        driver(args)
+        return
+    load_before, started = os.getloadavg()[0], time.time()
+    measured = []
+    for silos in args.silos:
+        for path in args.paths:  # side by side: the same machine state for both
+            m = measure(path, silos, args.rounds)
+            m.pop("final-model")
+            measured.append(m)
+            print(json.dumps(m), flush=True)
+            # Written after every row, so a run stopped at a large size keeps what it measured.
+            RESULTS.write_text(json.dumps({"task": TASK, "measured": measured}, indent=2) + "\n")
+            load = (load_before, os.getloadavg()[0])
+            body = report(measured, args.note, load, (time.time() - started) / 60)
+            write_section("superlink_capacity", "SuperLink capacity: simulated silos", body)
+    print(body)
+
+
+if __name__ == "__main__":
+    main()
