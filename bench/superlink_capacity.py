@@ -63,6 +63,8 @@ STOCK_APP = ROOT / "bench" / "stock_app"
 RESULTS = ROOT / "docs" / "results" / "bench-superlink-capacity.json"
 PATHS = ("stock", "hetfed")
 SILOS_PER_DRIVER = 250
+RUN_TIMEOUT = 7200.0
+LARGE = 500  # from this many silos on, runs have --large-rounds rounds (a round takes minutes there)
 TASK: dict[str, Any] = {  # hetfed's side; the stock side gets the same model's layer sizes
     "problem": "knapsack",
     "strategy": "fedavg",
@@ -138,9 +140,9 @@ class Silo(threading.Thread):
             while not self.stop.is_set():
                 try:
                     got = receive()
-                except Exception as exc:  # noqa: BLE001 - the SuperLink going away ends the silo
-                    self.errors.append(f"pull: {exc}")
-                    break
+                except Exception as exc:  # noqa: BLE001 - counted; the silo goes on
+                    self.errors.append(f"pull: {type(exc).__name__}: {exc}")
+                    got = None
                 if got is None:
                     self.stop.wait(self.waits.idle.next())
                     continue
@@ -346,8 +348,7 @@ class Drivers:
 def measure(path: str, silos: int, rounds: int, record: Path | None = None) -> dict[str, Any]:
     """One run of ``rounds`` rounds on ``silos`` simulated silos; the measurements (see the module docs)."""
     from hetfed.engines.flower import LocalFlower, end_processes_of, processes_of
-    from hetfed.engines.runner import APP_DIR, run_experiment
-    from hetfed.federation import FederationInfo
+    from hetfed.engines.runner import APP_DIR, prepare
 
     if rounds < 3:
         raise ValueError("--rounds must be >= 3: rounds 2..R-1 are measured")
@@ -357,7 +358,8 @@ def measure(path: str, silos: int, rounds: int, record: Path | None = None) -> d
         drivers: Drivers | None = None
         samples: dict[int, tuple[float, float, float]] = {}
         try:
-            flower.start_superlink(cwd=APP_DIR if path == "hetfed" else STOCK_APP)
+            app_dir = APP_DIR if path == "hetfed" else STOCK_APP
+            flower.start_superlink(cwd=app_dir)
             link = flower.processes["superlink"].pid
             started = time.time()
             drivers = Drivers(root, flower.address, path, silos, record)
@@ -370,19 +372,16 @@ def measure(path: str, silos: int, rounds: int, record: Path | None = None) -> d
                 app_cpu = sum(cpu_seconds(p) for p in apps) if apps else math.nan
                 samples[r] = (time.time(), cpu_seconds(link), app_cpu)
 
-            if path == "hetfed":
-                FederationInfo(flower.root, flower.link_port, silos, [link]).save()
+            if path == "hetfed":  # what `hetfed run --engine deployment` submits (hetfed/engines/runner.py)
+                launch = {"nodes": silos, "data-path": "", "state-dir": "", "timeout": RUN_TIMEOUT}
+                overrides = {
+                    **TASK,
+                    "num-rounds": rounds,
+                    "run-name": "capacity",
+                    "launch": json.dumps(launch),
+                }
+                config = prepare(overrides, "deployment", root / "results")
                 progress = root / "results" / "capacity" / "progress.json"
-                with RoundClock(progress, on_round):
-                    run_experiment(
-                        "deployment",
-                        {**TASK, "num-rounds": rounds, "run-name": "capacity"},
-                        nodes=silos,
-                        results_dir=root / "results",
-                        federation_dir=flower.root,
-                        timeout=7200,
-                        echo=lambda _: None,
-                    )
                 model = root / "results" / "capacity" / "models.npz"
             else:
                 progress, model = root / "progress.json", root / "model.npz"
@@ -393,10 +392,13 @@ def measure(path: str, silos: int, rounds: int, record: Path | None = None) -> d
                     "progress": str(progress),
                     "out": str(model),
                 }
-                with RoundClock(progress, on_round):
-                    status = flower.wait_run(flower.submit(STOCK_APP, config), timeout=7200)
-                if status != "finished:completed":
-                    raise RuntimeError(f"the stock run ended {status}; SuperLink log: {root}/federation")
+            with RoundClock(progress, on_round):
+                run_id = flower.submit(app_dir, config)
+                # A SuperLink busy with hundreds of silos answers /health late: `hetfed run` gives up
+                # after 20 s of silence (wait_run's default), the benchmark waits for the run itself.
+                status = flower.wait_run(run_id, timeout=RUN_TIMEOUT, lost_after=RUN_TIMEOUT)
+            if status != "finished:completed":
+                raise RuntimeError(f"the {path} run ended {status}: {flower.run_log(run_id)[-3000:]}")
             rss, peak = status_kb(link, "VmRSS"), status_kb(link, "VmHWM")
             final = dict(_load_npz(model)) if record is not None else {}
         finally:
@@ -563,6 +565,7 @@ def main() -> None:
     run.add_argument("--record")
     parser.add_argument("--silos", type=int, nargs="+", default=[10, 100])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--large-rounds", type=int, default=3, help=f"rounds of a run with >= {LARGE} silos")
     parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
     parser.add_argument(
         "--note",
@@ -579,7 +582,7 @@ def main() -> None:
     measured = []
     for silos in args.silos:
         for path in args.paths:  # side by side: the same machine state for both
-            m = measure(path, silos, args.rounds)
+            m = measure(path, silos, args.rounds if silos < LARGE else args.large_rounds)
             m.pop("final-model")
             measured.append(m)
             print(json.dumps(m), flush=True)
