@@ -248,8 +248,9 @@ def driver(args: argparse.Namespace) -> None:
     for silo in silos:
         silo.start()
     stop.wait()
+    end = time.monotonic() + 30  # then report anyway: a silo stuck retrying a gone SuperLink is a daemon
     for silo in silos:
-        silo.join(timeout=60)
+        silo.join(timeout=max(0.0, end - time.monotonic()))
     out = {
         "latencies": [lat for s in silos for lat in s.latencies],
         "errors": [e for s in silos for e in s.errors],
@@ -421,6 +422,7 @@ def measure(path: str, silos: int, rounds: int, record: Path | None = None) -> d
         "rounds-per-s": window / (tn - t1),
         "superlink-cpu-per-silo-round-ms": 1000 * (cn - c1) / window / silos,
         "superlink-cpu-per-round-s": (cn - c1) / window,
+        "superlink-cpu-each-round-s": [samples[r][1] - samples[r - 1][1] for r in range(2, rounds)],
         "serverapp-cpu-per-round-s": (an - a1) / window,
         "superlink-cpu-until-online-s": cpu_online,
         "reply-latency-s": {f"p{q}": _percentile(latencies, q) for q in (50, 90, 99)}
@@ -449,7 +451,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 # --- the report --------------------------------------------------------------------------------
-def report(measured: list[dict[str, Any]], note: str, load: tuple[float, float], minutes: float) -> str:
+def report(measured: list[dict[str, Any]], note: str) -> str:
     """The docs/benchmarks.md section."""
     by = {(m["path"], m["silos"]): m for m in measured}
     sizes = sorted({m["silos"] for m in measured})
@@ -472,6 +474,8 @@ def report(measured: list[dict[str, Any]], note: str, load: tuple[float, float],
                     f"{lat['p50']:.2f} / {lat['p90']:.2f} / {lat['p99']:.2f}",
                     f"{m['superlink-rss-mb']:.0f} ({m['superlink-peak-rss-mb']:.0f})",
                     m["silo-error-count"],
+                    f"{m['load'][0]:.0f} / {m['load'][1]:.0f}" if "load" in m else "n/a",
+                    f"{m['minutes']:.0f}" if "minutes" in m else "n/a",
                 ]
             )
     table = markdown_table(
@@ -486,6 +490,8 @@ def report(measured: list[dict[str, Any]], note: str, load: tuple[float, float],
             "reply latency p50 / p90 / p99 (s)",
             "SuperLink RSS MB (peak)",
             "silo errors",
+            "load before / after",
+            "row took (min)",
         ],
         rows,
     )
@@ -541,8 +547,9 @@ measured (the first carries start-up and hetfed's discovery exchange, hetfed's l
 and polls included; **reply latency**: message created by the ServerApp to the silo's reply and its \
 objects pushed; RSS after the run (peak). Machine: {os.cpu_count()} cores shared with the silo drivers \
 and the ServerApp (their CPU competes with the SuperLink's: rounds per second and latencies are those \
-of this one machine, the CPU columns are not); 1-minute load average {load[0]:.1f} before and \
-{load[1]:.1f} after; {note}; the whole benchmark took {minutes:.0f} min.
+of this one machine, the CPU columns less so); the 1-minute load average before and after each row \
+is in the table: {note}. Rows are kept in the JSON across invocations (a row is replaced when its size \
+and path are measured again), so large sizes can be run on their own.
 
 {table}
 
@@ -578,18 +585,24 @@ def main() -> None:
     if args.command == "driver":
         driver(args)
         return
-    load_before, started = os.getloadavg()[0], time.time()
-    measured = []
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt  # SIGTERM too stops the SuperLink and the drivers (measure's finally)
+
+    signal.signal(signal.SIGTERM, interrupt)
+    kept = json.loads(RESULTS.read_text())["measured"] if RESULTS.exists() else []
+    measured = [m for m in kept if m["silos"] not in args.silos or m["path"] not in args.paths]
     for silos in args.silos:
         for path in args.paths:  # side by side: the same machine state for both
+            load, started = os.getloadavg()[0], time.time()
             m = measure(path, silos, args.rounds if silos < LARGE else args.large_rounds)
             m.pop("final-model")
+            m |= {"load": [load, os.getloadavg()[0]], "minutes": (time.time() - started) / 60}
             measured.append(m)
             print(json.dumps(m), flush=True)
             # Written after every row, so a run stopped at a large size keeps what it measured.
             RESULTS.write_text(json.dumps({"task": TASK, "measured": measured}, indent=2) + "\n")
-            load = (load_before, os.getloadavg()[0])
-            body = report(measured, args.note, load, (time.time() - started) / 60)
+            body = report(measured, args.note)
             write_section("superlink_capacity", "SuperLink capacity: simulated silos", body)
     print(body)
 
