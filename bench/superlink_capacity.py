@@ -49,6 +49,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,7 @@ class Silo(threading.Thread):
         self.app = client_app(path)
         self.waits = Waits(path)
         self.latencies: list[tuple[str, float]] = []  # (round, s from message creation to reply pushed)
+        self.requests: list[tuple[float, str]] = []  # (when, kind) of every Fleet request but heartbeats
         self.errors: list[str] = []
 
     def run(self) -> None:
@@ -135,6 +137,16 @@ class Silo(threading.Thread):
         # The connection's registration, activation and heartbeat thread are Flower's own.
         with http_request_response(self.address, insecure=True) as conn:
             node_id, receive, send, get_run, get_fab, pull_object, push_object, confirm = conn
+            kinds = ("push-message", "run", "fab", "object-pull", "object-push", "confirm")
+            calls: tuple[Callable[..., Any], ...] = (
+                send,
+                get_run,
+                get_fab,
+                pull_object,
+                push_object,
+                confirm,
+            )
+            send, get_run, get_fab, pull_object, push_object, confirm = map(self.counted, kinds, calls)
             self.online.release()
             contexts: dict[int, Any] = {}
             while not self.stop.is_set():
@@ -143,6 +155,7 @@ class Silo(threading.Thread):
                 except Exception as exc:  # noqa: BLE001 - counted; the silo goes on
                     self.errors.append(f"pull: {type(exc).__name__}: {exc}")
                     got = None
+                self.requests.append((time.time(), "pull-empty" if got is None else "pull-message"))
                 if got is None:
                     self.stop.wait(self.waits.idle.next())
                     continue
@@ -153,6 +166,15 @@ class Silo(threading.Thread):
                     )
                 except Exception as exc:  # noqa: BLE001 - counted and reported; the silo goes on
                     self.errors.append(f"{type(exc).__name__}: {exc}")
+
+    def counted(self, kind: str, request: Callable[..., Any]) -> Callable[..., Any]:
+        """``request``, recorded in :attr:`requests` at each call (object pulls: each try)."""
+
+        def call(*args: Any) -> Any:
+            self.requests.append((time.time(), kind))
+            return request(*args)
+
+        return call
 
     def answer(
         self,
@@ -253,6 +275,7 @@ def driver(args: argparse.Namespace) -> None:
         silo.join(timeout=max(0.0, end - time.monotonic()))
     out = {
         "latencies": [lat for s in silos for lat in s.latencies],
+        "requests": [r for s in silos for r in s.requests],
         "errors": [e for s in silos for e in s.errors],
         "rss-kb": status_kb(os.getpid(), "VmRSS"),
     }
@@ -340,6 +363,7 @@ class Drivers:
             raise RuntimeError(f"{len(self.procs) - len(reports)} driver(s) wrote no report:\n{logs}")
         return {
             "latencies": [tuple(lat) for r in reports for lat in r["latencies"]],
+            "requests": [tuple(req) for r in reports for req in r["requests"]],
             "errors": [e for r in reports for e in r["errors"]],
             "drivers": len(reports),
             "drivers-rss-mb": sum(r["rss-kb"] for r in reports) / 1024,
@@ -413,6 +437,7 @@ def measure(path: str, silos: int, rounds: int, record: Path | None = None) -> d
     window = rounds - 2
     middle = {str(r) for r in range(2, rounds)}
     latencies = sorted(s for g, s in silo_report["latencies"] if g in middle)
+    kinds = Counter(kind for t, kind in silo_report["requests"] if t1 < t <= tn)
     return {
         "path": path,
         "silos": silos,
@@ -428,6 +453,8 @@ def measure(path: str, silos: int, rounds: int, record: Path | None = None) -> d
         "reply-latency-s": {f"p{q}": _percentile(latencies, q) for q in (50, 90, 99)}
         | {"max": latencies[-1]},
         "replies-measured": len(latencies),
+        "fleet-requests-per-silo-round": {k: v / window / silos for k, v in sorted(kinds.items())},
+        "superlink-cpu-per-fleet-request-ms": 1000 * (cn - c1) / max(1, sum(kinds.values())),
         "superlink-rss-mb": rss / 1024,
         "superlink-peak-rss-mb": peak / 1024,
         "drivers": silo_report["drivers"],
@@ -451,6 +478,17 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 # --- the report --------------------------------------------------------------------------------
+def requests(m: Mapping[str, Any]) -> str:
+    """Fleet requests per silo per round, the empty pulls among them, SuperLink CPU per request."""
+    if "fleet-requests-per-silo-round" not in m:
+        return "n/a"
+    per = m["fleet-requests-per-silo-round"]
+    return (
+        f"{sum(per.values()):.1f} ({per.get('pull-empty', 0):.1f}); "
+        f"{m['superlink-cpu-per-fleet-request-ms']:.1f} ms"
+    )
+
+
 def report(measured: list[dict[str, Any]], note: str) -> str:
     """The docs/benchmarks.md section."""
     by = {(m["path"], m["silos"]): m for m in measured}
@@ -474,6 +512,7 @@ def report(measured: list[dict[str, Any]], note: str) -> str:
                     f"{lat['p50']:.2f} / {lat['p90']:.2f} / {lat['p99']:.2f}",
                     f"{m['superlink-rss-mb']:.0f} ({m['superlink-peak-rss-mb']:.0f})",
                     m["silo-error-count"],
+                    requests(m),
                     f"{m['load'][0]:.0f} / {m['load'][1]:.0f}" if "load" in m else "n/a",
                     f"{m['minutes']:.0f}" if "minutes" in m else "n/a",
                 ]
@@ -490,6 +529,7 @@ def report(measured: list[dict[str, Any]], note: str) -> str:
             "reply latency p50 / p90 / p99 (s)",
             "SuperLink RSS MB (peak)",
             "silo errors",
+            "Fleet requests / silo / round (empty pulls); SuperLink CPU / request",
             "load before / after",
             "row took (min)",
         ],
