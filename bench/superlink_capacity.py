@@ -51,6 +51,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,7 @@ STOCK_APP = ROOT / "bench" / "stock_app"
 RESULTS = ROOT / "docs" / "results" / "bench-superlink-capacity.json"
 PATHS = ("stock", "hetfed")
 SILOS_PER_DRIVER = 250
+JOINING = 4  # silos of a driver registering at once
 RUN_TIMEOUT = 7200.0
 LARGE = 500  # from this many silos on, runs have --large-rounds rounds (a round takes minutes there)
 TASK: dict[str, Any] = {  # hetfed's side; the stock side gets the same model's layer sizes
@@ -119,12 +121,12 @@ class Silo(threading.Thread):
         node_config: dict[str, Any],
         path: str,
         stop: threading.Event,
-        online: threading.Semaphore,
+        joining: threading.Semaphore,
         record: Path | None = None,
     ) -> None:
         super().__init__(daemon=True)
         self.address, self.node_config, self.path = address, node_config, path
-        self.stop, self.online, self.record = stop, online, record
+        self.stop, self.joining, self.record = stop, joining, record
         self.app = client_app(path)
         self.waits = Waits(path)
         self.latencies: list[tuple[str, float]] = []  # (round, s from message creation to reply pushed)
@@ -134,8 +136,12 @@ class Silo(threading.Thread):
     def run(self) -> None:
         from flwr.supernode.fleet_http_connection import http_request_response
 
-        # The connection's registration, activation and heartbeat thread are Flower's own.
-        with http_request_response(self.address, insecure=True) as conn:
+        # The connection's registration, activation and heartbeat thread are Flower's own. A few silos
+        # of a driver join at a time: a SuperLink swamped by hundreds of registrations answers late,
+        # Flower retries, the retry finds the key registered, and Flower exits the whole process.
+        with ExitStack() as stack:
+            with self.joining:
+                conn = stack.enter_context(http_request_response(self.address, insecure=True))
             node_id, receive, send, get_run, get_fab, pull_object, push_object, confirm = conn
             kinds = ("push-message", "run", "fab", "object-pull", "object-push", "confirm")
             calls: tuple[Callable[..., Any], ...] = (
@@ -147,7 +153,6 @@ class Silo(threading.Thread):
                 confirm,
             )
             send, get_run, get_fab, pull_object, push_object, confirm = map(self.counted, kinds, calls)
-            self.online.release()
             contexts: dict[int, Any] = {}
             while not self.stop.is_set():
                 try:
@@ -253,7 +258,7 @@ def driver(args: argparse.Namespace) -> None:
     """One driver process: ``--count`` silos until SIGTERM; then its measurements to ``--out``."""
     from hetfed.federation import node_config
 
-    stop, online = threading.Event(), threading.Semaphore(0)
+    stop, joining = threading.Event(), threading.Semaphore(JOINING)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     record = Path(args.record) if args.record else None
     silos = [
@@ -262,7 +267,7 @@ def driver(args: argparse.Namespace) -> None:
             node_config(i, args.num_partitions, Path(args.state), None, None),
             args.path,
             stop,
-            online,
+            joining,
             record,
         )
         for i in range(args.first, args.first + args.count)
