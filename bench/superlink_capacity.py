@@ -44,6 +44,7 @@ import json
 import math
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -345,8 +346,25 @@ class Drivers:
             )
             self.outs.append(out)
 
-    def alive(self) -> bool:
-        return all(p.poll() is None for p in self.procs)
+    def wait_online(self, flower: Any, silos: int, timeout: float) -> None:
+        """Until the SuperLink counts ``silos`` online; RuntimeError if a driver exits or time runs out."""
+        from hetfed.engines.flower import FlowerProcessError
+
+        end, online = time.time() + timeout, 0
+        with flower.control(timeout=30) as control:
+            while online < silos:
+                if exited := [d for d, p in enumerate(self.procs) if p.poll() is not None]:
+                    tail = (self.root / f"driver-{exited[0]}.log").read_text().strip().splitlines()[-3:]
+                    raise RuntimeError(
+                        f"driver {exited[0]} exited with {online} silos online: {' '.join(tail)}"
+                    )
+                if time.time() > end:
+                    raise RuntimeError(f"only {online} of {silos} silos online after {timeout:g} s")
+                time.sleep(2)
+                try:
+                    online = control.online_nodes()
+                except FlowerProcessError:
+                    pass  # a busy SuperLink: asked again
 
     def collect(self, timeout: float = 120) -> dict[str, Any]:
         """SIGTERM every driver, wait for their reports; their latencies, errors and memory."""
@@ -393,7 +411,7 @@ def measure(path: str, silos: int, rounds: int, record: Path | None = None) -> d
             link = flower.processes["superlink"].pid
             started = time.time()
             drivers = Drivers(root, flower.address, path, silos, record)
-            flower.wait_for_nodes(silos, timeout=120 + silos)
+            drivers.wait_online(flower, silos, timeout=120 + silos)
             online_s = time.time() - started
             cpu_online = cpu_seconds(link)
 
@@ -504,6 +522,10 @@ def report(measured: list[dict[str, Any]], note: str) -> str:
             m = by.get((path, n))
             if m is None:
                 continue
+            if "failed" in m:
+                load = f"{m['load'][0]:.0f} / {m['load'][1]:.0f}"
+                rows.append([n, path, "did not complete", *["-"] * 8, load, f"{m['minutes']:.0f}"])
+                continue
             lat = m["reply-latency-s"]
             rows.append(
                 [
@@ -543,7 +565,7 @@ def report(measured: list[dict[str, Any]], note: str) -> str:
     ratio_rows = []
     for n in sizes:
         stock, het = by.get(("stock", n)), by.get(("hetfed", n))
-        if stock and het:
+        if stock and het and "failed" not in stock and "failed" not in het:
             ratio_rows.append(
                 [
                     n,
@@ -553,6 +575,28 @@ def report(measured: list[dict[str, Any]], note: str) -> str:
             )
     ratios = markdown_table(
         ["silos", "rounds / s: hetfed / stock", "SuperLink CPU per silo: hetfed / stock"], ratio_rows
+    )
+    per_request = [
+        m["superlink-cpu-per-fleet-request-ms"] for m in measured if "superlink-cpu-per-fleet-request-ms" in m
+    ]
+    capacity = ""
+    if per_request:
+        ms = statistics.median(per_request)
+        # An idle silo on Flower's SuperNode: a pull every 3 s, a heartbeat every ~24 s (0.8 x 30 s).
+        idle_rate = 1 / 3 + 1 / (0.8 * 30)
+        capacity = (
+            "**What the SuperLink can serve.** Its CPU per Fleet request (all its CPU over the measured "
+            "rounds, the ServerApp's Runtime API requests and the uncounted heartbeats included, divided "
+            f"by the silos' counted requests) was {min(per_request):.1f} to {max(per_request):.1f} ms, "
+            f"median {ms:.1f} ms: one core of SuperLink serves about {1000 / ms:.0f} requests per second. "
+            f"An idle silo on Flower's SuperNode makes {idle_rate:.2f} requests per second (a pull every "
+            f"3 s, a heartbeat about every 24 s), so about {1000 / ms / idle_rate:.0f} idle silos saturate "
+            "one core before any round runs; each round adds the requests counted above per silo, and a "
+            "round that lasts longer adds empty pulls to every waiting silo, which is why the CPU per silo "
+            "per round grows with the number of silos."
+        )
+    failures = "\n".join(
+        f"- {m['silos']} silos, {m['path']}: {m['failed']}" for m in measured if "failed" in m
     )
     at100 = by.get(("hetfed", 100))
     target = (
@@ -569,9 +613,9 @@ def report(measured: list[dict[str, Any]], note: str) -> str:
         )
     )
     biggest = max(sizes)
-    done = [p for p in PATHS if (p, biggest) in by]
-    drivers = ", ".join(f"{n}: {by[(p, n)]['drivers']}" for n in sizes for p in PATHS[:1] if (p, n) in by)
-    rounds = sorted({m["rounds"] for m in measured})
+    done = [p for p in PATHS if (p, biggest) in by and "failed" not in by[(p, biggest)]]
+    drivers = ", ".join(f"{n}: {math.ceil(n / SILOS_PER_DRIVER)}" for n in sizes)
+    rounds = ", ".join(f"{n}: {r}" for n, r in sorted({(m["silos"], m["rounds"]) for m in measured}))
     return f"""Simulated silos, not SuperNode processes: each silo is a thread in one of a few driver \
 processes ({SILOS_PER_DRIVER} silos each; drivers per size {drivers}) that speaks the Fleet API with \
 Flower 1.42's own SuperNode client code (`http_request_response`: register, activate, 30 s heartbeats, \
@@ -586,7 +630,7 @@ deployment`'s ServerApp with hetfed's FedAvg on the knapsack task (every silo ev
 epoch, evaluation after the last round), silos that wait as hetfed's warm runtime does (0.1 s after a \
 message, x1.5 per empty pull up to 3 s) and run hetfed's real ClientApp. The SuperLink binary and its \
 launch are the same on both paths: the difference is the ServerApp (strategy, reply polling, message \
-packing) and the SuperNode side's polling. Rounds {", ".join(map(str, rounds))} per run; rounds 2..R-1 \
+packing) and the SuperNode side's polling. R rounds per run (silos: R; {rounds}); rounds 2..R-1 \
 measured (the first carries start-up and hetfed's discovery exchange, hetfed's last its evaluation). \
 **SuperLink CPU** is utime + stime of the `flower-superlink` process over those rounds, idle heartbeats \
 and polls included; **reply latency**: message created by the ServerApp to the silo's reply and its \
@@ -600,9 +644,17 @@ and path are measured again), so large sizes can be run on their own.
 
 {ratios}
 
+{capacity}
+
+{"Runs that did not complete, and why:" if failures else ""}
+{failures}
+
 Target: at 100 simulated silos at most 10 ms of SuperLink CPU per silo per round: {target}. \
-{biggest} simulated silos completed {"every" if len(done) == len(PATHS) else "only the " + ", ".join(done)} \
-path's rounds. Numbers: [`docs/results/bench-superlink-capacity.json`]\
+{biggest} simulated silos completed rounds on {
+        "every path"
+        if len(done) == len(PATHS)
+        else ("the " + ", ".join(done) + " path only" if done else "no path")
+    }. Numbers: [`docs/results/bench-superlink-capacity.json`]\
 (results/bench-superlink-capacity.json)."""
 
 
@@ -640,8 +692,12 @@ def main() -> None:
     for silos in args.silos:
         for path in args.paths:  # side by side: the same machine state for both
             load, started = os.getloadavg()[0], time.time()
-            m = measure(path, silos, args.rounds if silos < LARGE else args.large_rounds)
-            m.pop("final-model")
+            rounds = args.rounds if silos < LARGE else args.large_rounds
+            try:
+                m = measure(path, silos, rounds)
+                m.pop("final-model")
+            except RuntimeError as exc:  # a size the SuperLink could not serve is a result too
+                m = {"path": path, "silos": silos, "rounds": rounds, "failed": str(exc)[-600:]}
             m |= {"load": [load, os.getloadavg()[0]], "minutes": (time.time() - started) / 60}
             measured.append(m)
             print(json.dumps(m), flush=True)
