@@ -43,6 +43,7 @@ import importlib
 import json
 import math
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -366,8 +367,9 @@ class Drivers:
                 except FlowerProcessError:
                     pass  # a busy SuperLink: asked again
 
-    def collect(self, timeout: float = 120) -> dict[str, Any]:
-        """SIGTERM every driver, wait for their reports; their latencies, errors and memory."""
+    def collect(self, timeout: float = 120, strict: bool = True) -> dict[str, Any]:
+        """SIGTERM every driver, wait for their reports; their latencies, errors and memory.
+        ``strict``: a missing report is a RuntimeError (else what the others reported)."""
         for p in self.procs:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGTERM)
@@ -379,7 +381,7 @@ class Drivers:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
         reports = [json.loads(o.read_text()) for o in self.outs if o.exists()]
-        if len(reports) < len(self.procs):
+        if strict and len(reports) < len(self.procs):
             logs = "\n".join(
                 (self.root / f"driver-{d}.log").read_text()[-1500:] for d in range(len(self.procs))
             )
@@ -404,6 +406,7 @@ def measure(path: str, silos: int, rounds: int, record: Path | None = None) -> d
         root = Path(tmp)
         flower = LocalFlower(root / "federation")
         drivers: Drivers | None = None
+        completed = False
         samples: dict[int, tuple[float, float, float]] = {}
         try:
             app_dir = APP_DIR if path == "hetfed" else STOCK_APP
@@ -411,7 +414,7 @@ def measure(path: str, silos: int, rounds: int, record: Path | None = None) -> d
             link = flower.processes["superlink"].pid
             started = time.time()
             drivers = Drivers(root, flower.address, path, silos, record)
-            drivers.wait_online(flower, silos, timeout=120 + silos)
+            drivers.wait_online(flower, silos, timeout=120 + silos / 2)
             online_s = time.time() - started
             cpu_online = cpu_seconds(link)
 
@@ -449,8 +452,10 @@ def measure(path: str, silos: int, rounds: int, record: Path | None = None) -> d
                 raise RuntimeError(f"the {path} run ended {status}: {flower.run_log(run_id)[-3000:]}")
             rss, peak = status_kb(link, "VmRSS"), status_kb(link, "VmHWM")
             final = dict(_load_npz(model)) if record is not None else {}
+            completed = True
         finally:
-            silo_report = drivers.collect() if drivers else {}
+            # Not strict after a failure: a missing report must not hide why the run failed.
+            silo_report = drivers.collect(strict=completed) if drivers else {}
             flower.stop()
             end_processes_of(flower.home)
     missing = [r for r in range(1, rounds) if r not in samples]
@@ -501,6 +506,13 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 # --- the report --------------------------------------------------------------------------------
+def one_line(text: str, limit: int = 500) -> str:
+    """A failure's text on one line: Flower's log colours, blank lines and help links dropped."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in text.splitlines()]
+    kept = [line for line in lines if line and not line.startswith("For more information")]
+    return " / ".join(dict.fromkeys(kept))[:limit]
+
+
 def requests(m: Mapping[str, Any]) -> str:
     """Fleet requests per silo per round, the empty pulls among them, SuperLink CPU per request."""
     if "fleet-requests-per-silo-round" not in m:
@@ -596,7 +608,7 @@ def report(measured: list[dict[str, Any]], note: str) -> str:
             "per round grows with the number of silos."
         )
     failures = "\n".join(
-        f"- {m['silos']} silos, {m['path']}: {m['failed']}" for m in measured if "failed" in m
+        f"- {m['silos']} silos, {m['path']}: {one_line(m['failed'])}" for m in measured if "failed" in m
     )
     at100 = by.get(("hetfed", 100))
     target = (
@@ -697,7 +709,7 @@ def main() -> None:
                 m = measure(path, silos, rounds)
                 m.pop("final-model")
             except RuntimeError as exc:  # a size the SuperLink could not serve is a result too
-                m = {"path": path, "silos": silos, "rounds": rounds, "failed": str(exc)[-600:]}
+                m = {"path": path, "silos": silos, "rounds": rounds, "failed": one_line(str(exc))}
             m |= {"load": [load, os.getloadavg()[0]], "minutes": (time.time() - started) / 60}
             measured.append(m)
             print(json.dumps(m), flush=True)
