@@ -355,9 +355,10 @@ class Drivers:
         with flower.control(timeout=30) as control:
             while online < silos:
                 if exited := [d for d, p in enumerate(self.procs) if p.poll() is not None]:
-                    tail = (self.root / f"driver-{exited[0]}.log").read_text().strip().splitlines()[-3:]
+                    log = (self.root / f"driver-{exited[0]}.log").read_text().splitlines()
+                    why = [line for line in log if "[code:" in line or "Exit Code" in line] or log[-3:]
                     raise RuntimeError(
-                        f"driver {exited[0]} exited with {online} silos online: {' '.join(tail)}"
+                        f"driver {exited[0]} exited with {online} silos online: {' '.join(why[-2:])}"
                     )
                 if time.time() > end:
                     raise RuntimeError(f"only {online} of {silos} silos online after {timeout:g} s")
