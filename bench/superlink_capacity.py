@@ -508,10 +508,12 @@ def _percentile(values: list[float], q: float) -> float:
 
 # --- the report --------------------------------------------------------------------------------
 def one_line(text: str, limit: int = 500) -> str:
-    """A failure's text on one line: Flower's log colours, blank lines and help links dropped."""
+    """A failure's text on one line: Flower's log colours, blank lines and help links dropped; a long
+    one keeps its start (what failed) and its end (Flower's last words)."""
     lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in text.splitlines()]
     kept = [line for line in lines if line and not line.startswith("For more information")]
-    return " / ".join(dict.fromkeys(kept))[:limit]
+    text = " / ".join(dict.fromkeys(kept))
+    return text if len(text) <= limit else f"{text[: limit // 4]} ... {text[-(limit - limit // 4) :]}"
 
 
 def requests(m: Mapping[str, Any]) -> str:
