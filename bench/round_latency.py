@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +53,12 @@ TASK: dict[str, Any] = {
 
 
 class RoundClock:
-    """Records when ``progress.json`` reports each round (its mtime), from a background thread."""
+    """Records when ``progress.json`` reports each round (its mtime), from a background thread;
+    ``on_round(r)`` runs in that thread as soon as round r is seen."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, on_round: Callable[[int], None] = lambda _: None) -> None:
         self.path = path
+        self.on_round = on_round
         self.ends: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
@@ -75,7 +78,9 @@ class RoundClock:
                 done = json.loads(self.path.read_text())["round"]
             except (OSError, ValueError, KeyError):
                 continue
-            self.ends.setdefault(int(done), mtime)
+            if int(done) not in self.ends:
+                self.ends[int(done)] = mtime
+                self.on_round(int(done))
 
     def middle_rounds(self) -> list[float]:
         """Durations of rounds 2 .. ROUNDS-1 (each from the previous round's end)."""

@@ -1,0 +1,1 @@
+"""Stock Flower apps for the SuperLink capacity benchmark."""
