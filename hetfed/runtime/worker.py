@@ -47,6 +47,7 @@ from flwr.cli.install import install_from_fab
 from flwr.clientapp.client_app import ClientApp, LoadClientAppError
 from flwr.clientapp.utils import get_load_client_app_fn
 from flwr.common.constant import ErrorCode, SubStatus
+from flwr.proto.run_pb2 import Run as RunProto
 from flwr.proto.runtime_pb2 import AcquireTaskRequest, PullTaskInputRequest, PullTaskInputResponse
 from flwr.supercore import log
 from flwr.supercore.constant import TaskType
@@ -102,6 +103,7 @@ class Worker:
         self.app: ClientApp | None = None
         self.app_packages: set[str] = set()  # the packages imported once the app was loaded
         self.run_id: int | None = None  # the run of the last task served
+        self.problem = ""  # and its run config's problem
 
     # --- the loop ---------------------------------------------------------------------
     def run_forever(self) -> None:
@@ -177,7 +179,7 @@ class Worker:
                 task_input.fab.ClearField("content")
             replay = cast(RuntimeHttpClient, _TaskInputReplay(client, task_input))  # a stand-in client
             message, context, run, fab = pull_task_input(replay)
-            self.run_id = run.run_id
+            self.run_id, self.problem = run.run_id, run_problem(task_input.run)
             if why:  # before the build is installed or imported
                 raise AppRefused(fab.hash_str, reason_for(context.node_config, why))
             app = self._load(run, fab.hash_str, fab.content)
@@ -231,20 +233,22 @@ class Worker:
     def _restart_reason(self, task_input: PullTaskInputResponse) -> str:
         """Why this task is served by a fresh interpreter ('' if by this one).
 
-        A new app build, so that no module of the old build is left; or a new run when the
-        runs served so far imported packages beyond the app's own (hetfed's ClientApp imports
-        a client class, its problem and torch or SciPy on a run's first message), so that a
-        run holds only what its own problem needs: a NumPy run after a torch run does not keep
-        torch (~250 MB). Nothing is imported ahead of a run's first message (that message
-        imports what the run needs and the run's later messages find it loaded), so runs that
-        import nothing new (NumPy after NumPy) stay in this interpreter.
+        A new app build, so that no module of the old build is left; or a new run of another
+        problem when the runs served so far imported packages beyond the app's own (hetfed's
+        ClientApp imports a client class, its problem and torch or SciPy on a run's first
+        message), so that a run holds only what its own problem needs: a NumPy run after a
+        torch run does not keep torch (~250 MB). Nothing is imported ahead of a run's first
+        message (that message imports what the run needs and the run's later messages find it
+        loaded), so runs that import nothing new (NumPy after NumPy), and runs of the problem
+        the last run had (torch after torch: the import is not paid again), stay here.
         """
         if self.fab_hash is None:
             return ""
         if task_input.fab.hash_str != self.fab_hash:
             return f"new app build {task_input.fab.hash_str[:12]}"
         extra = ", ".join(sorted(packages() - self.app_packages))
-        if task_input.run.run_id != self.run_id and extra:
+        new_problem = run_problem(task_input.run) != self.problem
+        if task_input.run.run_id != self.run_id and new_problem and extra:
             return f"new run {task_input.run.run_id}, not keeping what earlier runs imported ({extra})"
         return ""
 
@@ -292,6 +296,11 @@ def memory() -> str:
     """``RSS n MB (peak m MB)`` of this process ('' without /proc)."""
     mb = proc_memory()
     return f"RSS {mb['VmRSS']:.0f} MB (peak {mb['VmHWM']:.0f} MB)" if mb else ""
+
+
+def run_problem(run: RunProto) -> str:
+    """The run config's ``problem`` ('' when the run does not set it)."""
+    return run.override_config["problem"].string if "problem" in run.override_config else ""
 
 
 def packages() -> set[str]:
