@@ -544,7 +544,8 @@ def report(measured: list[dict[str, Any]], note: str) -> str:
                 continue
             if "failed" in m:
                 load = f"{m['load'][0]:.0f} / {m['load'][1]:.0f}"
-                rows.append([n, path, "did not complete", *["-"] * 8, load, f"{m['minutes']:.0f}"])
+                ran = f"{path} ({m.get('superlink', 'flower-superlink')})"
+                rows.append([n, ran, "did not complete", *["-"] * 8, load, f"{m['minutes']:.0f}"])
                 continue
             lat = m["reply-latency-s"]
             rows.append(
