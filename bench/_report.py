@@ -7,6 +7,7 @@ benchmarks can be run one at a time without clobbering each other.
 
 from __future__ import annotations
 
+import argparse
 import platform
 import re
 import time
@@ -46,6 +47,17 @@ def write_section(name: str, title: str, body: str) -> None:
         pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
     )
     DOC.write_text(text)
+
+
+def add_note_argument(
+    parser: argparse.ArgumentParser, default: str = "nothing else was running on the machine"
+) -> None:
+    """``--note``: what else ran on the machine during the measurement (written into the report)."""
+    parser.add_argument(
+        "--note",
+        default=default,
+        help="what else was running during the measurement (written into the report)",
+    )
 
 
 def markdown_table(header: list[str], rows: Sequence[Sequence[object]]) -> str:

@@ -32,7 +32,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._report import markdown_table, write_section  # noqa: E402
+from bench._report import add_note_argument, markdown_table, write_section  # noqa: E402
+from bench.warm_runtime import TASKS  # noqa: E402
 from hetfed.runtime.worker import proc_memory  # noqa: E402
 
 ROUNDS = 4
@@ -43,16 +44,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "problem": "quadratic",
         "seed": 1,
     },
-    "decision (FedAvg, knapsack MLP; torch)": {
-        "strategy": "fedavg",
-        "problem": "knapsack",
-        "num-items": 10,
-        "n-train": 40,
-        "n-test": 30,
-        "local-epochs": 1,
-        "fraction": 1.0,
-        "seed": 3,
-    },
+    "decision (FedAvg, knapsack MLP; torch)": TASKS["torch (FedAvg, knapsack MLP)"],
 }
 TARGETS = {"NumPy": 120, "torch": 300}  # MB, a warm worker's (issue 33, item 6)
 RUNTIMES = ("warm", "stock")
@@ -169,11 +161,7 @@ def mb(value: float) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--note",
-        default="nothing else was running on the machine",
-        help="what else was running during the measurement (written into the report)",
-    )
+    add_note_argument(parser)
     args = parser.parse_args()
     os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
     os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")

@@ -24,21 +24,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._report import markdown_table, write_section  # noqa: E402
+from bench._report import add_note_argument, markdown_table, write_section  # noqa: E402
 from bench.round_latency import RoundClock  # noqa: E402
-from bench.warm_runtime import group_cpu_seconds, run  # noqa: E402
+from bench.warm_runtime import TASKS, group_cpu_seconds, run  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results" / "bench-superlink-asgi.json"
-TASK: dict[str, Any] = {
-    "strategy": "fedavg",
-    "problem": "knapsack",
-    "num-items": 10,
-    "n-train": 40,
-    "n-test": 30,
-    "local-epochs": 1,
-    "fraction": 1.0,
-    "seed": 3,
-}
+TASK: dict[str, Any] = TASKS["torch (FedAvg, knapsack MLP)"]
 MODES = ("stock", "gated")
 
 
@@ -68,6 +59,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[16, 32])
     parser.add_argument("--rounds", type=int, default=8)
+    add_note_argument(parser)
     args = parser.parse_args()
     load = {"before": os.getloadavg()[0]}
     measured: dict[str, dict[str, Any]] = {}

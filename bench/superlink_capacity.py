@@ -60,8 +60,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._report import markdown_table, write_section  # noqa: E402
-from bench.round_latency import RoundClock  # noqa: E402
+from bench._report import add_note_argument, markdown_table, write_section  # noqa: E402
+from bench.round_latency import FEDAVG_KNAPSACK, RoundClock  # noqa: E402
 
 STOCK_APP = ROOT / "bench" / "stock_app"
 RESULTS = ROOT / "docs" / "results" / "bench-superlink-capacity.json"
@@ -74,18 +74,8 @@ SILOS_PER_DRIVER = 250
 JOINING = 4  # silos of a driver registering at once
 RUN_TIMEOUT = 7200.0
 LARGE = 500  # from this many silos on, runs have --large-rounds rounds (a round takes minutes there)
-TASK: dict[str, Any] = {  # hetfed's side; the stock side gets the same model's layer sizes
-    "problem": "knapsack",
-    "strategy": "fedavg",
-    "num-items": 10,
-    "n-train": 40,
-    "n-test": 30,
-    "local-epochs": 1,
-    "fraction": 1.0,
-    "seed": 3,
-    "round-timeout": 1800.0,
-    "node-wait-timeout": 600.0,
-}
+# hetfed's side; the stock side gets the same model's layer sizes
+TASK: dict[str, Any] = {**FEDAVG_KNAPSACK, "round-timeout": 1800.0, "node-wait-timeout": 600.0}
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -694,11 +684,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--large-rounds", type=int, default=3, help=f"rounds of a run with >= {LARGE} silos")
     parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
-    parser.add_argument(
-        "--note",
-        default="other agents' test suites were running on the same 2 cores",
-        help="what else was running during the measurement (written into the report)",
-    )
+    add_note_argument(parser, "other agents' test suites were running on the same 2 cores")
     args = parser.parse_args()
     os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
     os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")

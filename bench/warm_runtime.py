@@ -27,8 +27,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._report import markdown_table, write_section  # noqa: E402
-from bench.round_latency import RoundClock  # noqa: E402
+from bench._report import add_note_argument, markdown_table, write_section  # noqa: E402
+from bench.round_latency import FEDAVG_KNAPSACK, RoundClock  # noqa: E402
 
 ROUNDS = 6
 TASKS: dict[str, dict[str, Any]] = {
@@ -38,16 +38,7 @@ TASKS: dict[str, dict[str, Any]] = {
         "lsa-report-every": 1,
         "seed": 1,
     },
-    "torch (FedAvg, knapsack MLP)": {
-        "strategy": "fedavg",
-        "problem": "knapsack",
-        "num-items": 10,
-        "n-train": 40,
-        "n-test": 30,
-        "local-epochs": 1,
-        "fraction": 1.0,
-        "seed": 3,
-    },
+    "torch (FedAvg, knapsack MLP)": FEDAVG_KNAPSACK,
 }
 KNAPSACK = {"strategy": "fedrspo", "loss": "rspo+", "seed": 42, "checkpoint-every": 0}
 RUNTIMES = ("stock", "warm")
@@ -151,11 +142,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--skip-knapsack", action="store_true")
-    parser.add_argument(
-        "--note",
-        default="nothing else was running on the machine",
-        help="what else was running during the measurement (written into the report)",
-    )
+    add_note_argument(parser)
     args = parser.parse_args()
     os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
     os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")

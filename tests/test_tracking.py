@@ -20,10 +20,11 @@ from mlflow.tracking import MlflowClient
 
 from hetfed.client.app import app as client_app
 from hetfed.config import ConfigError, validate
-from hetfed.engines.inline import InlineGrid, node_configs, run_inline
+from hetfed.engines.inline import node_configs, run_inline
 from hetfed.engines.runner import prepare
 from hetfed.server.app import run_server
 from tests.conftest import REPO
+from tests.test_resume import DyingGrid
 
 FAST = {"num-rounds": 3, "n-train": 40, "n-test": 30, "local-epochs": 1, "num-items": 10, "seed": 5}
 COORDINATES = ("round", "exchange", "partition-id", "client", "status", "error")
@@ -88,20 +89,6 @@ def test_a_run_is_tracked_with_its_rows_config_and_files(tmp_path: Path) -> None
     assert_tracked(store, tmp_path / "results" / "tracked", "FINISHED", "pilot")
     link = json.loads((tmp_path / "results" / "tracked" / "mlflow.json").read_text())
     assert link["tracking-uri"] == str(store) and link["rows-logged"] > 0
-
-
-class DyingGrid(InlineGrid):
-    """An inline grid whose link dies at the ``die_at``-th push (a SuperLink crash)."""
-
-    def __init__(self, *args, die_at: int, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.pushes, self.die_at = 0, die_at
-
-    def push_messages(self, messages):
-        self.pushes += 1
-        if self.pushes == self.die_at:
-            raise ConnectionError("SuperLink unavailable")
-        return super().push_messages(messages)
 
 
 def test_a_resumed_run_continues_its_mlflow_run_without_logging_a_row_twice(tmp_path: Path) -> None:
