@@ -78,9 +78,7 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
         log(INFO, "[%s] %s", run_name, text)
 
     try:
-        tracker = MlflowTracker.start(cfg, store.path, lambda text: log(WARNING, "[%s] %s", run_name, text))
-        if tracker is not None:
-            store.on_commit = tracker.log_rows
+        tracker = MlflowTracker.start(cfg, store, lambda text: log(WARNING, "[%s] %s", run_name, text))
         strategy = build_strategy(cfg)
         pool = ClientPool(
             grid,
@@ -112,7 +110,7 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
     finally:
         full = finish_segment(store, cfg, engine, status, error, summary)
         if tracker is not None:
-            tracker.finish(store.rows, status)
+            tracker.finish(status)
     say(f"done in {full['wall-time-s']:.1f} s; results in {store.path}")
     return full
 
@@ -224,10 +222,10 @@ def record_interrupted(results_dir: str, run_name: str, reason: str) -> dict[str
     full = finish_segment(store, cfg, str(segments[-1].get("engine", "")), "interrupted", reason, {})
     if (store.path / TRACKING_LINK).exists():  # its MLflow run ends as KILLED too, with the files
         try:
-            tracker = MlflowTracker.start(cfg, store.path, lambda text: log(WARNING, "%s", text))
+            tracker = MlflowTracker.start(cfg, store, lambda text: log(WARNING, "%s", text))
         except ConfigError as exc:
             log(WARNING, "[%s] MLflow run not closed: %s", run_name, exc)
         else:
             if tracker is not None:
-                tracker.finish(store.rows, "interrupted")
+                tracker.finish("interrupted")
     return full

@@ -18,16 +18,17 @@ missed are sent with the next commit or at the end.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from hetfed.config import ConfigError
+
+if TYPE_CHECKING:
+    from hetfed.server.store import RunStore
 
 LINK = "mlflow.json"  # in the run folder: which MLflow run this is, how many rows it has
 ARTIFACTS = (
@@ -74,16 +75,19 @@ class MlflowTracker:
     """The MLflow run of one hetfed run; :meth:`start` creates or continues it."""
 
     def __init__(
-        self, client: Any, uri: str, run_id: str, link: Path, logged: int, say: Callable[[str], None]
+        self, client: Any, uri: str, run_id: str, store: RunStore, logged: int, say: Callable[[str], None]
     ) -> None:
-        self.client, self.uri, self.run_id, self.link = client, uri, run_id, link
+        self.client, self.uri, self.run_id, self.store = client, uri, run_id, store
         self.logged = logged  # rows of rounds.csv MLflow has
         self.say = say
         self._warned = False
 
     @classmethod
-    def start(cls, cfg: Mapping[str, Any], run_dir: Path, say: Callable[[str], None]) -> MlflowTracker | None:
-        """The tracker of the run in ``run_dir`` (None when ``mlflow-tracking-uri`` is empty).
+    def start(
+        cls, cfg: Mapping[str, Any], store: RunStore, say: Callable[[str], None]
+    ) -> MlflowTracker | None:
+        """The tracker of the run ``store`` writes (None when ``mlflow-tracking-uri`` is empty), told
+        of every commit of its rows from now on.
 
         A new hetfed run creates an MLflow run in experiment ``mlflow-experiment`` with the config
         as params; a resumed one reopens the MLflow run its ``mlflow.json`` names. ConfigError (one
@@ -103,19 +107,21 @@ class MlflowTracker:
             # MLflow 3 keeps its file store in maintenance mode behind this opt-in; naming a file
             # store in the run config is that opt-in.
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        link = run_dir / LINK
+        run_dir = store.path
         try:
             client = MlflowClient(tracking_uri=uri)
-            linked = json.loads(link.read_text()) if link.exists() else None
+            linked = store.read_json(LINK) if (run_dir / LINK).exists() else None
             if linked is not None and linked.get("tracking-uri") == uri:
                 client.update_run(linked["run-id"], status="RUNNING")
-                return cls(client, uri, linked["run-id"], link, int(linked.get("rows-logged", 0)), say)
+                tracker = cls(client, uri, linked["run-id"], store, int(linked.get("rows-logged", 0)), say)
+                store.on_commit = tracker.log_rows
+                return tracker
             name = str(cfg.get("mlflow-experiment") or "hetfed")
             experiment = client.get_experiment_by_name(name)
             experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
             tags = {"hetfed.run-name": run_dir.name, "hetfed.results": str(run_dir.resolve())}
             run = client.create_run(experiment_id, run_name=run_dir.name, tags=tags)
-            tracker = cls(client, uri, run.info.run_id, link, 0, say)
+            tracker = cls(client, uri, run.info.run_id, store, 0, say)
             tracker._log_params(cfg)
         except ConfigError:
             raise
@@ -125,6 +131,7 @@ class MlflowTracker:
                 f"{where}: MLflow cannot track this run: {type(exc).__name__}: {first}"
             ) from None
         tracker._save_link()
+        store.on_commit = tracker.log_rows
         return tracker
 
     def log_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -152,11 +159,11 @@ class MlflowTracker:
         self.logged = len(rows)
         self._save_link()
 
-    def finish(self, rows: Sequence[Mapping[str, Any]], status: str) -> None:
+    def finish(self, status: str) -> None:
         """At the end of a segment: the rows not sent yet, the run's files as artifacts, the MLflow
         run's status (completed: FINISHED, failed: FAILED, interrupted: KILLED)."""
-        self.log_rows(rows)
-        run_dir = self.link.parent
+        self.log_rows(self.store.rows)
+        run_dir = self.store.path
         try:
             for name in ARTIFACTS:
                 if (run_dir / name).exists():
@@ -174,10 +181,9 @@ class MlflowTracker:
             self.client.log_batch(self.run_id, params=params[i : i + MAX_PARAMS])
 
     def _save_link(self) -> None:
-        link = {"tracking-uri": self.uri, "run-id": self.run_id, "rows-logged": self.logged}
-        tmp = self.link.with_suffix(".tmp")
-        tmp.write_text(json.dumps(link, indent=1) + "\n")
-        tmp.replace(self.link)
+        self.store.write_json(
+            LINK, {"tracking-uri": self.uri, "run-id": self.run_id, "rows-logged": self.logged}
+        )
 
     def _warn(self, text: str) -> None:
         if not self._warned:  # once per segment: a tracking server down would warn every round

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from hetfed.config import to_toml
 from hetfed.credentials import TlsFiles
+from hetfed.runtime.superlink import ASGI_MODES
 
 if TYPE_CHECKING:
     from hetfed.engines.control_api import ControlApi
@@ -185,8 +186,8 @@ def superlink_command(args: list[str], asgi: str = "gated") -> list[str]:
     """The SuperLink command line: ``hetfed-superlink <flower-superlink args>`` (``gated``: Flower's
     SuperLink with its HTTP middleware gated by API path, hetfed.runtime.superlink; stock Flower when
     its self-test fails) or ``flower-superlink`` exactly as installed (``stock``)."""
-    if asgi not in ("gated", "stock"):
-        raise ValueError(f"SuperLink middleware must be gated or stock, got {asgi!r}")
+    if asgi not in ASGI_MODES:
+        raise ValueError(f"SuperLink middleware must be one of {', '.join(ASGI_MODES)}, got {asgi!r}")
     return [str(BIN / ("hetfed-superlink" if asgi == "gated" else "flower-superlink")), *args]
 
 

@@ -30,11 +30,12 @@ import inspect
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-from starlette.types import ASGIApp, Receive, Scope, Send
+from typing import TYPE_CHECKING, Any
 
 from hetfed.runtime.internals import FLOWER_VERSION, attr
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
 ASGI_MODES = ("gated", "stock")
 CONTROL, FLEET = "/v1/control/", "/v1/fleet/"
