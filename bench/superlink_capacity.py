@@ -256,6 +256,10 @@ def driver(args: argparse.Namespace) -> None:
 
     stop, joining = threading.Event(), threading.Semaphore(JOINING)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if args.path == "hetfed":  # sign with a P-256 key, as the warm SuperNode does
+        from hetfed.runtime import node_key
+
+        node_key.install()
     record = Path(args.record) if args.record else None
     silos = [
         Silo(

@@ -6,7 +6,7 @@
   loopback (the SuperLink's own ServerApp executor connects to its bind address,
   127.0.0.1 when it binds 0.0.0.0). An existing CA in the folder is reused, so
   re-issuing the server certificate for new host names keeps silos' trust.
-- :func:`write_node_key`: an EC P-384 key pair in OpenSSH format, the form
+- :func:`write_node_key`: an EC P-256 key pair in OpenSSH format, the form
   ``flower-supernode --auth-supernode-private-key`` and
   ``flwr supernode register`` read.
 
@@ -26,6 +26,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from hetfed.runtime import node_key
 
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
 CA_CERT, CA_KEY, SERVER_CERT, SERVER_KEY = "ca.crt", "ca.key", "server.pem", "server.key"
@@ -108,13 +110,14 @@ def certificate_names(cert_path: str | os.PathLike) -> list[str]:
 
 
 def write_node_key(path: str | os.PathLike, name: str | None = None) -> tuple[Path, Path]:
-    """Write ``path`` (private, OpenSSH) and ``path.pub`` (public, OpenSSH) of a new EC P-384 key pair."""
+    """Write ``path`` (private, OpenSSH) and ``path.pub`` (public, OpenSSH) of a new EC P-256 key pair
+    (hetfed.runtime.node_key: why P-256)."""
     private = Path(path).resolve()
     public = private.with_name(private.name + ".pub")
     if private.exists():
         raise FileExistsError(f"{private} exists; a SuperNode keeps its key (its node id) across restarts")
     private.parent.mkdir(parents=True, exist_ok=True)
-    key = ec.generate_private_key(ec.SECP384R1())
+    key = ec.generate_private_key(node_key.CURVE)
     _write(
         private,
         key.private_bytes(

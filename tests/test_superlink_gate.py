@@ -2,26 +2,37 @@
 middleware entered only on its own API's paths must answer every request as stock Flower does.
 
 A gated and a stock SuperLink run side by side; the same requests (health, Control API calls incl.
-a sensitive route whose response headers only the gated Control layer sets, malformed Fleet and
-Runtime API calls, an unknown path) get the same status, body and headers from both. A SuperLink
+a sensitive route whose response headers only the gated Control layer sets, malformed, unsigned,
+wrongly typed and signed Fleet API calls, Runtime API calls, an unknown path) get the same status,
+body and headers from both; Fleet and Runtime calls take hetfed's buffered fast path. A SuperLink
 whose Flower differs from what the gate was read in runs stock, saying so in one line. Rounds over
 every mix of gated/stock SuperLink and warm/stock SuperNodes: tests/test_warm_runtime.py.
 """
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from hetfed.engines.control_api import ControlApi
 from hetfed.engines.flower import LocalFlower, free_port, superlink_args
-from hetfed.runtime.superlink import GATED, PINNED_SOURCE, gated_middleware, missing_gate_internals
+from hetfed.runtime.superlink import (
+    GATED,
+    PINNED_SOURCE,
+    ProtobufFastPath,
+    gated_middleware,
+    hetfed_middleware,
+    missing_gate_internals,
+)
 
 PROTOBUF = {"Content-Type": "application/protobuf"}
 # (method, path, body): every API of the SuperLink, well-formed where no state is needed.
@@ -36,7 +47,7 @@ REQUESTS = [
     ("POST", "/v1/runtime/pull-messages", b"\xff"),
     ("GET", "/v1/no-such-api", b""),
 ]
-COMPARED_HEADERS = ("content-type", "cache-control", "pragma")
+UNCOMPARED_HEADERS = ("date",)
 
 
 def test_the_gate_self_test_passes_on_this_flower_and_gates_six_layers() -> None:
@@ -50,6 +61,11 @@ def test_the_gate_self_test_passes_on_this_flower_and_gates_six_layers() -> None
     assert len(wrapped) == len(GATED) == 6 and set(wrapped) < {s.cls for s in stock}
     kept = [s.cls for s, g in zip(stock, gated, strict=True) if g.cls is s.cls]  # errors, protobuf
     assert len(kept) == 2
+    (outer,) = hetfed_middleware(_get_middleware)
+    assert outer.cls is ProtobufFastPath and len(outer.kwargs["chain"]) == 8
+    fast = ProtobufFastPath(lambda *_: None, **outer.kwargs)
+    assert {("POST", "/v1/fleet/pull-messages"), ("POST", "/v1/runtime/pull-messages")} <= fast.routes
+    assert not any(path.startswith("/v1/control/") for _, path in fast.routes)
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +81,27 @@ def superlinks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, L
             flower.stop()
 
 
-def answer(flower: LocalFlower, method: str, path: str, body: bytes) -> tuple[int, bytes, dict[str, str]]:
-    response = httpx.request(method, f"http://{flower.address}{path}", content=body, headers=PROTOBUF)
-    return response.status_code, response.content, {h: response.headers.get(h, "") for h in COMPARED_HEADERS}
+def answer(
+    flower: LocalFlower, method: str, path: str, body: bytes, headers: dict[str, str] = PROTOBUF
+) -> tuple[int, bytes, list[tuple[str, str]]]:
+    response = httpx.request(method, f"http://{flower.address}{path}", content=body, headers=headers)
+    kept = [(k, v) for k, v in response.headers.multi_items() if k not in UNCOMPARED_HEADERS]
+    return response.status_code, response.content, kept
+
+
+def signed(key: Any) -> dict[str, str]:
+    """Headers of a SuperNode's signed Fleet call, as Flower's NodeAuthHttpInterceptor makes them."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from flwr.supercore.primitives.asymmetric import public_key_to_bytes
+
+    stamp = dt.datetime.now(dt.UTC).isoformat()
+    return {
+        **PROTOBUF,
+        "flwr-public-key": base64.b64encode(public_key_to_bytes(key.public_key())).decode(),
+        "flwr-timestamp": stamp,
+        "flwr-signature": base64.b64encode(key.sign(stamp.encode(), ec.ECDSA(hashes.SHA256()))).decode(),
+    }
 
 
 @pytest.mark.deployment
@@ -81,12 +115,54 @@ def test_a_gated_superlink_answers_every_api_as_stock_flower(superlinks: dict[st
         statuses.add(answer(gated, method, path, body)[0])
     assert len(statuses) >= 4  # the requests reach handlers, refusals and a missing route
     _, _, headers = answer(gated, "POST", "/v1/control/get-login-details", b"")
-    assert headers["cache-control"] == "no-store"  # the gated Control layer ran on its path
+    assert dict(headers)["cache-control"] == "no-store"  # the gated Control layer ran on its path
     status, body, _ = answer(gated, "POST", "/v1/fleet/pull-messages", b"")
-    assert status == 401 and b"Invalid SuperNode authentication" in body  # the gated Fleet layer ran
+    assert status == 401 and b"Invalid SuperNode authentication" in body  # node authentication ran
+    wrong_type = {"Content-Type": "application/json"}
+    assert answer(gated, "POST", "/v1/fleet/pull-messages", b"{}", wrong_type) == answer(
+        stock, "POST", "/v1/fleet/pull-messages", b"{}", wrong_type
+    )
+    assert answer(gated, "POST", "/v1/fleet/pull-messages", b"", wrong_type)[0] == 415
+    assert_signed_calls_agree(gated, stock)
     for flower in (gated, stock):  # well-formed Control calls (their replies carry the time)
         with ControlApi(flower.home, "hetfed") as control:
-            assert control.runs() == {} and control.online_nodes() == 0
+            assert control.runs() == {} and control.online_nodes() == 2  # the signed SuperNodes
+
+
+def assert_signed_calls_agree(gated: LocalFlower, stock: LocalFlower) -> None:
+    """Signed Fleet calls of a P-256 and a P-384 SuperNode: registration (a fresh node id each),
+    activation, a pull that finds nothing, a pull under another node's id (refused)."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from flwr.proto.fleet_pb2 import (
+        ActivateNodeRequest,
+        PullMessagesRequest,
+        PullMessagesResponse,
+        RegisterNodeFleetRequest,
+        RegisterNodeFleetResponse,
+    )
+    from flwr.proto.node_pb2 import Node
+    from flwr.supercore.primitives.asymmetric import public_key_to_bytes
+
+    for curve in (ec.SECP256R1(), ec.SECP384R1()):
+        ids = {}
+        for name, flower in (("gated", gated), ("stock", stock)):
+            key = ec.generate_private_key(curve)
+            public = public_key_to_bytes(key.public_key())
+            register = RegisterNodeFleetRequest(public_key=public).SerializeToString()
+            status, body, headers = answer(flower, "POST", "/v1/fleet/register-node", register, signed(key))
+            ids[name] = (status, [k for k, _ in headers])
+            node = RegisterNodeFleetResponse.FromString(body).node_id
+            assert status == 200 and node != 0
+            activate = ActivateNodeRequest(public_key=public, heartbeat_interval=30).SerializeToString()
+            assert answer(flower, "POST", "/v1/fleet/activate-node", activate, signed(key))[0] == 200
+            pull = PullMessagesRequest(node=Node(node_id=node)).SerializeToString()
+            status, body, headers = answer(flower, "POST", "/v1/fleet/pull-messages", pull, signed(key))
+            assert (status, PullMessagesResponse.FromString(body).messages_list) == (200, [])
+            ids[name + "-pull"] = (status, headers)
+            other = PullMessagesRequest(node=Node(node_id=node + 1)).SerializeToString()
+            ids[name + "-other"] = answer(flower, "POST", "/v1/fleet/pull-messages", other, signed(key))
+        assert ids["gated"] == ids["stock"] and ids["gated-pull"] == ids["stock-pull"]
+        assert ids["gated-other"] == ids["stock-other"] and ids["gated-other"][0] == 401
 
 
 @pytest.mark.deployment

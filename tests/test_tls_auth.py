@@ -76,7 +76,7 @@ def test_node_keys_load_with_flowers_own_loaders(tmp_path: Path) -> None:
     private, public = write_node_key(tmp_path / "keys" / "silo-0", name="acme")
     args = _parse_args_run_supernode().parse_args(["--auth-supernode-private-key", str(private)])
     loaded_private, loaded_public = _try_setup_client_authentication(args)
-    assert loaded_private.curve.name == "secp384r1"
+    assert loaded_private.curve.name == "secp256r1"  # hetfed.runtime.node_key
     assert try_load_public_key(public) == public_key_to_bytes(loaded_public)
     assert public.read_text().split()[-1] == "acme"
     assert stat.S_IMODE(private.stat().st_mode) == 0o600

@@ -22,8 +22,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from flwr.supercore.primitives.asymmetric import bytes_to_public_key
 
-from hetfed.engines.flower import BIN, LocalFlower, free_port, supernode_args, supernode_command
+from hetfed.engines.control_api import ControlApi
+from hetfed.engines.flower import BIN, CONNECTION, LocalFlower, free_port, supernode_args, supernode_command
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.engines.runner import prepare
 from hetfed.federation import node_config
@@ -256,6 +258,10 @@ def test_warm_stock_inline_and_either_superlink_give_the_same_per_client_metrics
         try:
             cfg = prepare({**overrides, "run-name": name}, "deployment", tmp_path / "results")
             results[name] = run_to_end(flower, REPO, cfg)
+            with ControlApi(flower.home, CONNECTION) as control:
+                curves = {bytes_to_public_key(n.public_key).curve.name for n in control.nodes()}
+            # hetfed.runtime.node_key: a warm SuperNode registers itself with a P-256 key
+            assert curves == {"secp256r1" if runtime == "warm" else "secp384r1"}, (name, curves)
         finally:
             flower.stop()
         log = (tmp_path / name / "supernode-0.log").read_text()

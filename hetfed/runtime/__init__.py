@@ -11,6 +11,8 @@ SuperNode waits:
   in-process, with Flower's own task-input, reply and task-output calls;
 - :mod:`hetfed.runtime.waits`: the SuperNode's waits, short while messages flow and
   back at Flower's own values when idle;
+- :mod:`hetfed.runtime.node_key`: a self-registering SuperNode signs with a P-256 key
+  (verified ~7x faster by the SuperLink than Flower's P-384);
 - :mod:`hetfed.runtime.supernode`: the launcher: self-test, waits, Flower's own
   ``flower-supernode`` in-process with ``--isolation process``, and the supervised worker;
 - :mod:`hetfed.runtime.internals`: the self-test of every Flower internal the above

@@ -170,6 +170,14 @@ CHECKS: list[tuple[str, Callable[[], bool]]] = [
         ),
     ),
     (
+        "http_request_response makes a self-registered node's keys with generate_key_pairs "
+        "(hetfed.runtime.node_key)",
+        _source_has(
+            "flwr.supernode.fleet_http_connection:http_request_response",
+            "authentication_keys = generate_key_pairs()",
+        ),
+    ),
+    (
         "FAB install and ClientApp loader",
         lambda: (
             callable(attr("flwr.cli.install:install_from_fab"))

@@ -12,9 +12,16 @@ task group, memory streams and events: py-spy on a 16-SuperNode federation found
 the SuperLink's CPU in that machinery, not in the handlers (docs/benchmarks.md). ``gated`` (the
 default) enters each of those six layers only where it acts, through a plain ASGI gate: a Fleet
 request passes three layers instead of eight, a Runtime API request (the ServerApp's) two; the
-error translation and protobuf layers stay on every path. Routes, handlers, wire
-protocol, TLS and node authentication are Flower's, unchanged, so stock SuperNodes work
-against this SuperLink and hetfed's against a stock one.
+error translation and protobuf layers stay on every path.
+
+Those two and node authentication are ``BaseHTTPMiddleware`` too, and a Fleet or Runtime API call
+(every request of a round) needs exactly them: :class:`ProtobufFastPath` calls Flower's own
+``http_error_translator``, ``ProtobufTranslationMiddleware.dispatch`` and (Fleet)
+``NodeAuthMiddleware.dispatch`` in Flower's order directly, each handing the next a buffered
+``call_next`` (the handler's reply is a placeholder of a few bytes) instead of a task group and
+memory streams per layer; Control API calls and a Fleet API with an event-log plugin keep the
+gated stack. Routes, handlers, wire protocol, TLS and node authentication are Flower's, unchanged,
+so stock SuperNodes work against this SuperLink and hetfed's against a stock one.
 
 The gate relies on what was read in Flower 1.42.0: the middleware list and the source of each
 gated layer and of the path tests it uses, pinned by SHA-256. :func:`missing_gate_internals`
@@ -38,7 +45,7 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
 ASGI_MODES = ("gated", "stock")
-CONTROL, FLEET = "/v1/control/", "/v1/fleet/"
+CONTROL, FLEET, RUNTIME = "/v1/control/", "/v1/fleet/", "/v1/runtime/"
 _CONTROL = "flwr.superlink.routers.control.middlewares"
 
 # The six path-specific layers, in the order flwr.superlink.main._get_middleware lists them: the
@@ -84,6 +91,13 @@ PINNED_SOURCE: dict[str, str] = {
     "flwr.superlink.main:_get_middleware": (
         "911d5e2a5aaf11ec21b9830e7f08948ba3676bbc9462da5b8f466fbb73e5724a"
     ),
+    # What ProtobufFastPath calls: their dispatch only awaits call_next and reads its Response.
+    "flwr.supercore.error.http:http_error_translator": (
+        "63e39a121204a42b9a1c76f5089e1ca74811750906cc4b017c902038609bfe4d"
+    ),
+    "flwr.supercore.protobuf.translation:ProtobufTranslationMiddleware": (
+        "5ff23a6fdd06d0f99db4c972721307fb8523778ca380a8e6e9427562e571fd0f"
+    ),
 }
 
 
@@ -106,6 +120,86 @@ class PathGate:
         if enter and self.plugin:
             enter = getattr(scope["app"].state, self.plugin, None) is not None
         await (self.gated if enter else self.app)(scope, receive, send)
+
+
+class ProtobufFastPath:
+    """ASGI middleware, Flower's whole middleware list in one: a unary Fleet or Runtime API call
+    (a route of Flower's ``PROTOBUF_REQUEST_TYPES`` under /v1/fleet/ or /v1/runtime/, no Fleet
+    event-log plugin) runs ``http_error_translator(ProtobufTranslation(NodeAuth(app)))`` with
+    Flower's own dispatch functions and a buffered ``call_next``; every other request goes
+    through ``chain`` (the gated list) built around the same app."""
+
+    def __init__(self, app: ASGIApp, /, chain: list[Any]) -> None:
+        from flwr.supercore.error.http import http_error_translator
+        from flwr.supercore.protobuf.translation import (
+            PROTOBUF_REQUEST_TYPES,
+            ProtobufTranslationMiddleware,
+        )
+        from flwr.superlink.routers.fleet.node_auth import NodeAuthMiddleware
+
+        self.app = self.chain = app
+        for cls, args, kwargs in reversed(chain):  # as starlette builds a middleware stack
+            self.chain = cls(self.chain, *args, **kwargs)
+        self.routes = {key for key in PROTOBUF_REQUEST_TYPES if key[1].startswith((FLEET, RUNTIME))}
+        self.translate_errors = http_error_translator
+        self.protobuf = ProtobufTranslationMiddleware(app).dispatch
+        self.node_auth = NodeAuthMiddleware(app).dispatch
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        from starlette.requests import Request
+
+        path = scope.get("root_path", "") + scope.get("path", "")
+        if scope["type"] != "http" or (scope["method"], path) not in self.routes:
+            await self.chain(scope, receive, send)
+            return
+        fleet = path.startswith(FLEET)
+        if fleet and getattr(scope["app"].state, "fleet_event_log_plugin", None) is not None:
+            await self.chain(scope, receive, send)
+            return
+
+        async def handler(request: Request) -> Any:
+            return await _buffered(self.app, scope, _replay(await request.body(), receive))
+
+        async def authenticated(request: Request) -> Any:
+            return await self.node_auth(request, handler)
+
+        async def translated(request: Request) -> Any:
+            return await self.protobuf(request, authenticated if fleet else handler)
+
+        response = await self.translate_errors(Request(scope, receive), translated)
+        await response(scope, receive, send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """``receive`` for the inner app: the body already read by the protobuf layer, then the client's."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replayed() -> Any:
+        return pending.pop() if pending else await receive()
+
+    return replayed
+
+
+async def _buffered(app: ASGIApp, scope: Scope, receive: Receive) -> Any:
+    """Run ``app`` and return its reply as one starlette Response, headers as the app sent them
+    (what BaseHTTPMiddleware's ``call_next`` returns, without streaming it through a task group)."""
+    from starlette.responses import Response
+
+    start: dict[str, Any] = {}
+    body: list[bytes] = []
+
+    async def send(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            start.update(message)
+        elif message["type"] == "http.response.body":
+            body.append(message.get("body", b""))
+
+    await app(scope, receive, send)
+    if not start:
+        raise RuntimeError("No response returned.")
+    response = Response(b"".join(body), status_code=start["status"])
+    response.raw_headers = list(start["headers"])
+    return response
 
 
 def gated_middleware(stock: Callable[[], list[Any]]) -> list[Any]:
@@ -156,13 +250,20 @@ def missing_gate_internals() -> list[str]:
         return [f"{type(exc).__name__}: {exc}"]
 
 
+def hetfed_middleware(stock: Callable[[], list[Any]]) -> list[Any]:
+    """The SuperLink's middleware: one :class:`ProtobufFastPath` around the gated list."""
+    from starlette.middleware import Middleware
+
+    return [Middleware(ProtobufFastPath, chain=gated_middleware(stock))]
+
+
 def install_gate() -> None:
-    """Make ``flwr.superlink.main.create_app`` build its app with :func:`gated_middleware`."""
+    """Make ``flwr.superlink.main.create_app`` build its app with :func:`hetfed_middleware`."""
     import flwr.superlink.main as superlink_main
 
     stock = superlink_main._get_middleware
     # create_app looks _get_middleware up in its module's globals at each call.
-    vars(superlink_main)["_get_middleware"] = lambda: gated_middleware(stock)
+    vars(superlink_main)["_get_middleware"] = lambda: hetfed_middleware(stock)
 
 
 def main(argv: list[str] | None = None) -> None:

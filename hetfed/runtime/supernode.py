@@ -244,7 +244,7 @@ def run_warm(flower_args: list[str], approved_apps: Path | None = None, worker: 
     from flwr.supercore import log
     from flwr.supernode.cli import flower_supernode
 
-    from hetfed.runtime import dropped, waits
+    from hetfed.runtime import dropped, node_key, waits
 
     args = with_isolation(flower_args, "process")
     address, ca_file = runtime_api(args)
@@ -253,6 +253,7 @@ def run_warm(flower_args: list[str], approved_apps: Path | None = None, worker: 
         install_supernode_check(approved_apps)
     supervisor = WorkerSupervisor(address, ca_file, reply_ready, node_state_expirer(), approved_apps)
     dropped.install()
+    node_key.install()
     waits.install(
         idle=waits.Backoff(IDLE_FAST, IDLE_SLEEP),
         reply=waits.Backoff(REPLY_FAST, REPLY_SLEEP),
