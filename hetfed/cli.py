@@ -14,6 +14,7 @@ from hetfed.docker_cli import add_docker_parser
 from hetfed.federation_cli import add_federation_parser
 from hetfed.paths import PLACEHOLDER, check_existing, check_writable_folder, per_partition
 from hetfed.problems.registry import get_problem
+from hetfed.runtime import telemetry_off
 
 ENGINES = ("inline", "simulation", "deployment")
 
@@ -505,6 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    telemetry_off()
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))

@@ -60,7 +60,11 @@ def compose_spec(silos: int, problem: str, tls: bool) -> dict[str, Any]:
     link = f"superlink:{LINK_PORT}"
     ca_file = f"{SECRETS}/ca.crt"
     ca = ca_file if tls else None
-    env = {"FLWR_DISABLE_UPDATE_CHECK": "1", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+    env = {
+        "FLWR_DISABLE_UPDATE_CHECK": "1",
+        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+        "FLWR_TELEMETRY_ENABLED": "0",  # hetfed.runtime.telemetry_off
+    }
 
     def service(entrypoint: str, command: list[str], **extra: Any) -> dict[str, Any]:
         return {

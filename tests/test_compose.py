@@ -182,6 +182,7 @@ def test_every_command_parses_with_flowers_parsers_and_wires_the_topology(name: 
     for svc_name, svc in services.items():
         assert svc["environment"]["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] == "1"
         assert svc["environment"]["FLWR_DISABLE_UPDATE_CHECK"] == "1"
+        assert svc["environment"]["FLWR_TELEMETRY_ENABLED"] == "0"
         assert "--allow-runtime-dependency-installation" not in svc["command"]
         # Every file a command names is a secret mounted into that very service.
         files = secret_targets(svc)

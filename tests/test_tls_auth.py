@@ -99,6 +99,7 @@ def test_superlink_host_command_serves_tls_with_node_auth_and_refuses_plain_http
         tls.key.read_bytes(),
     )
     assert cmd.env["FLWR_DISABLE_UPDATE_CHECK"] == "1"
+    assert cmd.env["FLWR_TELEMETRY_ENABLED"] == "0"
     assert cmd.env["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] == "1"
     info = json.loads((tmp_path / "link" / "federation.json").read_text())
     assert (info["host"], info["link-port"], info["node-auth"]) == ("127.0.0.1", 8123, True)

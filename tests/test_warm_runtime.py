@@ -262,6 +262,11 @@ def test_warm_stock_inline_and_either_superlink_give_the_same_per_client_metrics
                 curves = {bytes_to_public_key(n.public_key).curve.name for n in control.nodes()}
             # hetfed.runtime.node_key: a warm SuperNode registers itself with a P-256 key
             assert curves == {"secp256r1" if runtime == "warm" else "secp384r1"}, (name, curves)
+            # hetfed.runtime.telemetry_off: no Flower process it starts reports to Flower's server
+            environs = flower_environs(flower)
+            assert len(environs) > len(flower.processes) or runtime == "stock"  # warm: the workers too
+            for pid, environ in environs.items():
+                assert b"\0FLWR_TELEMETRY_ENABLED=0\0" in b"\0" + environ, (name, pid)
         finally:
             flower.stop()
         log = (tmp_path / name / "supernode-0.log").read_text()
@@ -274,6 +279,20 @@ def test_warm_stock_inline_and_either_superlink_give_the_same_per_client_metrics
             assert "per-relative-regret" in metrics
             for key, value in metrics.items():
                 assert summary["clients"][name][key] == pytest.approx(value, rel=1e-6), (runtime, name, key)
+
+
+def flower_environs(flower: LocalFlower) -> dict[int, bytes]:
+    """The environment of every live process of the federation's process groups (SuperLink,
+    ServerApp, SuperNodes, workers); a process gone while being read is left out."""
+    groups = {proc.pid for proc in flower.processes.values()}
+    environs = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[2]) in groups:
+                environs[int(stat.parent.name)] = (stat.parent / "environ").read_bytes()
+        except (OSError, ValueError):
+            continue
+    return environs
 
 
 @pytest.fixture(scope="module")

@@ -95,10 +95,12 @@ def free_port() -> int:
 
 
 def flower_env(flwr_home: Path) -> dict[str, str]:
-    """Environment for every Flower process: private home, no dependency install, no update check."""
+    """Environment for every Flower process: private home, no dependency install, no update check,
+    no telemetry unless asked for (hetfed.runtime.telemetry_off)."""
     return dict(
         os.environ,
         FLWR_HOME=str(flwr_home),
+        FLWR_TELEMETRY_ENABLED=os.environ.get("FLWR_TELEMETRY_ENABLED", "0"),
         FLWR_DISABLE_UPDATE_CHECK="1",
         FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
         PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",

@@ -20,3 +20,14 @@ SuperNode waits:
 - :mod:`hetfed.runtime.pinning`: app pinning, in both runtimes: the SuperNode (and the
   warm worker) run only the app builds (FAB hashes) the silo approved.
 """
+
+import os
+
+
+def telemetry_off() -> None:
+    """This process and the Flower processes it starts send no usage events to Flower's telemetry
+    server (``FLWR_TELEMETRY_ENABLED=0``) unless the variable is set already: a silo tells no third
+    party that it runs, and on a machine without internet each event costs a failed HTTPS attempt
+    (an SSL context each: py-spy found them in a SuperNode's busy rounds). Call before importing flwr:
+    Flower reads the variable once, at import."""
+    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hetfed.runtime import telemetry_off
 from hetfed.runtime.internals import FLOWER_VERSION, attr
 
 if TYPE_CHECKING:
@@ -271,6 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--asgi", default="gated")
     ours, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    telemetry_off()
     if ours.asgi not in ASGI_MODES:
         raise SystemExit(
             f"hetfed-superlink: --asgi must be one of {', '.join(ASGI_MODES)}, got {ours.asgi!r}"

@@ -40,6 +40,7 @@ from collections.abc import Callable
 from logging import ERROR, INFO, WARNING
 from pathlib import Path
 
+from hetfed.runtime import telemetry_off
 from hetfed.runtime.internals import IDLE_SLEEP, REPLY_SLEEP, missing_internals, missing_pinning_internals
 from hetfed.runtime.pinning import install_supernode_check
 
@@ -270,6 +271,7 @@ def run_warm(flower_args: list[str], approved_apps: Path | None = None, worker: 
 
 
 def main(argv: list[str] | None = None) -> None:
+    telemetry_off()
     runtime, approved_apps, flower_args = split_options(list(sys.argv[1:] if argv is None else argv))
     worker, flower_args = split_worker(flower_args)
     if approved_apps is not None:
