@@ -56,6 +56,10 @@ def test_the_app_bundle_has_no_symlinks_and_imports_the_app_from_its_own_folders
     names = fab.namelist()
     assert "server/app.py" in names and "hetfed/__init__.py" in names
     assert not [n for n in names if n.startswith(tuple(f"hetfed/{f}/" for f in FOLDERS))]
+    # only the code (pyproject.toml's fab-include): no docs, results, benchmarks or tests to hand to
+    # a warm worker with every task
+    assert {n.split("/")[0] for n in names} == {"hetfed", *FOLDERS, "pyproject.toml", ".info"}
+    assert all(n.endswith(".py") for n in names if n.split("/")[0] in ("hetfed", *FOLDERS))
     fab.extractall(tmp_path)
     probe = (
         "import hetfed.server.app, hetfed.client.app, hetfed.strategies.fedavg, hetfed.problems.base\n"
