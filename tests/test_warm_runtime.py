@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from flwr.supercore.primitives.asymmetric import bytes_to_public_key
 
@@ -250,7 +251,7 @@ def test_warm_stock_inline_and_either_superlink_give_the_same_per_client_metrics
     inline = run_inline(
         {**overrides, "results-dir": str(tmp_path / "inline"), "run-name": "x"}, node_configs(2)
     )
-    results = {}
+    results, runtime_answers = {}, {}
     # SuperNode runtime x SuperLink middleware: hetfed's and stock Flower's on either side of the wire.
     for runtime, asgi in (("warm", "gated"), ("stock", "gated"), ("warm", "stock"), ("stock", "stock")):
         name = f"{runtime}-{asgi}"
@@ -263,6 +264,8 @@ def test_warm_stock_inline_and_either_superlink_give_the_same_per_client_metrics
             # hetfed.runtime.node_key: a warm SuperNode registers itself with a P-256 key
             assert curves == {"secp256r1" if runtime == "warm" else "secp384r1"}, (name, curves)
             # hetfed.runtime.telemetry_off: no Flower process it starts reports to Flower's server
+            if asgi == "gated":  # the SuperNode's Runtime API: buffered (warm) or Flower's (stock)
+                runtime_answers[runtime] = runtime_api_answers(flower)
             environs = flower_environs(flower)
             assert len(environs) > len(flower.processes) or runtime == "stock"  # warm: the workers too
             for pid, environ in environs.items():
@@ -271,14 +274,38 @@ def test_warm_stock_inline_and_either_superlink_give_the_same_per_client_metrics
             flower.stop()
         log = (tmp_path / name / "supernode-0.log").read_text()
         assert ("hetfed warm worker" in log) == (runtime == "warm"), log[-2000:]
+        assert ("buffered Runtime API" in log) == (runtime == "warm"), log[-2000:]
         log = (tmp_path / name / "superlink.log").read_text()
         assert ("HTTP middleware gated by API path" in log) == (asgi == "gated"), log[-2000:]
+    assert runtime_answers["warm"] == runtime_answers["stock"]
+    assert {status for status, _, _ in runtime_answers["warm"]} == {200, 400, 404, 415}
     for runtime, summary in results.items():
         assert sorted(summary["clients"]) == sorted(inline["clients"]) == ["client-00", "client-01"]
         for name, metrics in inline["clients"].items():
             assert "per-relative-regret" in metrics
             for key, value in metrics.items():
                 assert summary["clients"][name][key] == pytest.approx(value, rel=1e-6), (runtime, name, key)
+
+
+def runtime_api_answers(flower: LocalFlower) -> list[tuple[int, bytes, list[tuple[str, str]]]]:
+    """Status, body and headers (but the date) of supernode-0's Runtime API for requests a ClientApp
+    process would not send: malformed, token-less, wrongly typed, unknown."""
+    argv = list(flower.processes["supernode-0"].args)
+    base = f"http://127.0.0.1:{argv[argv.index('--port') + 1]}"
+    protobuf = {"Content-Type": "application/protobuf"}
+    calls = [
+        ("GET", "/health", b"", protobuf),
+        ("POST", "/v1/runtime/pull-task-input", b"\xff\x00garbage", protobuf),
+        ("POST", "/v1/runtime/acquire-task", b"", protobuf),
+        ("POST", "/v1/runtime/pull-messages", b"{}", {"Content-Type": "application/json"}),
+        ("POST", "/v1/runtime/no-such-call", b"", protobuf),
+    ]
+    answers = []
+    for method, path, body, headers in calls:
+        reply = httpx.request(method, base + path, content=body, headers=headers)
+        kept = [(k, v) for k, v in reply.headers.multi_items() if k != "date"]
+        answers.append((reply.status_code, reply.content, kept))
+    return answers
 
 
 def flower_environs(flower: LocalFlower) -> dict[int, bytes]:

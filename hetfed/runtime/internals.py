@@ -15,9 +15,10 @@ with an allow-list refuses to start (rather than run unpinned) when anything is 
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 FLOWER_VERSION = "1.42.0"  # the only release these internals were read in
@@ -34,6 +35,15 @@ def attr(path: str) -> Any:
     for name in filter(None, attrs.split(".")):
         obj = getattr(obj, name)
     return obj
+
+
+def changed_sources(pinned: Mapping[str, str]) -> list[str]:
+    """The ``path -> SHA-256 of its source`` entries whose source differs now ([] = all as read)."""
+    return [
+        path
+        for path, digest in pinned.items()
+        if hashlib.sha256(inspect.getsource(attr(path)).encode()).hexdigest() != digest
+    ]
 
 
 def _source_has(path: str, *snippets: str) -> Callable[[], bool]:

@@ -15,13 +15,11 @@ request passes three layers instead of eight, a Runtime API request (the ServerA
 error translation and protobuf layers stay on every path.
 
 Those two and node authentication are ``BaseHTTPMiddleware`` too, and a Fleet or Runtime API call
-(every request of a round) needs exactly them: :class:`ProtobufFastPath` calls Flower's own
-``http_error_translator``, ``ProtobufTranslationMiddleware.dispatch`` and (Fleet)
-``NodeAuthMiddleware.dispatch`` in Flower's order directly, each handing the next a buffered
-``call_next`` (the handler's reply is a placeholder of a few bytes) instead of a task group and
-memory streams per layer; Control API calls and a Fleet API with an event-log plugin keep the
-gated stack. Routes, handlers, wire protocol, TLS and node authentication are Flower's, unchanged,
-so stock SuperNodes work against this SuperLink and hetfed's against a stock one.
+(every request of a round) needs exactly them: :class:`hetfed.runtime.fast_path.ProtobufFastPath`
+runs them without ``BaseHTTPMiddleware``'s machinery; Control API calls and a Fleet API with an
+event-log plugin keep the gated stack. Routes, handlers, wire protocol, TLS and node
+authentication are Flower's, unchanged, so stock SuperNodes work against this SuperLink and
+hetfed's against a stock one.
 
 The gate relies on what was read in Flower 1.42.0: the middleware list and the source of each
 gated layer and of the path tests it uses, pinned by SHA-256. :func:`missing_gate_internals`
@@ -32,21 +30,21 @@ checks them first; if anything differs the launcher says so in one line and runs
 from __future__ import annotations
 
 import argparse
-import hashlib
 import inspect
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hetfed.runtime import telemetry_off
-from hetfed.runtime.internals import FLOWER_VERSION, attr
+from hetfed.runtime import fast_path, telemetry_off
+from hetfed.runtime.fast_path import FLEET, ProtobufFastPath
+from hetfed.runtime.internals import FLOWER_VERSION, attr, changed_sources
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
 ASGI_MODES = ("gated", "stock")
-CONTROL, FLEET, RUNTIME = "/v1/control/", "/v1/fleet/", "/v1/runtime/"
+CONTROL = "/v1/control/"
 _CONTROL = "flwr.superlink.routers.control.middlewares"
 
 # The six path-specific layers, in the order flwr.superlink.main._get_middleware lists them: the
@@ -62,7 +60,8 @@ GATED: dict[str, tuple[str, str]] = {
 }
 
 # SHA-256 of the source read in Flower 1.42.0: each gated layer (its dispatch passes every other
-# path straight to call_next), the path tests they use, and the list create_app installs.
+# path straight to call_next; NodeAuthMiddleware's is in fast_path.PINNED_SOURCE), the path tests
+# they use, and the list create_app installs.
 PINNED_SOURCE: dict[str, str] = {
     f"{_CONTROL}:ControlSensitiveResponseMiddleware": (
         "25cca938600324c2f1834aceba94915a6c8ea26871d796c5af5608ad9b18a90b"
@@ -83,21 +82,11 @@ PINNED_SOURCE: dict[str, str] = {
     f"{_CONTROL}:_is_control_auth_route": (
         "29389e405457044cc76d213dc23ed0203d8b79b6f1bde6382e9768d9ef06f2d7"
     ),
-    "flwr.superlink.routers.fleet.node_auth:NodeAuthMiddleware": (
-        "36b9ef8b482a1722710dfe45def3d5d9620294c340f25b6dfed5130aaa66e90e"
-    ),
     "flwr.superlink.routers.fleet.middlewares:FleetEventLogMiddleware": (
         "4466ecde96fb2315fe44027e038b8ac693b49dc65c7a3810c2b2c5844305ae76"
     ),
     "flwr.superlink.main:_get_middleware": (
         "911d5e2a5aaf11ec21b9830e7f08948ba3676bbc9462da5b8f466fbb73e5724a"
-    ),
-    # What ProtobufFastPath calls: their dispatch only awaits call_next and reads its Response.
-    "flwr.supercore.error.http:http_error_translator": (
-        "63e39a121204a42b9a1c76f5089e1ca74811750906cc4b017c902038609bfe4d"
-    ),
-    "flwr.supercore.protobuf.translation:ProtobufTranslationMiddleware": (
-        "5ff23a6fdd06d0f99db4c972721307fb8523778ca380a8e6e9427562e571fd0f"
     ),
 }
 
@@ -123,86 +112,6 @@ class PathGate:
         await (self.gated if enter else self.app)(scope, receive, send)
 
 
-class ProtobufFastPath:
-    """ASGI middleware, Flower's whole middleware list in one: a unary Fleet or Runtime API call
-    (a route of Flower's ``PROTOBUF_REQUEST_TYPES`` under /v1/fleet/ or /v1/runtime/, no Fleet
-    event-log plugin) runs ``http_error_translator(ProtobufTranslation(NodeAuth(app)))`` with
-    Flower's own dispatch functions and a buffered ``call_next``; every other request goes
-    through ``chain`` (the gated list) built around the same app."""
-
-    def __init__(self, app: ASGIApp, /, chain: list[Any]) -> None:
-        from flwr.supercore.error.http import http_error_translator
-        from flwr.supercore.protobuf.translation import (
-            PROTOBUF_REQUEST_TYPES,
-            ProtobufTranslationMiddleware,
-        )
-        from flwr.superlink.routers.fleet.node_auth import NodeAuthMiddleware
-
-        self.app = self.chain = app
-        for cls, args, kwargs in reversed(chain):  # as starlette builds a middleware stack
-            self.chain = cls(self.chain, *args, **kwargs)
-        self.routes = {key for key in PROTOBUF_REQUEST_TYPES if key[1].startswith((FLEET, RUNTIME))}
-        self.translate_errors = http_error_translator
-        self.protobuf = ProtobufTranslationMiddleware(app).dispatch
-        self.node_auth = NodeAuthMiddleware(app).dispatch
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        from starlette.requests import Request
-
-        path = scope.get("root_path", "") + scope.get("path", "")
-        if scope["type"] != "http" or (scope["method"], path) not in self.routes:
-            await self.chain(scope, receive, send)
-            return
-        fleet = path.startswith(FLEET)
-        if fleet and getattr(scope["app"].state, "fleet_event_log_plugin", None) is not None:
-            await self.chain(scope, receive, send)
-            return
-
-        async def handler(request: Request) -> Any:
-            return await _buffered(self.app, scope, _replay(await request.body(), receive))
-
-        async def authenticated(request: Request) -> Any:
-            return await self.node_auth(request, handler)
-
-        async def translated(request: Request) -> Any:
-            return await self.protobuf(request, authenticated if fleet else handler)
-
-        response = await self.translate_errors(Request(scope, receive), translated)
-        await response(scope, receive, send)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    """``receive`` for the inner app: the body already read by the protobuf layer, then the client's."""
-    pending = [{"type": "http.request", "body": body, "more_body": False}]
-
-    async def replayed() -> Any:
-        return pending.pop() if pending else await receive()
-
-    return replayed
-
-
-async def _buffered(app: ASGIApp, scope: Scope, receive: Receive) -> Any:
-    """Run ``app`` and return its reply as one starlette Response, headers as the app sent them
-    (what BaseHTTPMiddleware's ``call_next`` returns, without streaming it through a task group)."""
-    from starlette.responses import Response
-
-    start: dict[str, Any] = {}
-    body: list[bytes] = []
-
-    async def send(message: Any) -> None:
-        if message["type"] == "http.response.start":
-            start.update(message)
-        elif message["type"] == "http.response.body":
-            body.append(message.get("body", b""))
-
-    await app(scope, receive, send)
-    if not start:
-        raise RuntimeError("No response returned.")
-    response = Response(b"".join(body), status_code=start["status"])
-    response.raw_headers = list(start["headers"])
-    return response
-
-
 def gated_middleware(stock: Callable[[], list[Any]]) -> list[Any]:
     """Flower's middleware list (``stock()``) with each layer of :data:`GATED` behind a :class:`PathGate`."""
     from starlette.middleware import Middleware
@@ -218,14 +127,6 @@ def gated_middleware(stock: Callable[[], list[Any]]) -> list[Any]:
     return out
 
 
-def _source_pinned() -> list[str]:
-    return [
-        path
-        for path, digest in PINNED_SOURCE.items()
-        if hashlib.sha256(inspect.getsource(attr(path)).encode()).hexdigest() != digest
-    ]
-
-
 def missing_gate_internals() -> list[str]:
     """What the gate relies on and this Flower lacks ([] = all there): the version, the pinned
     sources, no extension middleware, the gated layers in Flower's list, every sensitive Control
@@ -233,7 +134,7 @@ def missing_gate_internals() -> list[str]:
     try:
         if attr("flwr.supercore.version:package_version") != FLOWER_VERSION:
             return [f"flwr version {FLOWER_VERSION}"]
-        changed = _source_pinned()
+        changed = changed_sources({**PINNED_SOURCE, **fast_path.PINNED_SOURCE})
         if changed:
             return [f"the source of {path} as read in Flower {FLOWER_VERSION}" for path in changed]
         missing = []

@@ -245,7 +245,7 @@ def run_warm(flower_args: list[str], approved_apps: Path | None = None, worker: 
     from flwr.supercore import log
     from flwr.supernode.cli import flower_supernode
 
-    from hetfed.runtime import dropped, node_key, waits
+    from hetfed.runtime import dropped, fast_path, node_key, waits
 
     args = with_isolation(flower_args, "process")
     address, ca_file = runtime_api(args)
@@ -255,6 +255,9 @@ def run_warm(flower_args: list[str], approved_apps: Path | None = None, worker: 
     supervisor = WorkerSupervisor(address, ca_file, reply_ready, node_state_expirer(), approved_apps)
     dropped.install()
     node_key.install()
+    fast = fast_path.install_on_supernode()
+    if fast:
+        log(WARNING, "hetfed-supernode: Runtime API on Flower's own middleware: %s", fast)
     waits.install(
         idle=waits.Backoff(IDLE_FAST, IDLE_SLEEP),
         reply=waits.Backoff(REPLY_FAST, REPLY_SLEEP),
@@ -263,7 +266,11 @@ def run_warm(flower_args: list[str], approved_apps: Path | None = None, worker: 
     )
     if worker == "local":
         supervisor.start()
-        log(INFO, "hetfed-supernode: warm ClientApp runtime (one long-lived worker, adaptive waits)")
+        log(
+            INFO,
+            "hetfed-supernode: warm ClientApp runtime (one long-lived worker, adaptive waits%s)",
+            "" if fast else ", buffered Runtime API",
+        )
     else:
         log(INFO, "hetfed-supernode: warm ClientApp runtime, worker external on Runtime API %s", address)
     sys.argv = ["flower-supernode", *args]
