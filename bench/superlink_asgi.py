@@ -218,7 +218,7 @@ federation per row and SuperLink (stock, then gated). **Round**: median wall tim
 process group (the SuperLink and the ServerApp it runs) over the whole run, per round. Numbers:
 [`docs/results/bench-superlink-asgi.json`](results/bench-superlink-asgi.json). Machine:
 {os.cpu_count()} cores; 1-minute load average {load["before"]:.1f} before and {load["after"]:.1f}
-after.
+after; {args.note}.
 
 {table}
 """
