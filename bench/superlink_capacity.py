@@ -526,7 +526,16 @@ def requests(m: Mapping[str, Any]) -> str:
     )
 
 
-def report(measured: list[dict[str, Any]], note: str) -> str:
+def what_else_ran(measured: list[dict[str, Any]]) -> str:
+    """Each row's ``--note`` (what else ran on the machine), rows of one note together."""
+    rows: dict[str, list[str]] = {}
+    for m in measured:
+        note = m.get("note", "not recorded (rows measured before the note was kept per row)")
+        rows.setdefault(note, []).append(f"{m['silos']} {m['path']}")
+    return "; ".join(f"{', '.join(labels)}: {note}" for note, labels in rows.items())
+
+
+def report(measured: list[dict[str, Any]]) -> str:
     """The docs/benchmarks.md section."""
     by = {(m["path"], m["silos"]): m for m in measured}
     sizes = sorted({m["silos"] for m in measured})
@@ -654,8 +663,9 @@ and polls included; **reply latency**: message created by the ServerApp to the s
 objects pushed; RSS after the run (peak). Machine: {os.cpu_count()} cores shared with the silo drivers \
 and the ServerApp (their CPU competes with the SuperLink's: rounds per second and latencies are those \
 of this one machine, the CPU columns less so); the 1-minute load average before and after each row \
-is in the table: {note}. Rows are kept in the JSON across invocations (a row is replaced when its size \
-and path are measured again), so large sizes can be run on their own.
+is in the table; what else ran: {what_else_ran(measured)}. Rows are kept in the JSON across \
+invocations (a row is replaced when its size and path are measured again), so large sizes can be \
+run on their own.
 
 {table}
 
@@ -713,11 +723,12 @@ def main() -> None:
                 m = {"path": path, "superlink": SUPERLINKS[path][0], "silos": silos, "rounds": rounds}
                 m["failed"] = one_line(str(exc))
             m |= {"load": [load, os.getloadavg()[0]], "minutes": (time.time() - started) / 60}
+            m["note"] = args.note
             measured.append(m)
             print(json.dumps(m), flush=True)
             # Written after every row, so a run stopped at a large size keeps what it measured.
             RESULTS.write_text(json.dumps({"task": TASK, "measured": measured}, indent=2) + "\n")
-            body = report(measured, args.note)
+            body = report(measured)
             write_section("superlink_capacity", "SuperLink capacity: simulated silos", body)
     print(body)
 
