@@ -15,11 +15,12 @@ every 3 s when idle, its SuperExec polls for tasks every 1 s
 (``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``), every message starts a new ClientApp
 process that imports torch and the app and regenerates its data, and a reply is
 pushed when the SuperNode's 0.5 s check sees it; hetfed's ServerApp pulls replies
-every 0.1 s. Run: ``python bench/round_latency.py`` (about 4 minutes).
+every 0.1 s. Run: ``python bench/round_latency.py [--note TEXT]`` (about 4 minutes).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -34,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._report import markdown_table, write_section  # noqa: E402
+from bench._report import add_note_argument, markdown_table, write_section  # noqa: E402
 
 NODES = 2
 ROUNDS = 4  # rounds 2 and 3 are measured: warm, and train-only
@@ -166,6 +167,9 @@ def deployment(results: Path, name: str, env: dict[str, str]) -> list[float]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_note_argument(parser)
+    args = parser.parse_args()
     import torch
 
     torch.set_num_threads(1)
@@ -205,8 +209,8 @@ client trains every round (`fraction=1`); rounds 2 and 3 of a {ROUNDS}-round run
 only), timed by the ServerApp's own progress file. **Pure client compute** is the ClientApp's training \
 step for one round replayed in-process with the data loaded: {compute:.3f} s \
 ({" + ".join(f"{t:.3f}" for t in per_client)} s for the {NODES} clients, run one after the other). \
-The machine had {os.cpu_count()} cores and a {load}: deployment times grow with the load, since every \
-message starts new processes.
+The machine had {os.cpu_count()} cores and a {load} ({args.note}): deployment times grow with the \
+load, since every message starts new processes.
 
 {markdown_table(header, rows)}
 
