@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench._report import add_note_argument, markdown_table, write_section  # noqa: E402
 from bench.round_latency import RoundClock  # noqa: E402
-from bench.warm_runtime import run  # noqa: E402
+from bench.warm_runtime import group_processes, run  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results" / "bench-big-federation.json"
 TASK: dict[str, Any] = {"strategy": "pflsa", "problem": "garnet", "seed": 1}
@@ -44,14 +44,12 @@ def meminfo_mb(key: str) -> float:
 def group_rss_mb(groups: set[int]) -> float:
     """Summed RSS of every live process in these process groups."""
     total = 0.0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for proc, _ in group_processes(groups):
         try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[2]) in groups:
-                for line in (stat.parent / "status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) / 1024
-        except (OSError, ValueError):
+            status = (proc / "status").read_text().splitlines()
+        except OSError:  # gone meanwhile
             continue
+        total += sum(int(line.split()[1]) / 1024 for line in status if line.startswith("VmRSS:"))
     return total
 
 

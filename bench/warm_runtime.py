@@ -21,6 +21,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,18 +46,22 @@ RUNTIMES = ("stock", "warm")
 TASK_LINE = re.compile(r"task \d+ input ([\d.]+) s, ClientApp ([\d.]+) s, reply ([\d.]+) s")
 
 
-def group_cpu_seconds(pgid: int) -> float:
-    """User + system CPU seconds of every live process in process group ``pgid``."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
+def group_processes(pgids: set[int]) -> Iterator[tuple[Path, list[str]]]:
+    """``(/proc/<pid>, stat fields after "(comm)")`` of every live process in these process groups
+    (fields: state, ppid, pgrp, ..., utime (12), stime (13))."""
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[2]) == pgid:  # fields after "(comm)": state, ppid, pgrp, ..., utime (12), stime (13)
-            total += int(fields[11]) + int(fields[12])
-    return total / tick
+        if int(fields[2]) in pgids:
+            yield stat.parent, fields
+
+
+def group_cpu_seconds(pgid: int) -> float:
+    """User + system CPU seconds of every live process in process group ``pgid``."""
+    ticks = sum(int(fields[11]) + int(fields[12]) for _, fields in group_processes({pgid}))
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def idle_cpu(pgid: int, seconds: float = 20.0) -> float:

@@ -25,6 +25,7 @@ import httpx
 import pytest
 from flwr.supercore.primitives.asymmetric import bytes_to_public_key
 
+from bench.warm_runtime import group_processes
 from hetfed.engines.control_api import ControlApi
 from hetfed.engines.flower import BIN, CONNECTION, LocalFlower, free_port, supernode_args, supernode_command
 from hetfed.engines.inline import node_configs, run_inline
@@ -311,13 +312,11 @@ def runtime_api_answers(flower: LocalFlower) -> list[tuple[int, bytes, list[tupl
 def flower_environs(flower: LocalFlower) -> dict[int, bytes]:
     """The environment of every live process of the federation's process groups (SuperLink,
     ServerApp, SuperNodes, workers); a process gone while being read is left out."""
-    groups = {proc.pid for proc in flower.processes.values()}
     environs = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for proc, _ in group_processes({p.pid for p in flower.processes.values()}):
         try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[2]) in groups:
-                environs[int(stat.parent.name)] = (stat.parent / "environ").read_bytes()
-        except (OSError, ValueError):
+            environs[int(proc.name)] = (proc / "environ").read_bytes()
+        except OSError:
             continue
     return environs
 
@@ -552,3 +551,28 @@ def test_a_numpy_run_holds_no_torch_even_after_a_torch_run(tmp_path: Path) -> No
         assert metrics  # the final evaluation's metrics
         for key, value in metrics.items():
             assert summary["clients"][name][key] == pytest.approx(value, rel=1e-6), (name, key)
+
+
+def test_the_supernode_fast_path_installs_only_on_the_flower_it_was_read_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import flwr.supernode.main as supernode_main
+
+    from hetfed.runtime import fast_path
+
+    stock = supernode_main.create_app
+    monkeypatch.setitem(fast_path.SUPERNODE_APP, "flwr.supernode.main:create_app", "0" * 64)
+    assert fast_path.install_on_supernode() == (
+        "the source of flwr.supernode.main:create_app differs from Flower's 1.42.0"
+    )
+    assert supernode_main.create_app is stock  # nothing patched: the SuperNode runs stock
+    monkeypatch.undo()
+    monkeypatch.setattr(supernode_main, "create_app", stock)  # restored after the test
+    assert fast_path.install_on_supernode() == ""
+    app = supernode_main.create_app(state_factory=None)
+    (layer,) = app.user_middleware
+    assert layer.cls is fast_path.ProtobufFastPath
+    assert [m.cls.__name__ for m in layer.kwargs["chain"]] == [
+        "BaseHTTPMiddleware",
+        "ProtobufTranslationMiddleware",
+    ]

@@ -12,7 +12,8 @@ reply is a placeholder of a few bytes: the translation layer serialises the resu
 Status, body and headers are what Flower sends (tests/test_superlink_gate.py compares them).
 
 What it relies on (Flower 1.42.0): the source of the three dispatch functions, pinned by
-SHA-256 in :data:`PINNED_SOURCE` and checked by the launchers before installing it.
+SHA-256 in :data:`PINNED_SOURCE` (and, on a SuperNode, of the ``create_app`` that lists its
+middleware, :data:`SUPERNODE_APP`), checked by the launchers before installing it.
 """
 
 from __future__ import annotations
@@ -120,27 +121,29 @@ async def _buffered(app: ASGIApp, scope: Scope, receive: Receive) -> Any:
     return response
 
 
+# The SuperNode's Runtime API app: create_app adds ProtobufTranslationMiddleware, then
+# http_error_translator outermost, and nothing else (read in Flower 1.42.0).
+SUPERNODE_APP = {
+    "flwr.supernode.main:create_app": "f7215c8a9ef9279faeb489ae80c9542525c2c131aa8ba35d0f9d75b6db2b3f7d"
+}
+
+
 def install_on_supernode() -> str:
     """Make ``flwr.supernode.main.create_app`` put a :class:`ProtobufFastPath` around the SuperNode's
     Runtime API middleware (its error and protobuf translation). Returns "" when installed, else why
     not (the SuperNode then runs stock). Call before the SuperNode starts."""
     try:
-        if changed := changed_sources(PINNED_SOURCE):
+        if changed := changed_sources({**PINNED_SOURCE, **SUPERNODE_APP}):
             return f"the source of {changed[0]} differs from Flower's 1.42.0"
         import flwr.supernode.main as supernode_main
-        from flwr.supercore.error.http import http_error_translator
-        from flwr.supercore.protobuf.translation import ProtobufTranslationMiddleware
         from starlette.middleware import Middleware
-        from starlette.middleware.base import BaseHTTPMiddleware
     except (ImportError, AttributeError, OSError, TypeError) as exc:
         return f"{type(exc).__name__}: {exc}"
-    expected = [(BaseHTTPMiddleware, http_error_translator), (ProtobufTranslationMiddleware, None)]
     stock = supernode_main.create_app
 
     def create_app(*args: Any, **kwargs: Any) -> Any:
         app = stock(*args, **kwargs)
-        if [(m.cls, m.kwargs.get("dispatch")) for m in app.user_middleware] == expected:
-            app.user_middleware = [Middleware(ProtobufFastPath, chain=list(app.user_middleware))]
+        app.user_middleware = [Middleware(ProtobufFastPath, chain=list(app.user_middleware))]
         return app
 
     # flower_supernode imports create_app from its module when it starts the Runtime API.
