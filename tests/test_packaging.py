@@ -97,3 +97,7 @@ def test_the_wheel_has_one_top_level_package(tmp_path: Path) -> None:
     plans = {p.name for p in (REPO / "hetfed" / "reproduce" / "plans").glob("*.toml")}  # package data
     shipped = {n.removeprefix("hetfed/reproduce/plans/") for n in names if n.endswith(".toml")}
     assert plans and shipped == plans
+    templates = {p.name for p in (REPO / "hetfed" / "reproduce" / "templates").glob("*.md")}
+    prefix = "hetfed/reproduce/templates/"
+    shipped = {n.removeprefix(prefix) for n in names if n.startswith(prefix)}
+    assert templates and shipped == templates

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 OUT = Path(__file__).resolve().parents[2] / "docs" / "results"
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 def default_workers() -> int:
@@ -172,3 +173,21 @@ def publish(out: Path, name: str, data: Any, render: Callable[[Any], str]) -> An
     written = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
     (out / f"{name}.md").write_text(render(written), encoding="utf-8")
     return written
+
+
+def render(template: str, **context: Any) -> str:
+    """The report template ``templates/<template>`` (Jinja2) filled with ``context``; a name the
+    template uses but ``context`` lacks is an error, not an empty string. ``fmt`` is a filter:
+    ``{{ entry | fmt(3) }}``."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,  # Markdown, not HTML
+    )
+    env.filters["fmt"] = fmt
+    return env.get_template(template).render(**context)
