@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, cast
 
 import numpy as np
@@ -44,7 +45,7 @@ from hetfed.client.batch_losses import make_loss
 from hetfed.client.decision import BatchLoss, batch_generator, decision_metrics, train_epochs
 from hetfed.client.losses import spo_plus_loss
 from hetfed.client.personalization import PersonalSchedule
-from hetfed.client.session import ClientSession
+from hetfed.client.session import ClientSession, NodeConfigError
 from hetfed.client.state import ROUND_KEY, ClientState, optimizer_from_state, optimizer_to_state
 from hetfed.methods.decision import LOSSES, DecisionParams
 from hetfed.problems.base import DecisionClientData, DecisionSplit
@@ -55,6 +56,7 @@ from hetfed.secure_mean import masked, new_key_pair
 
 # Random streams of a client (separate ones for batches, noise and the monitor, as the specification asks).
 BATCHES, NOISE, MONITOR, LOCAL_INIT = 2, 3, 4, 5
+POOLED = 99  # the centralized yardstick's one stream (batches and noise of the pooled training)
 
 
 DEPLOYED = "deployed"  # the client-state group of the model this silo deploys (evaluate)
@@ -607,3 +609,43 @@ class LocalOnlyClient(DecisionClient):
     def evaluated_models(self, state: ClientState, content: RecordDict) -> dict[str, torch.nn.Module | None]:
         """Its personal model, or its own model when it did not personalize (no federated one)."""
         return {"per": self.stored_model(state, "personal") or self.stored_model(state, "local")}
+
+
+class PooledClient(DecisionClient):
+    """The centralized yardstick's client (strategies/centralized.py): its ``train`` pools every
+    partition's generated data, each sample judged by its own partition's loss, polytope and
+    ``lam0_j``, and trains ONE model for the message's ``epochs`` with the mean of the partitions'
+    ``lr0_j`` (a shared calibration's; the run's ``lr`` for a loss without a calibrated step)."""
+
+    def train(self, content: RecordDict) -> RecordDict:
+        if self.session.data_path is not None:
+            raise NodeConfigError(
+                f"partition {self.pid} of {self.session.num_partitions}: the centralized yardstick pools "
+                "the generated data of a built-in problem; it does not read other silos' files"
+            )
+        n, loss = self.session.num_partitions, self.params.loss
+        data = [replace(self.session, partition_id=j, opened={}).data() for j in range(n)]
+        cal = [step_sizes(d, self.params, loss) for d in data]  # (lam0_j, lr0_j), as each client trains
+        lr = sum(lr_j for _, lr_j in cal) / n if LOSSES[loss].calibrated_lr else self.params.lr
+        model = self.model(content.array_records["arrays"])
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        gen = batch_generator(self.cfg["seed"], POOLED)
+        splits = [
+            (d.train, make_loss(loss, d.train, d.polytope, self.params, lam, gen))
+            for d, (lam, _) in zip(data, cal, strict=True)
+        ]
+        epochs = int(scalar(content.config_records["config"]["epochs"]))
+        train_loss = train_epochs(
+            model,
+            splits,
+            optimizer,
+            epochs=epochs,
+            batch_size=self.params.batch_size,
+            generator=gen,
+            clip_norm=self.params.clip_norm,
+        )
+        metrics: dict[str, MetricRecordValues] = {
+            "num-examples": sum(len(d.train) for d in data),
+            "train-loss": train_loss,
+        }
+        return RecordDict({"arrays": model_record(model), "metrics": MetricRecord(metrics)})

@@ -163,7 +163,8 @@ def defaults() -> dict[str, Value]:
 def validate(run_config: Mapping[str, Any]) -> dict[str, Value]:
     """Check every key of ``run_config`` against :data:`SCHEMA`; fill in defaults.
 
-    Raises ConfigError on the first unknown key, wrong type or out-of-range value.
+    Raises ConfigError on the first unknown key, wrong type or out-of-range value, or a strategy
+    on an engine it does not run on.
     """
     unknown = sorted(set(run_config) - set(SCHEMA))
     if unknown:
@@ -171,6 +172,12 @@ def validate(run_config: Mapping[str, Any]) -> dict[str, Value]:
     resolved = defaults()
     for name, value in run_config.items():
         resolved[name] = SCHEMA[name].check(name, value)
+    engines, engine = METHODS[str(resolved["strategy"])].engines, resolved["engine"]
+    if engine and engines and engine not in engines:
+        raise ConfigError(
+            f"run config 'strategy': {resolved['strategy']!r} runs on the {' or '.join(engines)} engine "
+            f"only, not {engine!r}"
+        )
     return resolved
 
 

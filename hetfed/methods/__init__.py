@@ -16,10 +16,12 @@ from hetfed.params import Params
 @dataclass(frozen=True)
 class Method:
     """One method of the registry: its strategy class, ``module:Class`` (strategies/registry.py),
-    and its parameters beyond the run's keys and its problem's."""
+    its parameters beyond the run's keys and its problem's, and the engines it runs on (empty:
+    every engine)."""
 
     strategy: str
     params: type[Params]
+    engines: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,9 @@ LSA_MESSAGES = ("query.info", "train", "evaluate")
 CLIENTS: dict[str, ClientHandler] = {
     "decision": ClientHandler("hetfed.client.decision_client:DecisionClient", DECISION_MESSAGES),
     "decision-local": ClientHandler("hetfed.client.decision_client:LocalOnlyClient", DECISION_MESSAGES),
+    "decision-pooled": ClientHandler(
+        "hetfed.client.decision_client:PooledClient", ("query.info", "train", "evaluate")
+    ),
     "constrained": ClientHandler(
         "hetfed.client.constrained:ConstrainedClient", ("query.info", "query.fg", "train", "evaluate")
     ),
@@ -56,6 +61,8 @@ METHODS: dict[str, Method] = {
     "fedavg": Method("hetfed.strategies.fedavg:FedAvg", DecisionParams),
     "fedrspo": Method("hetfed.strategies.fedrspo:FedRSPO", CalibratedParams),
     "local-only": Method("hetfed.strategies.fedrspo:LocalOnly", CalibratedParams),
+    # A yardstick, not a federation: one process pools every client's data (the inline engine's).
+    "centralized": Method("hetfed.strategies.centralized:Centralized", CalibratedParams, ("inline",)),
     "softmax-switching": Method("hetfed.strategies.softmax_switching:SoftmaxSwitching", SwitchingParams),
     "penalty": Method("hetfed.strategies.constrained_baselines:FederatedPenalty", PenaltyParams),
     "primal-dual": Method("hetfed.strategies.constrained_baselines:FederatedPrimalDual", PrimalDualParams),
