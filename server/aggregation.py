@@ -12,7 +12,7 @@ update. The protocol is written once, here, for every strategy.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -63,10 +63,15 @@ class Summation:
         self.privacy.check_budget(summed)
 
     def run(
-        self, strategy: FederatedStrategy, train: list[Message], server_round: int
+        self,
+        strategy: FederatedStrategy,
+        train: list[Message],
+        server_round: int,
+        check: Callable[[Message], str | None] | None = None,
     ) -> tuple[list[Message], WeightedSum | None, dict[str, float]]:
         """Send the round's ``train`` messages; the replies (metrics), the (noised) weighted sum and
-        the round's DP columns. The sum is None when no reply is usable or secure aggregation fails."""
+        the round's DP columns. The sum is None when no reply is usable or secure aggregation fails.
+        In clear (DP without secure aggregation) the replies ``check`` refuses are rejected first."""
         weights = {
             self.pool.partition_to(m): self._weight(strategy.sum_weight(self.pool.partition_to(m)))
             for m in train
@@ -81,7 +86,7 @@ class Summation:
         if self.secure:
             replies, flat = self._secure(messages, server_round, layout)
         else:
-            replies = self.pool.send(messages, server_round)
+            replies = self.pool.screen(self.pool.send(messages, server_round), check)
             flat = self._plain(strategy, replies, weights, layout)
         if flat is None:
             return replies, None, {}

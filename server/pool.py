@@ -349,6 +349,19 @@ class ClientPool:
         self._rows[pid].update(status="rejected", error=reason)
         self.log(f"rejected the reply of {self.name(pid)} (partition {pid}): {reason}")
 
+    def screen(self, replies: list[Message], check: Callable[[Message], str | None] | None) -> list[Message]:
+        """The replies ``check`` finds usable; the others are rejected (:meth:`reject`)."""
+        if check is None:
+            return replies
+        usable = []
+        for reply in replies:
+            problem = check(reply)
+            if problem is None:
+                usable.append(reply)
+            else:
+                self.reject(reply, problem)
+        return usable
+
     def note(self, partition_id: int, **values: Any) -> None:
         """Add strategy-computed columns (e.g. a weight) to the client's row of the last exchange."""
         self._rows[partition_id].update(values)

@@ -102,18 +102,20 @@ def run_phases(
     strategy: FederatedStrategy, pool: ClientPool, server_round: int, summation: Summation | None
 ) -> dict[str, Any]:
     """Round ``server_round``'s phases in order: build each phase's messages from the state, send
-    them, fold the replies; returns the server row's metrics (the folds', then the DP columns). A
-    summed phase goes through ``summation`` when given (secure aggregation, DP)."""
+    them, reject the replies its ``check`` refuses (recorded in rounds.csv), fold the rest; returns
+    the server row's metrics (the folds', then the DP columns). A summed phase goes through
+    ``summation`` when given (secure aggregation, DP)."""
     metrics: dict[str, Any] = {}
     for phase in strategy.phases(server_round):
         messages = phase.messages(server_round)
         if not messages:
             continue
         if phase.fold_sum is not None and summation is not None:
-            replies, summed, privacy = summation.run(strategy, messages, server_round)
+            replies, summed, privacy = summation.run(strategy, messages, server_round, phase.check)
             metrics.update({**dict(phase.fold_sum(server_round, replies, summed) or {}), **privacy})
         else:
-            metrics.update(dict(phase.fold(server_round, pool.send(messages, server_round)) or {}))
+            replies = pool.screen(pool.send(messages, server_round), phase.check)
+            metrics.update(dict(phase.fold(server_round, replies) or {}))
     return metrics
 
 

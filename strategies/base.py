@@ -12,9 +12,10 @@ builds its messages from what the earlier folds left in the state (softmax switc
 round reads is one of them, and so in the checkpoint. A strategy never sends: the round loop
 (server/rounds.py ``run_rounds``) alone sends each phase's messages (through the Summation of
 server/aggregation.py for a summed phase under secure aggregation or DP), its pool records
-every client's failure, and it checkpoints the state after the round. Its clients are
-:class:`Clients`, which cannot send; a fold only gives its verdict on a reply (``reject``) or
-columns for its row (``note``), which the pool records. docs/algorithms.md "The round loop".
+every client's failure, and it checkpoints the state after the round. A phase's ``check`` gives
+the verdict on each reply (why it cannot be used: NaN, wrong shape); the round loop records the
+rejected ones and folds the rest. Its clients are :class:`Clients`, which can neither send nor
+reject; a fold may add columns to a client's row (``note``). docs/algorithms.md "The round loop".
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ class FederationError(RuntimeError):
 
 class Clients(Protocol):
     """What a strategy uses of its clients (hetfed.server.pool.ClientPool): partitions, names,
-    messages and the verdicts on replies; no ``send``: only the round loop sends."""
+    messages and columns of their rows; no ``send`` or ``reject``: only the round loop sends and
+    records rejections (a phase's ``check``)."""
 
     failed: dict[int, str]  # partition -> why, for the last exchange
     log: Callable[[str], None]
@@ -55,8 +57,6 @@ class Clients(Protocol):
     ) -> Message: ...
 
     def partition_of(self, reply: Message) -> int: ...
-
-    def reject(self, reply: Message, reason: str) -> None: ...
 
     def note(self, partition_id: int, **values: Any) -> None: ...
 
@@ -83,12 +83,14 @@ class Phase:
     state (none: the phase is skipped), ``fold(t, replies)`` folds the replies into the state and
     returns the server row's metrics. A summed phase also has ``fold_sum(t, replies, summed)``:
     the fold the round loop uses instead when secure aggregation or DP give only the weighted sum
-    (server/aggregation.py)."""
+    (server/aggregation.py). ``check(reply)``: why a reply cannot be used (None: it can); the
+    round loop rejects those, so a fold sees only usable replies."""
 
     name: str
     messages: Callable[[int], list[Message]]
     fold: Callable[[int, list[Message]], MetricRecord | None]
     fold_sum: Callable[[int, list[Message], WeightedSum | None], MetricRecord | None] | None = None
+    check: Callable[[Message], str | None] | None = None
 
 
 class FederatedStrategy:
@@ -175,12 +177,12 @@ class FederatedStrategy:
         fold_sum: Callable[[int, list[Message], WeightedSum | None], MetricRecord | None],
     ) -> Phase:
         """A phase whose replies may enter only a weighted sum (when :meth:`sums` says so for the
-        round): in clear it folds :meth:`plain_sum` of the replies with ``fold_sum``."""
+        round): in clear it folds :meth:`plain_sum` of the usable replies with ``fold_sum``."""
 
         def in_clear(t: int, replies: list[Message]) -> MetricRecord | None:
             return fold_sum(t, replies, self.plain_sum(replies))
 
-        return Phase(name, messages, in_clear, fold_sum if self.sums(server_round) else None)
+        return Phase(name, messages, in_clear, fold_sum if self.sums(server_round) else None, self.unusable)
 
     def finish(self) -> dict[str, Any]:
         """The run's result after the last round: ``{"clients": ..., "aggregate": ..., "failed": ...}``
@@ -218,6 +220,10 @@ class FederatedStrategy:
             reply_arrays(reply.content), {k: np.zeros(s) for k, s in self.sum_layout().items()}
         )
 
+    def unusable(self, reply: Message) -> str | None:
+        """Why a reply's arrays cannot enter the sum (None: they can): a summed phase's ``check``."""
+        return self.contribution(reply)[1]
+
     def aggregate_sum(
         self, server_round: int, replies: list[Message], summed: WeightedSum | None
     ) -> MetricRecord | None:
@@ -228,16 +234,15 @@ class FederatedStrategy:
     def plain_sum(
         self, replies: Iterable[Message], weights: Mapping[int, float | str] | None = None
     ) -> WeightedSum | None:
-        """The weighted sum of the usable ``replies`` in clear (unusable ones are rejected); weights
-        by partition, or from :meth:`sum_weight`. None when no reply is usable."""
+        """The weighted sum of ``replies`` in clear, which the round loop has checked
+        (:meth:`unusable`); weights by partition, or from :meth:`sum_weight`. None without replies."""
         reference = self.sum_reference()
         total: dict[str, np.ndarray] = {}
         weight, used = 0.0, []
         for reply in replies:
             arrays, problem = self.contribution(reply)
-            if arrays is None:
-                self.pool.reject(reply, str(problem))
-                continue
+            if arrays is None:  # a reply no check screened: a bug of the caller, not of the client
+                raise ValueError(f"plain_sum: an unusable reply reached the sum ({problem})")
             pid = self.pool.partition_of(reply)
             a = weights[pid] if weights is not None else self.sum_weight(pid)
             if isinstance(a, str):

@@ -13,8 +13,7 @@ from __future__ import annotations
 from flwr.app import ConfigRecord, Message, MetricRecord
 
 from hetfed.methods.decision import CalibratedParams
-from hetfed.records import to_record
-from hetfed.strategies.base import FederationError, Phase, reply_metrics
+from hetfed.strategies.base import FederationError, Phase, reply_arrays, reply_metrics
 from hetfed.strategies.fedavg import FedAvg
 
 
@@ -51,17 +50,13 @@ class Centralized(FedAvg):
         return False  # one model, not a sum of updates
 
     def train_phase(self, server_round: int) -> Phase:
-        return Phase("train", self.train_messages, self.adopt)
+        return Phase("train", self.train_messages, self.adopt, check=self.unusable)
 
     def adopt(self, server_round: int, replies: list[Message]) -> MetricRecord | None:
         """The pooled model becomes the model every client evaluates; without it there is no result
         (evaluating the untrained model would pass for one)."""
-        for reply in replies:
-            arrays, problem = self.contribution(reply)
-            if arrays is None:
-                self.pool.reject(reply, str(problem))
-                continue
-            self.arrays = to_record(arrays)
+        for reply in replies:  # usable: the round loop rejected the others (``unusable``)
+            self.arrays = reply_arrays(reply.content)
             return MetricRecord({"clients-used": 1, "train-loss": reply_metrics(reply.content)["train-loss"]})
         why = "; ".join(self.pool.failed.values()) or "no reply"
         raise FederationError(f"the centralized yardstick's pooling client gave no model: {why}")

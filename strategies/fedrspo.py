@@ -93,7 +93,10 @@ class FedRSPO(FedAvg):
             calibrate = Phase("calibrate", self.calibrate_messages, self.aggregate_calibration)
             if self.params.per_client_calibration:
                 return [calibrate]
-            return [calibrate, Phase("masked-calibration", self.masked_mean_messages, self.masked_mean)]
+            masked = Phase(
+                "masked-calibration", self.masked_mean_messages, self.masked_mean, check=self.unmaskable
+            )
+            return [calibrate, masked]
         if server_round <= self.warm_rounds:
             return super().phases(server_round)
         return [
@@ -140,22 +143,27 @@ class FedRSPO(FedAvg):
         content = RecordDict({"config": config})
         return [self.pool.message(pid, "query.masked_calibration", content, server_round) for pid in peers]
 
+    @staticmethod
+    def unmaskable(reply: Message) -> str | None:
+        """Why a reply carries no usable masked (lam0_j, lr0_j), else None."""
+        return checked_arrays(reply_arrays(reply.content), MASKED_CALIBRATION)[1]
+
     def masked_mean(self, server_round: int, replies: list[Message]) -> MetricRecord | None:
         """``shared``: the mean (lam0, lr0) over the calibrated clients from their masked values (the
-        masks cancel only in the sum over all of them: a client that does not answer fails the run)."""
-        masked, problems = [], {self.pool.name(pid): why for pid, why in self.pool.failed.items()}
-        for reply in replies:
-            got, why = checked_arrays(reply_arrays(reply.content), MASKED_CALIBRATION)
-            if got is None:
-                problems[self.pool.name(self.pool.partition_of(reply))] = str(why)
-            else:
-                masked.append(got["masked-calibration"])
+        masks cancel only in the sum over all of them: a client that did not answer, or whose reply
+        was rejected, fails the run)."""
+        problems = {self.pool.name(pid): why for pid, why in self.pool.failed.items()}
         if problems:
             raise FederationError(
                 f"shared calibration: {', '.join(problems)} sent no masked value, so the masks of the "
                 f"others do not cancel ({'; '.join(problems.values())}); rerun with those clients up, "
                 "or with per-client-calibration = true"
             )
+        masked = []
+        for reply in replies:  # usable: the round loop rejected the others (``unmaskable``)
+            got, _ = checked_arrays(reply_arrays(reply.content), MASKED_CALIBRATION)
+            assert got is not None
+            masked.append(got["masked-calibration"])
         mean = unmasked_mean(masked)
         self.shared = float(mean[0]), float(mean[1])
         return None

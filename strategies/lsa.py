@@ -155,7 +155,7 @@ class LSAStrategy(FederatedStrategy):
         # In clear a missing agent's stand-in enters the mean (aggregate_train); a sum has none.
         summed = self.aggregate_sum if self.sums(server_round) else None
         return [
-            Phase("train", self.train_messages, self.aggregate_train, summed),
+            Phase("train", self.train_messages, self.aggregate_train, summed, self.unusable),
             Phase("evaluate", self.evaluate_messages, self.aggregate_evaluate),
         ]
 
@@ -169,13 +169,9 @@ class LSAStrategy(FederatedStrategy):
         """broadcast = (1/N) sum_c reply_c over the agents, a missing one's stand-in in its place."""
         usable: dict[int, RecordDict] = {}
         values: dict[int, np.ndarray | None] = {}
-        for reply in replies:
-            value, problem = self.reply_array(reply.content)
-            if problem is None:
-                pid = self.pool.partition_of(reply)
-                usable[pid], values[pid] = reply.content, value
-            else:
-                self.pool.reject(reply, problem)
+        for reply in replies:  # usable: the round loop rejected the others (``unusable``)
+            pid = self.pool.partition_of(reply)
+            usable[pid], values[pid] = reply.content, self.reply_array(reply.content)[0]
         self.require_some(server_round, "train", usable)
         key = self.broadcast_key
         start = to_numpy(self.arrays)[key] if self.arrays is not None and key is not None else None

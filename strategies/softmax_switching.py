@@ -255,7 +255,7 @@ class ConstrainedRounds(FederatedStrategy):
         if server_round == 0:
             return [evaluate] if self.params.eval_every else []
         return [
-            Phase("query", self.query_messages, self.aggregate_query),
+            Phase("query", self.query_messages, self.aggregate_query, check=self.unusable_query),
             self.summed_phase("train", server_round, self.train_messages, self.aggregate_sum),
             evaluate,
         ]
@@ -275,17 +275,20 @@ class ConstrainedRounds(FederatedStrategy):
             for pid in self.sample()
         ]
 
+    @staticmethod
+    def unusable_query(reply: Message) -> str | None:
+        """Why a query reply's f_i, g_i cannot be used (non-finite), else None."""
+        metrics = reply_metrics(reply.content)
+        fi, gi = float(metrics["f"]), float(metrics["g"])
+        return None if math.isfinite(fi) and math.isfinite(gi) else f"non-finite f={fi} or g={gi}"
+
     def aggregate_query(self, server_round: int, replies: list[Message]) -> MetricRecord | None:
         """Step 2: the round's ``plan`` from the usable f_i, g_i (None when there are none); w_k enters
         the output average if the plan says so."""
         f, g = {}, {}
         for reply in replies:
-            metrics = reply_metrics(reply.content)
-            fi, gi = float(metrics["f"]), float(metrics["g"])
-            if math.isfinite(fi) and math.isfinite(gi):
-                f[self.pool.partition_of(reply)], g[self.pool.partition_of(reply)] = fi, gi
-            else:
-                self.pool.reject(reply, f"non-finite f={fi} or g={gi}")
+            metrics, pid = reply_metrics(reply.content), self.pool.partition_of(reply)
+            f[pid], g[pid] = float(metrics["f"]), float(metrics["g"])
         if not f:
             self.log(f"round {server_round}: no usable query reply; the model is unchanged")
             self.plan = None
