@@ -102,8 +102,9 @@ def run_phases(
     strategy: FederatedStrategy, pool: ClientPool, server_round: int, summation: Summation | None
 ) -> dict[str, Any]:
     """Round ``server_round``'s phases in order: build each phase's messages from the state, send
-    them, reject the replies its ``check`` refuses (recorded in rounds.csv), fold the rest; returns
-    the server row's metrics (the folds', then the DP columns). A summed phase goes through
+    them, reject the replies its ``check`` refuses (recorded in rounds.csv), fold the rest and apply
+    the fold's :class:`~hetfed.strategies.base.Folded` (state, clients' columns); returns the server
+    row's metrics (the folds', then the DP columns). A summed phase goes through
     ``summation`` when given (secure aggregation, DP)."""
     metrics: dict[str, Any] = {}
     for phase in strategy.phases(server_round):
@@ -112,10 +113,14 @@ def run_phases(
             continue
         if phase.fold_sum is not None and summation is not None:
             replies, summed, privacy = summation.run(strategy, messages, server_round, phase.check)
-            metrics.update({**dict(phase.fold_sum(server_round, replies, summed) or {}), **privacy})
+            folded = phase.fold_sum(server_round, replies, summed)
         else:
             replies = pool.screen(pool.send(messages, server_round), phase.check)
-            metrics.update(dict(phase.fold(server_round, replies) or {}))
+            folded, privacy = phase.fold(server_round, replies), {}
+        strategy.apply(folded.state)
+        for pid, columns in folded.notes.items():
+            pool.note(pid, **columns)
+        metrics.update({**folded.metrics, **privacy})
     return metrics
 
 

@@ -5,28 +5,30 @@ the server's state of the method (model, RNG, calibration, round plan, last eval
 of it in :meth:`FederatedStrategy.state_dict`, which is the checkpoint), and
 :meth:`FederatedStrategy.phases` says what round ``t`` exchanges, in order: a list of
 :class:`Phase` (round 0: the setup exchanges, e.g. FedRSPO+'s calibration; then e.g. query,
-train, personalize, evaluate). A phase builds its messages from the state and folds the
-replies into the state, returning the server row's metrics; a later phase of the round
-builds its messages from what the earlier folds left in the state (softmax switching's
-``plan``). Folds update the strategy's attributes in place; whatever a later phase or
-round reads is one of them, and so in the checkpoint. A strategy never sends: the round loop
+train, personalize, evaluate). A phase builds its messages from the state, and its fold
+computes from the replies and the state a :class:`Folded`: the new values of the state it
+changes, the server row's metrics and columns for the clients' rows. A fold changes nothing
+itself; the round loop applies what it returns (:meth:`FederatedStrategy.apply`), so a fold
+that fails leaves the state as it was, and a later phase of the round builds its messages from
+what the earlier folds changed (softmax switching's ``plan``). A strategy never sends: the round loop
 (server/rounds.py ``run_rounds``) alone sends each phase's messages (through the Summation of
 server/aggregation.py for a summed phase under secure aggregation or DP), its pool records
 every client's failure, and it checkpoints the state after the round. A phase's ``check`` gives
 the verdict on each reply (why it cannot be used: NaN, wrong shape); the round loop records the
 rejected ones and folds the rest. Its clients are :class:`Clients`, which can neither send nor
-reject; a fold may add columns to a client's row (``note``). docs/algorithms.md "The round loop".
+reject. docs/algorithms.md "The round loop".
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.app.typing import MetricRecordValues
 
 from hetfed.params import Params
 from hetfed.records import to_numpy, to_record
@@ -39,9 +41,9 @@ class FederationError(RuntimeError):
 
 
 class Clients(Protocol):
-    """What a strategy uses of its clients (hetfed.server.pool.ClientPool): partitions, names,
-    messages and columns of their rows; no ``send`` or ``reject``: only the round loop sends and
-    records rejections (a phase's ``check``)."""
+    """What a strategy uses of its clients (hetfed.server.pool.ClientPool): partitions, names and
+    messages; no ``send``, ``reject`` or ``note``: only the round loop sends and records (rejections
+    from a phase's ``check``, columns from a fold's :class:`Folded`)."""
 
     failed: dict[int, str]  # partition -> why, for the last exchange
     log: Callable[[str], None]
@@ -57,8 +59,6 @@ class Clients(Protocol):
     ) -> Message: ...
 
     def partition_of(self, reply: Message) -> int: ...
-
-    def note(self, partition_id: int, **values: Any) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -78,18 +78,29 @@ class WeightedSum:
 
 
 @dataclass(frozen=True)
+class Folded:
+    """What a fold returns, changing nothing itself: the server row's ``metrics``, the new values of
+    the strategy ``state`` it changes (attribute -> value; :meth:`FederatedStrategy.apply`) and
+    columns for clients' rows of the exchange (``notes``: partition -> columns)."""
+
+    metrics: Mapping[str, MetricRecordValues] = field(default_factory=dict)
+    state: Mapping[str, Any] = field(default_factory=dict)
+    notes: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Phase:
     """One exchange of a round (see the module docs): ``messages(t)`` builds its messages from the
-    state (none: the phase is skipped), ``fold(t, replies)`` folds the replies into the state and
-    returns the server row's metrics. A summed phase also has ``fold_sum(t, replies, summed)``:
-    the fold the round loop uses instead when secure aggregation or DP give only the weighted sum
-    (server/aggregation.py). ``check(reply)``: why a reply cannot be used (None: it can); the
-    round loop rejects those, so a fold sees only usable replies."""
+    state (none: the phase is skipped), ``fold(t, replies)`` computes from the replies and the
+    state what the round loop applies (:class:`Folded`). A summed phase also has
+    ``fold_sum(t, replies, summed)``: the fold the round loop uses instead when secure aggregation
+    or DP give only the weighted sum (server/aggregation.py). ``check(reply)``: why a reply cannot
+    be used (None: it can); the round loop rejects those, so a fold sees only usable replies."""
 
     name: str
     messages: Callable[[int], list[Message]]
-    fold: Callable[[int, list[Message]], MetricRecord | None]
-    fold_sum: Callable[[int, list[Message], WeightedSum | None], MetricRecord | None] | None = None
+    fold: Callable[[int, list[Message]], Folded]
+    fold_sum: Callable[[int, list[Message], WeightedSum | None], Folded] | None = None
     check: Callable[[Message], str | None] | None = None
 
 
@@ -174,12 +185,12 @@ class FederatedStrategy:
         name: str,
         server_round: int,
         messages: Callable[[int], list[Message]],
-        fold_sum: Callable[[int, list[Message], WeightedSum | None], MetricRecord | None],
+        fold_sum: Callable[[int, list[Message], WeightedSum | None], Folded],
     ) -> Phase:
         """A phase whose replies may enter only a weighted sum (when :meth:`sums` says so for the
         round): in clear it folds :meth:`plain_sum` of the usable replies with ``fold_sum``."""
 
-        def in_clear(t: int, replies: list[Message]) -> MetricRecord | None:
+        def in_clear(t: int, replies: list[Message]) -> Folded:
             return fold_sum(t, replies, self.plain_sum(replies))
 
         return Phase(name, messages, in_clear, fold_sum if self.sums(server_round) else None, self.unusable)
@@ -224,11 +235,9 @@ class FederatedStrategy:
         """Why a reply's arrays cannot enter the sum (None: they can): a summed phase's ``check``."""
         return self.contribution(reply)[1]
 
-    def aggregate_sum(
-        self, server_round: int, replies: list[Message], summed: WeightedSum | None
-    ) -> MetricRecord | None:
-        """Fold the round's weighted sum into the state (None: no usable reply, or secure aggregation
-        failed); ``replies`` carry the clients' metrics. Returns the server row's metrics."""
+    def aggregate_sum(self, server_round: int, replies: list[Message], summed: WeightedSum | None) -> Folded:
+        """Fold the round's weighted sum (None: no usable reply, or secure aggregation failed);
+        ``replies`` carry the clients' metrics."""
         raise NotImplementedError(f"{type(self).__name__} sums no round")
 
     def plain_sum(
@@ -252,6 +261,13 @@ class FederatedStrategy:
             weight += a
             used.append(pid)
         return WeightedSum(total, weight, used) if used else None
+
+    def apply(self, state: Mapping[str, Any]) -> None:
+        """Take the new values of the state a fold returned (the round loop, after the fold)."""
+        for name, value in state.items():
+            if name not in vars(self):
+                raise AttributeError(f"{type(self).__name__} has no state {name!r} (a fold's Folded.state)")
+            setattr(self, name, value)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue after the current round (arrays as NumPy): the checkpoint."""

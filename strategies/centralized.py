@@ -10,10 +10,10 @@ tests the pooled model on its own test set and polytope, as after FedAvg.
 
 from __future__ import annotations
 
-from flwr.app import ConfigRecord, Message, MetricRecord
+from flwr.app import ConfigRecord, Message
 
 from hetfed.methods.decision import CalibratedParams
-from hetfed.strategies.base import FederationError, Phase, reply_arrays, reply_metrics
+from hetfed.strategies.base import FederationError, Folded, Phase, reply_arrays, reply_metrics
 from hetfed.strategies.fedavg import FedAvg
 
 
@@ -52,11 +52,11 @@ class Centralized(FedAvg):
     def train_phase(self, server_round: int) -> Phase:
         return Phase("train", self.train_messages, self.adopt, check=self.unusable)
 
-    def adopt(self, server_round: int, replies: list[Message]) -> MetricRecord | None:
+    def adopt(self, server_round: int, replies: list[Message]) -> Folded:
         """The pooled model becomes the model every client evaluates; without it there is no result
         (evaluating the untrained model would pass for one)."""
         for reply in replies:  # usable: the round loop rejected the others (``unusable``)
-            self.arrays = reply_arrays(reply.content)
-            return MetricRecord({"clients-used": 1, "train-loss": reply_metrics(reply.content)["train-loss"]})
+            metrics = {"clients-used": 1, "train-loss": reply_metrics(reply.content)["train-loss"]}
+            return Folded(metrics, {"arrays": reply_arrays(reply.content)})
         why = "; ".join(self.pool.failed.values()) or "no reply"
         raise FederationError(f"the centralized yardstick's pooling client gave no model: {why}")

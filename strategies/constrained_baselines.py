@@ -78,8 +78,13 @@ class FederatedPrimalDual(ConstrainedRounds):
         values = np.array(list(g.values()))
         signal = float(values.max() if self.params.dual_step == "max" else values.mean())
         used = self.multiplier
-        self.multiplier = max(0.0, used + self.params.dual_lr * signal)
-        return RoundPlan("lagrangian", uniform(f), multiplier=used, metrics={"multiplier": used})
+        return RoundPlan(
+            "lagrangian",
+            uniform(f),
+            multiplier=used,
+            metrics={"multiplier": used},
+            state={"multiplier": max(0.0, used + self.params.dual_lr * signal)},
+        )
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "multiplier": self.multiplier}

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.app.typing import MetricRecordValues
 
 from hetfed.methods.decision import LOSSES, DecisionParams
@@ -18,7 +18,14 @@ from hetfed.params import ConfigError
 from hetfed.problems.models import make_mlp, model_record
 from hetfed.problems.registry import get_problem
 from hetfed.records import to_numpy, to_record
-from hetfed.strategies.base import FederatedStrategy, Phase, WeightedSum, ceil_fraction, reply_metrics
+from hetfed.strategies.base import (
+    FederatedStrategy,
+    Folded,
+    Phase,
+    WeightedSum,
+    ceil_fraction,
+    reply_metrics,
+)
 from hetfed.strategies.summary import summarize
 
 
@@ -137,13 +144,11 @@ class FedAvg(FederatedStrategy):
     def sum_layout(self) -> dict[str, tuple[int, ...]]:
         return {k: v.shape for k, v in self.sum_reference().items()}
 
-    def aggregate_sum(
-        self, server_round: int, replies: list[Message], summed: WeightedSum | None
-    ) -> MetricRecord | None:
+    def aggregate_sum(self, server_round: int, replies: list[Message], summed: WeightedSum | None) -> Folded:
         """w_{t+1} = w_t + the weighted mean of the deltas (unchanged when no reply is usable)."""
         if summed is None:
             self.log(f"round {server_round}: no usable replies; the model is unchanged")
-            return MetricRecord({"clients-used": 0})
+            return Folded({"clients-used": 0})
         w = self.sum_reference()
         step = summed.mean()
         new = {key: (value.astype(np.float64) + step[key]).astype(value.dtype) for key, value in w.items()}
@@ -153,8 +158,7 @@ class FedAvg(FederatedStrategy):
         metrics: dict[str, MetricRecordValues] = {"clients-used": len(summed.contributors)}
         if used:
             metrics["train-loss"] = sum(a * b for a, b in zip(n, losses, strict=True)) / sum(n)
-        self.arrays = to_record(new)
-        return MetricRecord(metrics)
+        return Folded(metrics, {"arrays": to_record(new)})
 
     def evaluate_messages(self, server_round: int) -> list[Message]:
         """After the last round: the model to every participant, which evaluates it on its test set."""
@@ -172,14 +176,13 @@ class FedAvg(FederatedStrategy):
             for pid in self.participants()
         ]
 
-    def aggregate_evaluate(self, server_round: int, replies: list[Message]) -> MetricRecord | None:
+    def aggregate_evaluate(self, server_round: int, replies: list[Message]) -> Folded:
         """The per-client results and their aggregate (``evaluation``; failed clients by name)."""
         per_client = {self.pool.name(self.pool.partition_of(r)): reply_metrics(r.content) for r in replies}
         failed = {self.pool.name(p): e for p, e in self.pool.failed.items()}
-        self.evaluation = summarize(per_client, failed=failed)
-        return MetricRecord(
-            {k: v for k, v in self.evaluation["aggregate"].items() if isinstance(v, int | float)}
-        )
+        evaluation = summarize(per_client, failed=failed)
+        aggregate = {k: v for k, v in evaluation["aggregate"].items() if isinstance(v, int | float)}
+        return Folded(aggregate, {"evaluation": evaluation})
 
     def final_models(self) -> dict[str, np.ndarray]:
         """The federated model (``global/...``); none for local-only, whose models stay on the clients."""

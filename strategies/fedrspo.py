@@ -31,12 +31,19 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
 from hetfed.methods.decision import CalibratedParams
 from hetfed.params import ConfigError
 from hetfed.secure_mean import unmasked_mean
-from hetfed.strategies.base import FederationError, Phase, checked_arrays, reply_arrays, reply_metrics
+from hetfed.strategies.base import (
+    FederationError,
+    Folded,
+    Phase,
+    checked_arrays,
+    reply_arrays,
+    reply_metrics,
+)
 from hetfed.strategies.fedavg import FedAvg
 
 # What a client's masked (lam0_j, lr0_j) must look like: two uint64 words.
@@ -115,20 +122,19 @@ class FedRSPO(FedAvg):
             self.pool.message(pid, "query.calibrate", content, server_round) for pid in self.pool.partitions
         ]
 
-    def aggregate_calibration(self, server_round: int, replies: list[Message]) -> MetricRecord | None:
+    def aggregate_calibration(self, server_round: int, replies: list[Message]) -> Folded:
         """The calibrated clients (and their public keys); a client that failed is left out."""
-        share = not self.params.per_client_calibration
-        for reply in replies:
-            pid = self.pool.partition_of(reply)
-            self.calibrated.append(pid)
-            if share:
-                self.public_keys[pid] = bytes(reply.content["keys"]["public-key"])  # type: ignore[arg-type]
-        self.calibrated.sort()
+        calibrated = sorted(self.pool.partition_of(reply) for reply in replies)
+        public_keys = {}
+        if not self.params.per_client_calibration:
+            for reply in replies:
+                key = reply.content["keys"]["public-key"]
+                public_keys[self.pool.partition_of(reply)] = bytes(key)  # type: ignore[arg-type]
         for pid, reason in self.pool.failed.items():
             self.log(f"{self.pool.name(pid)} is left out: calibration failed: {reason}")
-        if not self.calibrated:
+        if not calibrated:
             raise FederationError("every client failed calibration; see rounds.csv for the reasons")
-        return None
+        return Folded(state={"calibrated": calibrated, "public_keys": public_keys})
 
     def masked_mean_messages(self, server_round: int) -> list[Message]:
         """To every calibrated client: the peers and their public keys, to mask (lam0_j, lr0_j) with."""
@@ -148,7 +154,7 @@ class FedRSPO(FedAvg):
         """Why a reply carries no usable masked (lam0_j, lr0_j), else None."""
         return checked_arrays(reply_arrays(reply.content), MASKED_CALIBRATION)[1]
 
-    def masked_mean(self, server_round: int, replies: list[Message]) -> MetricRecord | None:
+    def masked_mean(self, server_round: int, replies: list[Message]) -> Folded:
         """``shared``: the mean (lam0, lr0) over the calibrated clients from their masked values (the
         masks cancel only in the sum over all of them: a client that did not answer, or whose reply
         was rejected, fails the run)."""
@@ -165,8 +171,7 @@ class FedRSPO(FedAvg):
             assert got is not None
             masked.append(got["masked-calibration"])
         mean = unmasked_mean(masked)
-        self.shared = float(mean[0]), float(mean[1])
-        return None
+        return Folded(state={"shared": (float(mean[0]), float(mean[1]))})
 
     def step_sizes(self) -> dict[str, float]:
         """What a training message carries of (lam0, lr0): nothing with per-client calibration (each
@@ -205,14 +210,12 @@ class FedRSPO(FedAvg):
         """The warm start's rounds only (personal models never leave the clients)."""
         return server_round <= self.warm_rounds and super().sums(server_round)
 
-    def aggregate_personal(self, server_round: int, replies: list[Message]) -> MetricRecord | None:
+    def aggregate_personal(self, server_round: int, replies: list[Message]) -> Folded:
         """Each client's personalization scalars (personal models stay on the clients)."""
-        for reply in replies:
-            self.personal[self.pool.partition_of(reply)] = reply_metrics(reply.content)
-        frozen = [m.get("frozen-at", 0) for m in self.personal.values()]
-        return MetricRecord(
-            {"clients-personalized": len(self.personal), "clients-frozen": sum(1 for f in frozen if f > 0)}
-        )
+        personal = {**self.personal, **{self.pool.partition_of(r): reply_metrics(r.content) for r in replies}}
+        frozen = [m.get("frozen-at", 0) for m in personal.values()]
+        metrics = {"clients-personalized": len(personal), "clients-frozen": sum(1 for f in frozen if f > 0)}
+        return Folded(metrics, {"personal": personal})
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -256,6 +259,6 @@ class LocalOnly(FedRSPO):
         """Every client trains its own model; only the mean training loss comes back."""
         return Phase("train", self.train_messages, self.aggregate_local)
 
-    def aggregate_local(self, server_round: int, replies: list[Message]) -> MetricRecord | None:
+    def aggregate_local(self, server_round: int, replies: list[Message]) -> Folded:
         losses = [float(reply_metrics(r.content)["train-loss"]) for r in replies]
-        return MetricRecord({"clients-used": len(losses), "train-loss": sum(losses) / max(len(losses), 1)})
+        return Folded({"clients-used": len(losses), "train-loss": sum(losses) / max(len(losses), 1)})

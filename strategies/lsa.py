@@ -30,7 +30,8 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.app.typing import MetricRecordValues
 
 from hetfed.methods.lsa import LSAParams
 from hetfed.params import ConfigError
@@ -39,6 +40,7 @@ from hetfed.records import to_numpy, to_record
 from hetfed.strategies.base import (
     FederatedStrategy,
     FederationError,
+    Folded,
     Phase,
     WeightedSum,
     reply_arrays,
@@ -165,7 +167,7 @@ class LSAStrategy(FederatedStrategy):
         config = self.client_config(self.round_config(server_round), server_round, report)
         return self.broadcast(server_round, "train", self.arrays, config)
 
-    def aggregate_train(self, server_round: int, replies: list[Message]) -> MetricRecord | None:
+    def aggregate_train(self, server_round: int, replies: list[Message]) -> Folded:
         """broadcast = (1/N) sum_c reply_c over the agents, a missing one's stand-in in its place."""
         usable: dict[int, RecordDict] = {}
         values: dict[int, np.ndarray | None] = {}
@@ -175,45 +177,52 @@ class LSAStrategy(FederatedStrategy):
         self.require_some(server_round, "train", usable)
         key = self.broadcast_key
         start = to_numpy(self.arrays)[key] if self.arrays is not None and key is not None else None
-        stale = self.mark_stale(server_round, usable, stands_in=self.reply_key is not None)
+        behind, notes = self.mark_stale(server_round, usable, stands_in=self.reply_key is not None)
+        stale = list(notes)
         for pid in stale:
             values[pid] = self.stand_in(server_round, pid, start)
+        last_value = dict(self.last_value)
         for pid in usable:
             value = values[pid]
             if value is not None:  # None: the method sends nothing back (single-agent LSA)
-                self.last_value[pid] = self.remember(value, start)
+                last_value[pid] = self.remember(value, start)
+        state: dict[str, Any] = {"behind": behind, "last_value": last_value}
         received = [v for _, v in sorted(values.items()) if v is not None]
         if key is not None and received:
-            self.arrays = to_record({key: np.mean(received, axis=0)})
-        return self.round_metrics(server_round, usable, stale)
+            state["arrays"] = to_record({key: np.mean(received, axis=0)})
+        return Folded(self.round_metrics(server_round, usable, stale), state, notes)
 
-    def mark_stale(self, server_round: int, usable: Mapping[int, RecordDict], stands_in: bool) -> list[int]:
+    def mark_stale(
+        self, server_round: int, usable: Mapping[int, RecordDict], stands_in: bool
+    ) -> tuple[dict[int, int], dict[int, dict[str, int]]]:
         """The agents missing from ``usable``, marked as continuing from the last round they completed
-        (``stands_in``: their last reply stands in for them)."""
-        stale = [pid for pid in self.pool.partitions if pid not in usable]
-        for pid in stale:
-            self.behind.setdefault(pid, server_round - 1)
-            self.pool.note(pid, **{"stale-round": self.behind[pid]})
+        (``stands_in``: their last reply stands in for them): the new ``behind`` and, per missing
+        agent, its row's ``stale-round``."""
+        behind = {pid: r for pid, r in self.behind.items() if pid not in usable}
+        notes: dict[int, dict[str, int]] = {}
+        for pid in self.pool.partitions:
+            if pid in usable:
+                continue
+            behind.setdefault(pid, server_round - 1)
+            notes[pid] = {"stale-round": behind[pid]}
             self.log(
                 f"round {server_round}: {self.pool.name(pid)} is missing; it continues from round "
-                f"{self.behind[pid]}" + (", whose reply stands in for it" if stands_in else "")
+                f"{behind[pid]}" + (", whose reply stands in for it" if stands_in else "")
             )
-        for pid in usable:
-            self.behind.pop(pid, None)
-        return stale
+        return behind, notes
 
     def round_metrics(
         self, server_round: int, usable: Mapping[int, RecordDict], stale: list[int]
-    ) -> MetricRecord | None:
+    ) -> dict[str, MetricRecordValues]:
         """The server row: ``iteration``, ``mean-sq-error`` (when the clients reported), ``stale-clients``."""
-        metrics: dict[str, int | float | list[int] | list[float]] = {}
+        metrics: dict[str, MetricRecordValues] = {}
         reported = [reply_metrics(c) for c in usable.values()]
         errors = [float(m["sq-error"]) for m in reported if "sq-error" in m]
         if errors:
             metrics = {"iteration": self.iteration(server_round), "mean-sq-error": float(np.mean(errors))}
         if stale:
             metrics["stale-clients"] = len(stale)
-        return MetricRecord(metrics) if metrics else None
+        return metrics
 
     # --- the summed round (secure aggregation, DP): the mean over the agents that replied ---------
     def sums(self, server_round: int) -> bool:
@@ -230,9 +239,7 @@ class LSAStrategy(FederatedStrategy):
         value, problem = self.reply_array(reply.content)
         return (None, problem) if value is None or self.reply_key is None else ({self.reply_key: value}, None)
 
-    def aggregate_sum(
-        self, server_round: int, replies: list[Message], summed: WeightedSum | None
-    ) -> MetricRecord | None:
+    def aggregate_sum(self, server_round: int, replies: list[Message], summed: WeightedSum | None) -> Folded:
         """broadcast = (reference +) (1/|U|) sum_{c in U} x_c over the agents U that replied: a missing
         agent has no stand-in, as the server never holds its reply."""
         if summed is None:
@@ -243,12 +250,12 @@ class LSAStrategy(FederatedStrategy):
             )
         usable = {p: r.content for r in replies if (p := self.pool.partition_of(r)) in summed.contributors}
         assert self.broadcast_key is not None and self.reply_key is not None
-        stale = self.mark_stale(server_round, usable, stands_in=False)
+        behind, notes = self.mark_stale(server_round, usable, stands_in=False)
         mean = summed.mean()[self.reply_key]
         reference = self.sum_reference().get(self.reply_key)
         value = mean if reference is None or self.reply_key != self.broadcast_key else reference + mean
-        self.arrays = to_record({self.broadcast_key: value})
-        return self.round_metrics(server_round, usable, stale)
+        state = {"behind": behind, "arrays": to_record({self.broadcast_key: value})}
+        return Folded(self.round_metrics(server_round, usable, list(notes)), state, notes)
 
     def remember(self, value: np.ndarray, start: np.ndarray | None) -> np.ndarray:
         """What to keep of an agent's reply for the rounds it may miss (default: the reply itself)."""
@@ -296,7 +303,7 @@ class LSAStrategy(FederatedStrategy):
         config = self.client_config(self.round_config(server_round), server_round, True)
         return self.broadcast(server_round, "evaluate", self.arrays, config)
 
-    def aggregate_evaluate(self, server_round: int, replies: list[Message]) -> MetricRecord | None:
+    def aggregate_evaluate(self, server_round: int, replies: list[Message]) -> Folded:
         """Each agent's final error (``evaluation``) and their mean."""
         usable = {self.pool.partition_of(reply): reply.content for reply in replies}
         self.require_some(server_round, "evaluate", usable)
@@ -309,14 +316,13 @@ class LSAStrategy(FederatedStrategy):
             for pid in self.pool.partitions
             if pid not in usable
         }
-        self.evaluation = summarize(per_client, failed)
-        self.evaluation["aggregate"]["iteration"] = self.iteration(server_round + 1)
-        return MetricRecord(
-            {
-                "final-iteration": self.iteration(server_round + 1),
-                "final-mean-sq-error": self.evaluation["aggregate"]["sq-error"],
-            }
-        )
+        evaluation = summarize(per_client, failed)
+        evaluation["aggregate"]["iteration"] = self.iteration(server_round + 1)
+        metrics = {
+            "final-iteration": self.iteration(server_round + 1),
+            "final-mean-sq-error": evaluation["aggregate"]["sq-error"],
+        }
+        return Folded(metrics, {"evaluation": evaluation})
 
     def require_some(self, server_round: int, kind: str, usable: Mapping[int, RecordDict]) -> None:
         """Stop the run (FederationError) when no client's reply in ``usable`` can be used."""

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.app.typing import MetricRecordValues
 
 from hetfed.methods.constrained import ConstrainedParams, SwitchingParams
@@ -46,7 +46,7 @@ from hetfed.problems.constrained import require
 from hetfed.problems.models import model_record
 from hetfed.problems.registry import get_problem
 from hetfed.records import to_numpy, to_record
-from hetfed.strategies.base import FederatedStrategy, Phase, WeightedSum, reply_metrics
+from hetfed.strategies.base import FederatedStrategy, Folded, Phase, WeightedSum, reply_metrics
 from hetfed.strategies.summary import summarize
 
 SAMPLING_STREAM = 61  # the client-sampling RNG is default_rng(SeedSequence([seed, SAMPLING_STREAM]))
@@ -110,6 +110,7 @@ class RoundPlan:
     averaged: bool = True  # does w_k enter the output average?
     metrics: dict[str, float] = field(default_factory=dict)  # server-row columns of the round
     columns: dict[int, dict[str, float]] = field(default_factory=dict)  # per-client columns of the round
+    state: dict[str, Any] = field(default_factory=dict)  # the method's state it changes (the dual variable)
 
 
 def alpha_min(m: int, eps: float) -> float:
@@ -282,7 +283,7 @@ class ConstrainedRounds(FederatedStrategy):
         fi, gi = float(metrics["f"]), float(metrics["g"])
         return None if math.isfinite(fi) and math.isfinite(gi) else f"non-finite f={fi} or g={gi}"
 
-    def aggregate_query(self, server_round: int, replies: list[Message]) -> MetricRecord | None:
+    def aggregate_query(self, server_round: int, replies: list[Message]) -> Folded:
         """Step 2: the round's ``plan`` from the usable f_i, g_i (None when there are none); w_k enters
         the output average if the plan says so."""
         f, g = {}, {}
@@ -291,16 +292,16 @@ class ConstrainedRounds(FederatedStrategy):
             f[pid], g[pid] = float(metrics["f"]), float(metrics["g"])
         if not f:
             self.log(f"round {server_round}: no usable query reply; the model is unchanged")
-            self.plan = None
-            return None
-        self.plan = plan = self.decide(server_round, f, g)
+            return Folded(state={"plan": None})
+        plan = self.decide(server_round, f, g)
+        state = {**plan.state, "plan": plan}
         if plan.averaged:
             w = to_numpy(self.model)
-            self.total = {
+            state["total"] = {
                 k: v.astype(np.float64) + (self.total[k] if self.total else 0.0) for k, v in w.items()
             }
-            self.count += 1
-        return None
+            state["count"] = self.count + 1
+        return Folded(state=state)
 
     def train_messages(self, server_round: int) -> list[Message]:
         """Step 3: the plan's local objective to the clients that answered the query (none without a plan)."""
@@ -335,29 +336,29 @@ class ConstrainedRounds(FederatedStrategy):
     def sum_layout(self) -> dict[str, tuple[int, ...]]:
         return {k: v.shape for k, v in to_numpy(self.model).items()}
 
-    def aggregate_sum(
-        self, server_round: int, replies: list[Message], summed: WeightedSum | None
-    ) -> MetricRecord | None:
+    def aggregate_sum(self, server_round: int, replies: list[Message], summed: WeightedSum | None) -> Folded:
         """Step 4: w_{k+1} = w_k - eta sum_i a_i u_i / sum_i a_i (unchanged without a usable update)."""
         plan = self.plan
         assert plan is not None  # the query phase planned this round, whose train phase sent
-        for reply in replies:
-            self.grad_evals += int(reply_metrics(reply.content)["local-steps"])
-        for pid, columns in plan.columns.items():
-            if pid in self.pool.partitions and pid not in self.pool.failed:
-                self.pool.note(pid, **columns)
+        grad_evals = self.grad_evals + sum(int(reply_metrics(r.content)["local-steps"]) for r in replies)
+        notes = {
+            pid: columns
+            for pid, columns in plan.columns.items()
+            if pid in self.pool.partitions and pid not in self.pool.failed
+        }
         used = summed.contributors if summed is not None else []
         metrics: dict[str, MetricRecordValues] = {
             **plan.metrics,
-            "grad-evals": self.grad_evals,
+            "grad-evals": grad_evals,
             "clients-used": len(used),
             "averaged-rounds": self.count,
         }
+        state: dict[str, Any] = {"grad_evals": grad_evals}
         if summed is None or summed.weight <= 0:
             self.log(f"round {server_round}: no usable update; the model is unchanged")
-            return MetricRecord(metrics)
-        self.arrays = to_record(weighted_step(to_numpy(self.model), summed, self.steps.eta))
-        return MetricRecord(metrics)
+        else:
+            state["arrays"] = to_record(weighted_step(to_numpy(self.model), summed, self.steps.eta))
+        return Folded(metrics, state, notes)
 
     def average(self) -> ArrayRecord | None:
         """The average of the w_k with ``averaged`` rounds so far (None before the first)."""
@@ -382,7 +383,7 @@ class ConstrainedRounds(FederatedStrategy):
             messages.append(self.pool.message(pid, "evaluate", content, server_round))
         return messages
 
-    def aggregate_evaluate(self, server_round: int, replies: list[Message]) -> MetricRecord | None:
+    def aggregate_evaluate(self, server_round: int, replies: list[Message]) -> Folded:
         """Worst-client ``F = max_i f_i``, ``G = max_i g_i`` (and of the average) over the replies; the
         per-client results are the state's ``evaluation``. Round 0's curves start at zero gradient
         evaluations."""
@@ -395,10 +396,9 @@ class ConstrainedRounds(FederatedStrategy):
                     out[prefix + name] = float(max(values))
                     out[f"{prefix}mean-{key}"] = float(np.mean(values))
         failed = {self.pool.name(p): e for p, e in self.pool.failed.items()}
-        self.evaluation = summarize(per_client, failed=failed)
         if server_round == 0:
             out["grad-evals"] = 0
-        return MetricRecord({**out})
+        return Folded(out, {"evaluation": summarize(per_client, failed=failed)})
 
     def finish(self) -> dict[str, Any]:
         """Per-client final metrics; the aggregate adds F, G (and avg-F, avg-G), counts and settings."""

@@ -116,8 +116,11 @@ def test_fedavg_aggregates_deltas_weighted_by_sample_counts(task_identity) -> No
         )
         replies.append(Message(content, reply_to=ins))
     (train,) = [phase for phase in strategy.phases(1) if phase.name == "train"]
-    metrics = train.fold(1, pool.screen(replies, train.check))  # as server/rounds.py run_phases
-    new = strategy.arrays
+    before = strategy.arrays
+    folded = train.fold(1, pool.screen(replies, train.check))  # as server/rounds.py run_phases
+    assert strategy.arrays is before  # a fold changes nothing itself: the round loop applies it
+    strategy.apply(folded.state)
+    metrics, new = folded.metrics, strategy.arrays
     expected = {k: w[k] + (10 * (updates[0][k] - w[k]) + 30 * (updates[1][k] - w[k])) / 40 for k in w}
     for k, v in to_numpy(new).items():
         np.testing.assert_allclose(v, expected[k], rtol=1e-13, atol=1e-15)
