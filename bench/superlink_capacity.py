@@ -21,7 +21,10 @@ Two paths, side by side on the same machine:
   reply pulls, evaluation after the last round), silos waiting as hetfed's warm runtime
   does (hetfed/runtime/waits.py: 0.1 s after a message, growing x1.5 to Flower's 3 s;
   object pulls from 0.02 s) and answering with hetfed's real ClientApp (one local epoch
-  of torch training on the silo's own generated partition).
+  of torch training on the silo's own generated partition), or, with ``--replies light``,
+  answering train messages as the stock side's silos do (the model plus seeded noise, in
+  hetfed's record layout; every other message by hetfed's ClientApp): at 1000 silos on 2
+  cores the silos' own training, not the SuperLink, would bound a round. A row says which.
 
 Measured per size, over the middle rounds 2..R-1 (the first carries start-up, the last
 hetfed's evaluation): rounds per second, round durations, SuperLink CPU (utime + stime of
@@ -66,6 +69,7 @@ from bench.round_latency import FEDAVG_KNAPSACK, RoundClock  # noqa: E402
 STOCK_APP = ROOT / "bench" / "stock_app"
 RESULTS = ROOT / "docs" / "results" / "bench-superlink-capacity.json"
 PATHS = ("stock", "hetfed")
+REPLIES = ("trained", "light")  # how hetfed's simulated silos answer a train message (the stock ones: light)
 # The SuperLink each path runs: stock Flower's, or hetfed's (its middleware gated by API path,
 # hetfed/runtime/superlink.py). Rows measured before hetfed-superlink existed name none: both paths
 # ran flower-superlink then.
@@ -98,14 +102,34 @@ class Waits:
             self.pull = (float(constant.PULL_INITIAL_BACKOFF), float(constant.PULL_BACKOFF_CAP))
 
 
-def client_app(path: str) -> Callable[..., Any]:
-    """The ClientApp a silo of ``path`` calls: hetfed's own, or bench/stock_app's."""
+def client_app(path: str, replies: str = "trained") -> Callable[..., Any]:
+    """The ClientApp a silo of ``path`` calls: hetfed's own (``light`` replies: see
+    :func:`light_train`), or bench/stock_app's."""
     if path == "hetfed":
         from hetfed.client.app import app
 
-        return app
+        return app if replies == "trained" else functools.partial(light_train, app)
     sys.path.insert(0, str(STOCK_APP))
     return importlib.import_module("capacity_stock.apps").client
+
+
+def light_train(app: Callable[..., Any], message: Any, context: Any) -> Any:
+    """``app``'s reply, but a train message is answered as bench/stock_app's silos answer it: the
+    received model plus seeded noise (partition, round), ``num-examples = 40 + partition``, in
+    hetfed's record layout: a reply of the real size and layout without the silo's training."""
+    import numpy as np
+    from flwr.app import Message, MetricRecord, RecordDict
+
+    from hetfed.records import to_numpy, to_record
+
+    if message.metadata.message_type != "train":
+        return app(message, context)
+    partition = int(context.node_config["partition-id"])
+    rng = np.random.default_rng([partition, int(round_of(message))])
+    model = to_numpy(message.content.array_records["arrays"])
+    arrays = {k: v + rng.normal(0, 0.01, v.shape).astype(v.dtype) for k, v in model.items()}
+    metrics = MetricRecord({"num-examples": 40 + partition, "train-loss": float(rng.random())})
+    return Message(RecordDict({"arrays": to_record(arrays), "metrics": metrics}), reply_to=message)
 
 
 class Silo(threading.Thread):
@@ -119,11 +143,12 @@ class Silo(threading.Thread):
         stop: threading.Event,
         joining: threading.Semaphore,
         record: Path | None = None,
+        replies: str = "trained",
     ) -> None:
         super().__init__(daemon=True)
         self.address, self.node_config, self.path = address, node_config, path
         self.stop, self.joining, self.record = stop, joining, record
-        self.app = client_app(path)
+        self.app = client_app(path, replies)
         self.waits = Waits(path)
         self.latencies: list[tuple[str, float]] = []  # (round, s from message creation to reply pushed)
         self.requests: list[tuple[float, str]] = []  # (when, kind) of every Fleet request but heartbeats
@@ -269,6 +294,7 @@ def driver(args: argparse.Namespace) -> None:
             stop,
             joining,
             record,
+            args.replies,
         )
         for i in range(args.first, args.first + args.count)
     ]
@@ -320,7 +346,9 @@ def layer_sizes() -> str:
 class Drivers:
     """The driver processes of one measurement (a process group each), stopped by :meth:`collect`."""
 
-    def __init__(self, root: Path, address: str, path: str, silos: int, record: Path | None) -> None:
+    def __init__(
+        self, root: Path, address: str, path: str, silos: int, record: Path | None, replies: str
+    ) -> None:
         self.root, self.procs, self.outs = root, [], []
         count = math.ceil(silos / SILOS_PER_DRIVER)
         for d in range(count):
@@ -337,6 +365,7 @@ class Drivers:
                 f"--num-partitions={silos}",
                 f"--state={root / 'state'}",
                 f"--out={out}",
+                f"--replies={replies}",
                 *([f"--record={record}"] if record else []),
             ]
             log = open(root / f"driver-{d}.log", "ab")  # noqa: SIM115 - closed with the process
@@ -394,7 +423,9 @@ class Drivers:
         }
 
 
-def measure(path: str, silos: int, rounds: int, record: Path | None = None) -> dict[str, Any]:
+def measure(
+    path: str, silos: int, rounds: int, record: Path | None = None, replies: str = "trained"
+) -> dict[str, Any]:
     """One run of ``rounds`` rounds on ``silos`` simulated silos; the measurements (see the module docs)."""
     from hetfed.engines.flower import LocalFlower, end_processes_of, processes_of
     from hetfed.engines.runner import APP_DIR, prepare
@@ -412,7 +443,7 @@ def measure(path: str, silos: int, rounds: int, record: Path | None = None) -> d
             flower.start_superlink(cwd=app_dir)
             link = flower.processes["superlink"].pid
             started = time.time()
-            drivers = Drivers(root, flower.address, path, silos, record)
+            drivers = Drivers(root, flower.address, path, silos, record, replies)
             drivers.wait_online(flower, silos, timeout=120 + silos / 2)
             online_s = time.time() - started
             cpu_online = cpu_seconds(link)
@@ -467,6 +498,7 @@ def measure(path: str, silos: int, rounds: int, record: Path | None = None) -> d
     kinds = Counter(kind for t, kind in silo_report["requests"] if t1 < t <= tn)
     return {
         "path": path,
+        "replies": replies if path == "hetfed" else "light",
         "superlink": SUPERLINKS[path][0],
         "silos": silos,
         "rounds": rounds,
@@ -545,16 +577,18 @@ def report(measured: list[dict[str, Any]]) -> str:
             m = by.get((path, n))
             if m is None:
                 continue
+            ran = f"{path} ({m.get('superlink', 'flower-superlink')})"
+            if path == "hetfed" and m.get("replies") == "light":
+                ran += ", light replies"
             if "failed" in m:
                 load = f"{m['load'][0]:.0f} / {m['load'][1]:.0f}"
-                ran = f"{path} ({m.get('superlink', 'flower-superlink')})"
                 rows.append([n, ran, "did not complete", *["-"] * 8, load, f"{m['minutes']:.0f}"])
                 continue
             lat = m["reply-latency-s"]
             rows.append(
                 [
                     n,
-                    f"{path} ({m.get('superlink', 'flower-superlink')})",
+                    ran,
                     m["rounds-per-s"],
                     ", ".join(f"{r:.2f}" for r in m["round-s"]),
                     m["superlink-cpu-per-silo-round-ms"],
@@ -694,10 +728,17 @@ def main() -> None:
     for flag in ("--first", "--count", "--num-partitions"):
         run.add_argument(flag, type=int, required=True)
     run.add_argument("--record")
+    run.add_argument("--replies", choices=REPLIES, default="trained")
     parser.add_argument("--silos", type=int, nargs="+", default=[10, 100])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--large-rounds", type=int, default=3, help=f"rounds of a run with >= {LARGE} silos")
     parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
+    parser.add_argument(
+        "--replies",
+        choices=REPLIES,
+        default="trained",
+        help="hetfed's silos train (default) or answer train messages as the stock ones do (light)",
+    )
     add_note_argument(parser, "other agents' test suites were running on the same 2 cores")
     args = parser.parse_args()
     os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
@@ -717,10 +758,11 @@ def main() -> None:
             load, started = os.getloadavg()[0], time.time()
             rounds = args.rounds if silos < LARGE else args.large_rounds
             try:
-                m = measure(path, silos, rounds)
+                m = measure(path, silos, rounds, replies=args.replies)
                 m.pop("final-model")
             except RuntimeError as exc:  # a size the SuperLink could not serve is a result too
                 m = {"path": path, "superlink": SUPERLINKS[path][0], "silos": silos, "rounds": rounds}
+                m["replies"] = args.replies if path == "hetfed" else "light"
                 m["failed"] = one_line(str(exc))
             m |= {"load": [load, os.getloadavg()[0]], "minutes": (time.time() - started) / 60}
             m["note"] = args.note

@@ -28,9 +28,12 @@ def last_round_mean(record: Path) -> dict[str, np.ndarray]:
     }
 
 
-@pytest.mark.parametrize("path", ["stock", "hetfed"])
-def test_every_silo_reply_reaches_the_serverapp(path: str, tmp_path: Path) -> None:
-    m = measure(path, SILOS, ROUNDS, record=tmp_path)
+@pytest.mark.parametrize(
+    ("path", "replies"), [("stock", "light"), ("hetfed", "trained"), ("hetfed", "light")]
+)
+def test_every_silo_reply_reaches_the_serverapp(path: str, replies: str, tmp_path: Path) -> None:
+    m = measure(path, SILOS, ROUNDS, record=tmp_path, replies=replies)
+    assert m["replies"] == replies
     assert m["silo-error-count"] == 0, m["silo-errors"]
     assert sorted(f.name for f in tmp_path.glob(f"{ROUNDS}-*.npz")) == [
         f"{ROUNDS}-{p}.npz" for p in range(SILOS)
