@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from hetfed.reproduce.centralized import centralized
-from hetfed.reproduce.common import add_run_arguments, mean_std, publish, render
+from hetfed.reproduce.common import add_run_arguments, mean_std, publish, render, stat
 from hetfed.reproduce.plan import Job, Plan, run_jobs
 from hetfed.reproduce.runs import cell, curves, plot_warm_then_personal
 
 PLAN = Plan.load("knapsack")  # plans/knapsack.toml: the grid and the paper's numbers
 CLIENTS = 20
 LOSSES, ABLATION_ROWS = tuple(PLAN.axes["losses"]), tuple(PLAN.axes["ablation-rows"])
-TOLERANCE = {"rspo+": 1.0, "mse": 3.0, "spo+": 3.0}  # points; the issue's acceptance bands
 PAPER_ORDERINGS = (("rspo+", "spo+", ("fed", "per")), ("spo+", "mse", ("per",)))  # better, worse, stages
 # Table 9's variants -> (table, method, stage) of the results: where each row's numbers come from.
 TABLE9 = {
@@ -37,6 +36,15 @@ TABLE9 = {
     "full (annealing and freezing)": ("t3", "rspo+", "per"),
 }
 FULL = "full (annealing and freezing)"
+# Table 4's columns and Table 14's settings (at (0,0,0)): (table, method, stage) of the results
+TABLE4 = (("t4", "interp-dffl", "interp"), ("t4", "optnet", "per"), ("t3", "rspo+", "per"))
+TABLE14 = {
+    "SPO+ centralized": ("t14", "centralized-spo+", "per"),
+    "SPO+ local-only": ("t14", "spo+-local-only", "per"),
+    "SPO+ Fed": ("t3", "spo+", "fed"),
+    "SPO+ Fed+P": ("t3", "spo+", "per"),
+    "RSPO+ centralized": ("t14", "centralized-rspo+", "per"),
+}
 NAMES = {"mse": "MSE", "pfyl": "PFYL", "dpo": "DPO", "spo+": "SPO+", "rspo+": "RSPO+"}
 LEVEL = 0.1  # points: two means closer than this are "level" ("about as good")
 FAR = 2.0  # a regret at least FAR times another is "far" behind it
@@ -63,8 +71,7 @@ def base_config(row: str, seed: int, quick: bool) -> dict[str, Any]:
 def grid(
     seeds: tuple[int, ...], rows: tuple[str, ...], quick: bool, losses: tuple[str, ...] = LOSSES
 ) -> list[Job]:
-    """Every run on ``rows``: per seed and row, Table 3's ``losses``, then the plan's ``[[runs]]`` on
-    that row (Table 14's federated cells reuse Table 3 and 9 runs)."""
+    """Per seed and row, Table 3's ``losses``, then the plan's ``[[runs]]`` on that row."""
     jobs = []
     for seed in seeds:
         for row in rows:
@@ -98,18 +105,14 @@ def collect(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
             entry["seeds"].append(job.seed)
             if table == "t4" and method.startswith("optnet"):
                 entry.setdefault("val", []).append(100 * summary["aggregate"]["per-val-relative-regret"])
-    for table in out.values():
-        for row in table.values():
-            for method in row.values():
-                for entry in method.values():
-                    entry["mean"], entry["std"] = mean_std(entry["values"])
+    for e in (e for t in out.values() for r in t.values() for m in r.values() for e in m.values()):
+        e["mean"], e["std"] = mean_std(e["values"])
     for methods in out.get("t4", {}).values():
         options = [entry["per"] for method, entry in methods.items() if method.startswith("optnet-")]
         if options:
             seeds = range(len(options[0]["values"]))
             picked = [min(options, key=lambda o: o["val"][i])["values"][i] for i in seeds]
-            methods["optnet"] = {"per": {"values": picked, "seeds": options[0]["seeds"]}}
-            methods["optnet"]["per"]["mean"], methods["optnet"]["per"]["std"] = mean_std(picked)
+            methods["optnet"] = {"per": stat(picked, options[0]["seeds"])}
     return out
 
 
@@ -128,31 +131,27 @@ def orderings(tables: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def table4(tables: dict[str, Any], row: str) -> tuple[Any, Any, Any]:
-    """Table 4's cells of ``row``: Interp-DFFL, OptNet-style and FedRSPO+ (+P) entries (None: not run)."""
-    t4 = tables.get("t4", {}).get(row, {})
-    full = tables.get("t3", {}).get(row, {}).get("rspo+", {}).get("per")
-    return t4.get("interp-dffl", {}).get("interp"), t4.get("optnet", {}).get("per"), full
+def entry(tables: dict[str, Any], table: str, row: str, method: str, stage: str) -> Any:
+    """One statistics entry of the tables (None: not run)."""
+    return tables.get(table, {}).get(row, {}).get(method, {}).get(stage)
+
+
+def table4(tables: dict[str, Any], row: str) -> list[Any]:
+    """Table 4's cells of ``row``: Interp-DFFL, OptNet-style and FedRSPO+ (+P) entries."""
+    return [entry(tables, t, row, m, s) for t, m, s in TABLE4]
 
 
 def table9(tables: dict[str, Any]) -> dict[str, list[Any]]:
-    """Table 9's variants -> their entry on each of ABLATION_ROWS (None where not run)."""
+    """Table 9's variants -> their entry on each of ABLATION_ROWS."""
     return {
-        label: [tables.get(table, {}).get(row, {}).get(method, {}).get(stage) for row in ABLATION_ROWS]
-        for label, (table, method, stage) in TABLE9.items()
+        label: [entry(tables, t, row, m, s) for row in ABLATION_ROWS]
+        for label, (t, m, s) in TABLE9.items()
     }
 
 
 def table14(tables: dict[str, Any]) -> dict[str, Any]:
-    """Table 14's settings -> their statistics entry (None when not run)."""
-    row, t3 = (tables.get(t, {}).get("(0,0,0)", {}) for t in ("t14", "t3"))
-    return {
-        "SPO+ centralized": row.get("centralized-spo+", {}).get("per"),
-        "SPO+ local-only": row.get("spo+-local-only", {}).get("per"),
-        "SPO+ Fed": t3.get("spo+", {}).get("fed"),
-        "SPO+ Fed+P": t3.get("spo+", {}).get("per"),
-        "RSPO+ centralized": row.get("centralized-rspo+", {}).get("per"),
-    }
+    """Table 14's settings -> their entry (all at (0,0,0))."""
+    return {label: entry(tables, t, "(0,0,0)", m, s) for label, (t, m, s) in TABLE14.items()}
 
 
 def differences(tables: dict[str, Any], paper: dict[str, Any]) -> dict[str, Any]:
@@ -170,20 +169,16 @@ def differences(tables: dict[str, Any], paper: dict[str, Any]) -> dict[str, Any]
     for label, entries in table9(tables).items():
         if all(entries):
             out["t9"][label] = [e["mean"] - r for e, r in zip(entries, paper["t9"][label], strict=True)]
-    for label, entry in table14(tables).items():
-        if entry:
-            out["t14"][label] = entry["mean"] - paper["t14"][label]
+    for label, e in table14(tables).items():
+        if e:
+            out["t14"][label] = e["mean"] - paper["t14"][label]
     return out
 
 
-# --- the facts the report's prose states (templates/knapsack.md says the sentences) ------------------------
+# --- the facts the report's prose states, from knapsack.json (templates/knapsack.md says the sentences) -----
 def up(x: float, digits: int = 2) -> str:
     """A bound ("within x") rounded up, so that the stated bound is never below the truth."""
     return f"{math.ceil(x * 10**digits - 1e-9) / 10**digits:.{digits}f}"
-
-
-def mean(tables: dict[str, Any], table: str, row: str, method: str, stage: str) -> float:
-    return tables[table][row][method][stage]["mean"]
 
 
 def verdict(d: float) -> str:
@@ -191,13 +186,11 @@ def verdict(d: float) -> str:
     return "level" if abs(d) < LEVEL else "behind" if d > 0 else "ahead"
 
 
-def facts_table3(t: dict[str, Any], paper: dict[str, Any]) -> dict[str, Any]:
+def facts_table3(tables: dict[str, Any], paper: dict[str, Any], diff: dict[str, Any]) -> dict[str, Any]:
+    t, paper, diff = tables["t3"], paper["t3"], diff["t3"]
     cells = {  # loss -> [(ours - paper, row, stage, ours, paper)] over the cells the paper reports
-        loss: [
-            (mean(t, "t3", row, loss, s) - ref[loss][i], row, s, mean(t, "t3", row, loss, s), ref[loss][i])
-            for row, ref in paper["t3"].items()
-            for i, s in enumerate(("fed", "per"))
-        ]
+        loss: [(diff[row][loss][i], row, s, t[row][loss][s]["mean"], paper[row][loss][i])
+               for row in paper for i, s in enumerate(("fed", "per"))]
         for loss in LOSSES
     }
     bound = {loss: max(abs(c[0]) for c in cells[loss]) for loss in LOSSES}
@@ -210,20 +203,17 @@ def facts_table3(t: dict[str, Any], paper: dict[str, Any]) -> dict[str, Any]:
         "lower": sum(d < 0 for d in big),
         "largest": [(NAMES[loss], *c[1:]) for c, loss in largest],  # (loss, row, stage, ours, paper)
         "same-cell": len({(c[1], c[2]) for c, _ in largest}) == 1,
-        "failed": list(dict.fromkeys(o["row"] for o in orderings(t) if not o["holds"])),
-        "unreported": len([row for row in t["t3"] if row not in paper["t3"]]),
+        "failed": list(dict.fromkeys(o["row"] for o in orderings({"t3": t}) if not o["holds"])),
+        "unreported": len([row for row in t if row not in paper]),
     }
 
 
-def facts_table4(t: dict[str, Any], paper: dict[str, Any]) -> dict[str, Any]:
-    rows = list(paper["t4"])
+def facts_table4(tables: dict[str, Any], paper: dict[str, Any], diff: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"rows": []}
-    for i, (method, stage) in enumerate((("interp-dffl", "interp"), ("optnet", "per"))):
-        below = [paper["t4"][row][i] - mean(t, "t4", row, method, stage) for row in rows]  # paper - ours
-        out[method] = min(below), max(below)
-    for row in rows:
-        i, f = t["t4"][row]["interp-dffl"]["interp"], t["t3"][row]["rspo+"]["per"]
-        pi, pf = paper["t4"][row][0], paper["t4"][row][2]
+    for k, method in enumerate(("interp-dffl", "optnet")):  # how far below the paper: -(ours - paper)
+        out[method] = -max(d[k] for d in diff["t4"].values()), -min(d[k] for d in diff["t4"].values())
+    for row, (pi, _, pf) in paper["t4"].items():
+        i, _, f = table4(tables, row)
         ours = {"level": None, "ahead": "Interp-DFFL", "behind": "FedRSPO+"}[verdict(i["mean"] - f["mean"])]
         theirs = None if pi == pf else ("Interp-DFFL" if pi < pf else "FedRSPO+")
         a, b = (f, i) if ours == "FedRSPO+" else (i, f)  # the one ahead first
@@ -235,41 +225,31 @@ def facts_table4(t: dict[str, Any], paper: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def facts_table9(t: dict[str, Any], paper: dict[str, Any]) -> dict[str, Any]:
-    local = [mean(t, "t9", row, "local-only", "per") for row in ABLATION_ROWS]
-    full = [mean(t, "t3", row, "rspo+", "per") for row in ABLATION_ROWS]
-    here = {verdict(x - y) for x, y in zip(local, full, strict=True)}
-    pairs = list(zip(paper["t9"]["local-only RSPO+"], paper["t9"][FULL], strict=True))
+def facts_table9(tables: dict[str, Any], paper: dict[str, Any], diff: dict[str, Any]) -> dict[str, Any]:
+    paper, diff = paper["t9"], diff["t9"]
+    local, full = (table9(tables)[label] for label in ("local-only RSPO+", FULL))
+    here = {verdict(x["mean"] - y["mean"]) for x, y in zip(local, full, strict=True)}
+    pairs = list(zip(paper["local-only RSPO+"], paper[FULL], strict=True))
     there = (
         "far" if all(x >= FAR * y for x, y in pairs)
         else "behind" if all(x >= y + LEVEL for x, y in pairs)
         else "level" if all(abs(x - y) < LEVEL for x, y in pairs)
         else "mixed"
     )
-
-    def bound(variants: list[str]) -> str:
-        diffs = []
-        for label in variants:
-            table, method, stage = TABLE9[label]
-            refs = zip(ABLATION_ROWS, paper["t9"][label], strict=True)
-            diffs += [mean(t, table, row, method, stage) - ref for row, ref in refs]
-        return up(max(map(abs, diffs)))
-
     rspo = [label for label in TABLE9 if label not in ("local-only RSPO+", "FedSPO+")]
+    bound = {k: up(max(abs(d) for label in labels for d in diff[label])) for k, labels in
+             (("rspo", rspo), ("spo", ["FedSPO+"]))}
     return {"here": here.pop() if len(here) == 1 else "mixed", "there": there, "local": local, "full": full,
-            "rspo": len(rspo), "rspo-bound": bound(rspo), "spo-bound": bound(["FedSPO+"])}
+            "rspo": len(rspo), "bound": bound}
 
 
-def facts_notes(t: dict[str, Any], paper: dict[str, Any]) -> dict[str, Any]:
+def facts_notes(t: dict[str, Any], paper: dict[str, Any], _: dict[str, Any]) -> dict[str, Any]:
     def spread(losses: tuple[str, ...]) -> tuple[float, float]:
         stds = [t["t3"][row][loss][s]["std"] for row in t["t3"] for loss in losses for s in ("fed", "per")]
         return min(stds), max(stds)
 
-    rspo = [  # (paper, ours)
-        (ref, mean(t, "t9", row, "local-only", "per"))
-        for row, ref in zip(ABLATION_ROWS, paper["t9"]["local-only RSPO+"], strict=True)
-        if row in t.get("t9", {})
-    ]
+    local = zip(table9(t)["local-only RSPO+"], paper["t9"]["local-only RSPO+"], strict=True)
+    rspo = [(ref, e["mean"]) for e, ref in local if e]  # (paper, ours)
     spo = table14(t)["SPO+ local-only"]
     spo_worse = spo is not None and spo["mean"] > paper["t14"]["SPO+ local-only"]
     return {
@@ -294,29 +274,18 @@ def markdown(data: dict[str, Any]) -> str:
     t, paper = data["tables"], data["paper"]
     default_grid = not data["quick"] and not data.get("grid")  # the paper's rows, losses and 20 clients
     parts = {"t3": facts_table3, "t4": facts_table4, "t9": facts_table9, "notes": facts_notes}
-    facts = {k: part(t, paper) for k, part in parts.items()} if default_grid else {}
-    return render(
-        "knapsack.md",
-        # knapsack.json files written before these were recorded: the default engine with 2 workers
-        **{"grid": "", "clients": CLIENTS, "engine": "inline", "workers": 2, "studies": {}} | data,
-        wall_time=data["wall-time-s"],
-        default_grid=default_grid,
-        facts=facts,
-        losses=[loss for loss in LOSSES if any(loss in m for m in t.get("t3", {}).values())],
-        table4=table4,
-        table9=table9(t),
-        table14=table14(t),
-        ablation_rows=ABLATION_ROWS,
-        names=NAMES,
-        tolerance=TOLERANCE,
-        bullet=bullet,
-    )
+    facts = {k: part(t, paper, data["differences"]) for k, part in parts.items()} if default_grid else {}
+    losses = [loss for loss in LOSSES if any(loss in m for m in t.get("t3", {}).values())]
+    # knapsack.json files written before these were recorded: the default engine with 2 workers
+    defaults = {"grid": "", "clients": CLIENTS, "engine": "inline", "workers": 2, "studies": {}}
+    return render("knapsack.md", **defaults | data, wall_time=data["wall-time-s"], default_grid=default_grid,
+                  facts=facts, losses=losses, table4=table4, table9=table9(t), table14=table14(t),
+                  ablation_rows=ABLATION_ROWS, names=NAMES, bullet=bullet)
 
 
 # --- the studies' index (knapsack_study writes the studies) ------------------------------------------------
 def ranking(cells: dict[str, Any]) -> list[str]:
-    """Per row and loss of a study: the variant with the lowest mean +P regret (Fed where no +P),
-    and its margin over the runner-up in points and in the runner-up's standard deviations."""
+    """Per row and loss of a study: the best variant (mean +P, else Fed) and its margin over the next."""
     out = []
     for row, by_loss in cells.items():
         for loss, by_variant in by_loss.items():
@@ -333,8 +302,7 @@ def ranking(cells: dict[str, Any]) -> list[str]:
 
 
 def study_index(out: Path) -> dict[str, Any]:
-    """What each study in ``out`` (``knapsack-<study>.json``) ran and found: its runs, seeds,
-    variants, the paper's orderings pair by pair and the best variant per row and loss."""
+    """What each study in ``out`` (``knapsack-<study>.json``) ran and found."""
     index = {}
     for path in sorted(out.glob("knapsack-*.json")):
         study = json.loads(path.read_text(encoding="utf-8"))
@@ -342,10 +310,7 @@ def study_index(out: Path) -> dict[str, Any]:
             index[name] = {
                 "file": f"knapsack-{name}.md",
                 "command": f"hetfed reproduce knapsack-study {name}" + (" --quick" if study["quick"] else ""),
-                "quick": study["quick"],
-                "seeds": study["seeds"],
-                "runs": study["runs"],
-                "runs-wall-time-s": study["runs-wall-time-s"],
+                **{k: study[k] for k in ("quick", "seeds", "runs", "runs-wall-time-s")},
                 "rows": list(study["table"]),
                 "variants": [v["label"] for v in study["variants"]],
                 "orderings": study["orderings"],
@@ -355,8 +320,7 @@ def study_index(out: Path) -> dict[str, Any]:
 
 
 def refresh_study_index(out: Path) -> bool:
-    """Re-index the studies in ``out``'s knapsack.json and re-render knapsack.md (after a study ran);
-    False when there is no knapsack.json yet (``hetfed reproduce knapsack`` indexes them then)."""
+    """Re-index the studies in ``out``'s knapsack.json and knapsack.md; False without a knapsack.json."""
     path = out / "knapsack.json"
     if not path.exists():
         return False

@@ -15,13 +15,13 @@ import itertools
 import math
 import re
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from hetfed.config import SCHEMA, parse_assignments
 from hetfed.reproduce.centralized import centralized
-from hetfed.reproduce.common import OUT, default_workers, render, stat, write_json
+from hetfed.reproduce.common import OUT, default_workers, publish, render, stat
 from hetfed.reproduce.knapsack import CLIENTS, LOSSES, base_config, ranking, refresh_study_index, row_etas
 from hetfed.reproduce.knapsack import PLAN as KNAPSACK
 from hetfed.reproduce.plan import Job, Plan, run_jobs
@@ -84,16 +84,6 @@ def jobs(study: Study, quick: bool, fixed: dict[str, Any]) -> list[Job]:
     return out
 
 
-def freezing(run_dir: Path) -> dict[str, float]:
-    """QP-LP gap diagnostics of one run: the share of clients frozen and their mean freeze round."""
-    frozen = list(frozen_at(run_dir).values())
-    at = [t for t in frozen if t > 0]
-    return {
-        "frozen-share": len(at) / len(frozen) if frozen else math.nan,
-        "frozen-round": sum(at) / len(at) if at else math.nan,
-    }
-
-
 def table(all_jobs: list[Job], summaries: list[dict[str, Any]], results_dir: Path) -> dict[str, Any]:
     """``{row: {loss: {variant: {"fed", "per", "per/fed", "frozen-share", "frozen-round": stat}}}}``."""
     cells: dict[tuple[str, ...], dict[str, list[float]]] = {}
@@ -101,8 +91,11 @@ def table(all_jobs: list[Job], summaries: list[dict[str, Any]], results_dir: Pat
     for job, summary in zip(all_jobs, summaries, strict=True):
         fed, per = cell(summary, "fed"), cell(summary, "per")
         values = {"fed": fed, "per": per, "per/fed": per / fed if fed else math.nan}
-        if job.key[1] == "rspo+" and job.config.get("personal-rounds", 1):
-            values.update(freezing(results_dir / job.config["run-name"]))
+        if job.key[1] == "rspo+" and job.config.get("personal-rounds", 1):  # RSPO+'s QP-LP gap diagnostics
+            frozen = list(frozen_at(results_dir / job.config["run-name"]).values())  # 0: never froze
+            at = [t for t in frozen if t > 0]
+            values["frozen-share"] = len(at) / len(frozen) if frozen else math.nan
+            values["frozen-round"] = sum(at) / len(at) if at else math.nan
         for metric, value in values.items():
             cells.setdefault(job.key, {}).setdefault(metric, []).append(value)
         seeds.setdefault(job.key, []).append(job.seed)
@@ -130,9 +123,8 @@ def add_centralized(cells: dict[str, Any], planned: list[Job], reference: str) -
 
 
 def orderings(cells: dict[str, Any], variants: list[str]) -> list[dict[str, Any]]:
-    """The paper's ordering, pair by pair (RSPO+ < SPO+, SPO+ < MSE), per variant and stage (Fed, +P):
-    in how many rows the mean over seeds keeps it, the rows where it does not, and the smallest margin
-    (the worse loss's mean minus the better one's)."""
+    """Per variant, stage and pair of the paper's ordering: the rows where the means keep it, where
+    not, and the smallest margin (the worse loss's mean minus the better one's)."""
     out = []
     for variant, stage, (better, worse) in itertools.product(
         variants, ("fed", "per"), (("rspo+", "spo+"), ("spo+", "mse"))
@@ -143,11 +135,9 @@ def orderings(cells: dict[str, Any], variants: list[str]) -> list[dict[str, Any]
             if all(m is not None and math.isfinite(m) for m in pair):
                 margins[row] = pair[1] - pair[0]
         if margins:
-            fails = [row for row, m in margins.items() if m <= 0]
-            order, rows = f"{better} < {worse}", len(margins)
-            holds, margin = rows - len(fails), min(margins.values())
-            out.append({"variant": variant, "stage": stage, "order": order, "rows": rows, "holds": holds,
-                        "fails": fails, "margin": margin})
+            fails, order = [row for row, m in margins.items() if m <= 0], f"{better} < {worse}"
+            out.append({"variant": variant, "stage": stage, "order": order, "rows": len(margins),
+                        "holds": len(margins) - len(fails), "fails": fails, "margin": min(margins.values())})
     return out
 
 
@@ -158,8 +148,7 @@ def paper_settings(study: Study, variant: Variant, fixed: dict[str, Any], quick:
 
 
 def markdown(data: dict[str, Any]) -> str:
-    """knapsack-<study>.md (templates/knapsack-study.md: also each study's title and question) from
-    its JSON alone."""
+    """knapsack-<study>.md from its JSON alone (templates/knapsack-study.md has the titles, questions)."""
     labels = [v["label"] for v in data["variants"]]
     return render("knapsack-study.md", **data, data=data, labels=labels, best=ranking(data["table"]))
 
@@ -230,8 +219,7 @@ def run(args: argparse.Namespace) -> int:
     summaries = run_jobs(planned, inline)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    variants = [{"label": v.label, "overrides": v.overrides, "clients": v.clients} for v in study.variants]
-    variants += [{"label": "centralized", "overrides": {}, "clients": 0}] if study.centralized else []
+    pooled = (Variant("centralized", {}),) if study.centralized else ()  # add_centralized's cells
     data = {
         "study": study.name,
         "seeds": list(PLAN.seeds[: study.seeds]),
@@ -243,17 +231,16 @@ def run(args: argparse.Namespace) -> int:
         "runs": len(planned),
         "runs-wall-time-s": round(sum(float(x.get("wall-time-s", 0.0)) for x in summaries), 1),
         "unit": "relative regret %",
-        "variants": variants,
+        "variants": [asdict(v) for v in study.variants + pooled],
         "table": (cells := table(planned, summaries, results_dir)),
         "centralized": study.centralized and add_centralized(cells, planned, study.variants[0].label),
         "orderings": orderings(cells, [v.label for v in study.variants]),
         "paper-settings": [v.label for v in study.variants if paper_settings(study, v, fixed, args.quick)],
         "paper-t3": KNAPSACK.paper["t3"],
     }
-    write_json(out / f"knapsack-{study.name}.json", data)
-    text = markdown(data)
-    (out / f"knapsack-{study.name}.md").write_text(text, encoding="utf-8")
-    plot(study, data, text.splitlines()[0].removeprefix("# Knapsack study: "), out)
+    publish(out, f"knapsack-{study.name}", data, markdown)
+    text = (out / f"knapsack-{study.name}.md").read_text(encoding="utf-8")
+    plot(study, data, text.splitlines()[0].removeprefix("# Knapsack study: "), out)  # the report's title
     print(text)
     if not refresh_study_index(out):
         print(f"(no {out / 'knapsack.json'} yet: `hetfed reproduce knapsack` will index this study)")
