@@ -219,9 +219,8 @@ def facts_table4(tables: dict[str, Any], paper: dict[str, Any], diff: dict[str, 
         a, b = (f, i) if ours == "FedRSPO+" else (i, f)  # the one ahead first
         pa, pb = (pf, pi) if theirs == "FedRSPO+" else (pi, pf)
         noisy = ours is not None and abs(i["mean"] - f["mean"]) < max(i["std"], f["std"])
-        same = ours == theirs
-        out["rows"].append({"row": row, "ours": ours, "theirs": theirs, "same": same, "noisy": noisy,
-                            "a": a, "b": b, "pa": pa, "pb": pb, "i": i, "f": f})
+        out["rows"].append({"row": row, "ours": ours, "theirs": theirs, "same": ours == theirs,
+                            "noisy": noisy, "a": a, "b": b, "pa": pa, "pb": pb, "i": i, "f": f})
     return out
 
 
@@ -230,12 +229,9 @@ def facts_table9(tables: dict[str, Any], paper: dict[str, Any], diff: dict[str, 
     local, full = (table9(tables)[label] for label in ("local-only RSPO+", FULL))
     here = {verdict(x["mean"] - y["mean"]) for x, y in zip(local, full, strict=True)}
     pairs = list(zip(paper["local-only RSPO+"], paper[FULL], strict=True))
-    there = (
-        "far" if all(x >= FAR * y for x, y in pairs)
-        else "behind" if all(x >= y + LEVEL for x, y in pairs)
-        else "level" if all(abs(x - y) < LEVEL for x, y in pairs)
-        else "mixed"
-    )
+    there = ("far" if all(x >= FAR * y for x, y in pairs)
+             else "behind" if all(x >= y + LEVEL for x, y in pairs)
+             else "level" if all(abs(x - y) < LEVEL for x, y in pairs) else "mixed")
     rspo = [label for label in TABLE9 if label not in ("local-only RSPO+", "FedSPO+")]
     bound = {k: up(max(abs(d) for label in labels for d in diff[label])) for k, labels in
              (("rspo", rspo), ("spo", ["FedSPO+"]))}
@@ -257,8 +253,7 @@ def facts_notes(t: dict[str, Any], paper: dict[str, Any], _: dict[str, Any]) -> 
         "rspo-spread": spread(("rspo+",)),
         "opposite": bool(rspo) and all(ref >= FAR * ours for ref, ours in rspo) and spo_worse,
         "rspo": "better" if rspo and all(o < r for r, o in rspo)
-        else "worse" if rspo and all(o > r for r, o in rspo)
-        else "mixed",
+        else "worse" if rspo and all(o > r for r, o in rspo) else "mixed",
         "spo": "n/a" if spo is None else "worse" if spo_worse else "not worse",
     }
 
@@ -404,19 +399,11 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     data = {
-        "seeds": list(seeds),
-        "wall-time-s": round(time.time() - started, 1),
-        "quick": args.quick,
-        "grid": custom,  # '' for the paper's rows, losses and clients
-        "clients": args.clients,
-        "engine": args.engine,
+        "seeds": list(seeds), "wall-time-s": round(time.time() - started, 1), "quick": args.quick,
+        "grid": custom, "clients": args.clients, "engine": args.engine,  # grid: '' for the paper's
         "workers": args.workers if args.engine == "inline" else 1,  # run_many: the others run one at a time
-        "unit": "relative regret %",
-        "tables": res,
-        "paper": PLAN.paper,
-        "differences": differences(res, PLAN.paper),
-        "orderings": orderings(res),
-        "studies": study_index(out),
+        "unit": "relative regret %", "tables": res, "paper": PLAN.paper,
+        "differences": differences(res, PLAN.paper), "orderings": orderings(res), "studies": study_index(out),
     }
     publish(out, "knapsack", data, markdown)
     plot(Path(args.results_dir), jobs, out)

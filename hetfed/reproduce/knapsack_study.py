@@ -72,14 +72,8 @@ def jobs(study: Study, quick: bool, fixed: dict[str, Any]) -> list[Job]:
         PLAN.seeds[: study.seeds], study.rows, study.losses, study.variants
     ):
         name = re.sub(r"[^A-Za-z0-9.+=-]+", "_", f"{study.name}-{row}-{loss}-{variant.label}-s{seed}")
-        cfg = {
-            **base_config(row, seed, quick=False),
-            "loss": loss,
-            **(PLAN.quick if quick else {}),
-            **variant.overrides,
-            **fixed,
-            "run-name": name,
-        }
+        cfg = {**base_config(row, seed, quick=False), "loss": loss, **(PLAN.quick if quick else {}),
+               **variant.overrides, **fixed, "run-name": name}
         out.append(Job((row, loss, variant.label), seed, cfg, variant.clients or study.clients))
     return out
 
@@ -221,14 +215,9 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     pooled = (Variant("centralized", {}),) if study.centralized else ()  # add_centralized's cells
     data = {
-        "study": study.name,
-        "seeds": list(PLAN.seeds[: study.seeds]),
-        "clients": study.clients,
-        "quick": args.quick,
-        "set": fixed,
-        "workers": args.workers,
-        "wall-time-s": round(time.time() - started, 1),
-        "runs": len(planned),
+        "study": study.name, "seeds": list(PLAN.seeds[: study.seeds]), "clients": study.clients,
+        "quick": args.quick, "set": fixed, "workers": args.workers,
+        "wall-time-s": round(time.time() - started, 1), "runs": len(planned),
         "runs-wall-time-s": round(sum(float(x.get("wall-time-s", 0.0)) for x in summaries), 1),
         "unit": "relative regret %",
         "variants": [asdict(v) for v in study.variants + pooled],
