@@ -107,7 +107,7 @@ def add_centralized(cells: dict[str, Any], planned: list[Job], reference: str) -
         for loss, by_variant in by_loss.items():
             runs = [j for j in planned if j.key == (row, loss, reference)]
             seeds = [j.seed for j in runs]
-            none = [math.nan] * len(runs)
+            none = [float("nan")] * len(runs)
             by_variant["centralized"] = {
                 "fed": stat(none, seeds),
                 "per": stat([centralized(j.config, j.nodes or CLIENTS) for j in runs], seeds),
