@@ -797,10 +797,9 @@ def test_the_orderings_the_write_ups_state_hold_in_the_json() -> None:
 
 def knapsack_table_lines() -> list[str]:
     """Every row of knapsack.md's tables and acceptance checks, rendered from knapsack.json by the
-    report's own renderers (hetfed/reproduce/knapsack.py: table_sections, findings, study_sections);
-    the headings and the tables' header rows are left out."""
-    d = results("knapsack")
-    lines = knapsack.table_sections(d) + knapsack.findings(d) + knapsack.study_sections(d["studies"])
+    report's own renderer (hetfed/reproduce/knapsack.py: markdown, templates/knapsack.md); the
+    headings and the tables' header rows are left out."""
+    lines = knapsack.markdown(results("knapsack")).splitlines()
     return [
         line
         for line, after in zip(lines, [*lines[1:], ""], strict=True)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from hetfed.reproduce.knapsack_study import STUDIES
+
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 
 # report name -> the module whose ``markdown(data)`` renders docs/results/<name>.md from <name>.json
@@ -21,6 +23,8 @@ RENDERERS = {
     "pflsa": "hetfed.reproduce.pflsa",
     "pflsa-communication": "hetfed.reproduce.pflsa_communication",
     "pflsa-theory": "hetfed.reproduce.pflsa_theory",
+    "knapsack": "hetfed.reproduce.knapsack",
+    **{f"knapsack-{study}": "hetfed.reproduce.knapsack_study" for study in STUDIES},
 }
 
 

@@ -70,6 +70,11 @@ def test_mean_std_and_fmt() -> None:
             "seeds = [1]\n[[runs]]\ntable = 't'\nmethod = 'm'\nrows = 'r'\nconfig = {}",
             "runs[0].rows: 'r' is not an axis",
         ),
+        (
+            "seeds = [1]\n[axes]\nr = [1]\n[[runs]]\ntable = 't'\nmethod = 'm'\nrows = 'r'\n"
+            "config = {}\nnodes = 0",
+            "runs[0].nodes: expected a federation size >= 1, got 0",
+        ),
         ("seeds = [1]\n[base", "Expected ']'"),
     ],
 )

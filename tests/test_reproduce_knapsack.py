@@ -55,12 +55,12 @@ def test_the_papers_orderings_are_checked_per_row_with_their_margin() -> None:
 def test_committed_knapsack_json_holds_each_difference_from_the_paper_and_the_study_index() -> None:
     data = json.loads((RESULTS / "knapsack.json").read_text())
     tables, diff = data["tables"], data["differences"]
-    for row, by_loss in knapsack.PAPER_T3.items():
+    for row, by_loss in knapsack.PLAN.paper["t3"].items():
         for loss, (fed, per) in by_loss.items():
             ours = tables["t3"][row][loss]
             expected = [ours["fed"]["mean"] - fed, ours["per"]["mean"] - per]
             assert diff["t3"][row][loss] == pytest.approx(expected)
-    for row, (interp, optnet, full) in knapsack.PAPER_T4.items():
+    for row, (interp, optnet, full) in knapsack.PLAN.paper["t4"].items():
         expected = [
             tables["t4"][row]["interp-dffl"]["interp"]["mean"] - interp,
             tables["t4"][row]["optnet"]["per"]["mean"] - optnet,

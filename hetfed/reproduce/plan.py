@@ -7,7 +7,7 @@ A plan file is ``hetfed/reproduce/plans/<experiment>.toml`` with one schema:
   (both checked against :data:`hetfed.config.SCHEMA`);
 - ``[axes]``: the grid's named lists of values (the experiment says what each value sets);
 - ``[[runs]]``: runs beyond the axes' product, each a ``table``, ``method``, the ``rows`` axis it
-  runs on and its ``config`` overrides;
+  runs on, its ``config`` overrides and optionally its federation size ``nodes``;
 - ``[paper]``: the paper's numbers, as the report quotes them.
 
 A malformed plan raises :class:`PlanError` with one line naming the file, the key and the culprit.
@@ -121,12 +121,14 @@ def _checked(path: Path, raw: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(entry, dict):
             raise fail(where, f"expected a table, got {entry!r}")
         missing = [k for k in RUN_KEYS if k not in entry]
-        extra = [k for k in entry if k not in RUN_KEYS]
+        extra = [k for k in entry if k not in (*RUN_KEYS, "nodes")]
         if missing or extra:
             raise fail(where, f"{'missing' if missing else 'unknown'} key {(missing or extra)[0]!r}")
         if entry["rows"] not in axes:
             raise fail(f"{where}.rows", f"{entry['rows']!r} is not an axis of [axes]")
         check_config(f"{where}.config", entry["config"])
+        if not isinstance(entry.get("nodes", 1), int) or entry.get("nodes", 1) < 1:
+            raise fail(f"{where}.nodes", f"expected a federation size >= 1, got {entry['nodes']!r}")
     return {
         "seeds": tuple(seeds),
         "base": raw.get("base", {}),
