@@ -83,8 +83,6 @@ def test_the_papers_ordering_is_counted_per_pair_and_row_with_its_smallest_margi
 
 
 def test_the_centralized_yardstick_pools_the_same_clients_and_settings_as_the_runs(tmp_path: Path) -> None:
-    from hetfed.reproduce.centralized import centralized
-
     out, runs = tmp_path / "out", tmp_path / "runs"
     argv = ["reproduce", "knapsack-study", "data-heterogeneity", "--quick", "--rows", "(0,0,1)", "--losses"]
     argv += ["rspo+", "--clients", "3", "--workers", "1", "--out", str(out), "--results-dir", str(runs)]
@@ -92,6 +90,18 @@ def test_the_centralized_yardstick_pools_the_same_clients_and_settings_as_the_ru
     data = json.loads((out / "knapsack-data-heterogeneity.json").read_text())
     cell = data["table"]["(0,0,1)"]["rspo+"]["centralized"]
     (folder,) = [p for p in runs.iterdir() if p.name.endswith("fedrspo-s42")]
+    (pooled,) = [p for p in runs.iterdir() if p.name == folder.name + "-centralized"]
     config = json.loads((folder / "config.json").read_text())["config"]
-    assert config["n-train"] == 40 and cell["per"]["values"] == [centralized(config, 3)]
+    yardstick = json.loads((pooled / "config.json").read_text())["config"]
+    assert config["n-train"] == 40
+    assert (yardstick["strategy"], yardstick["engine"]) == ("centralized", "inline")
+    own = ("strategy", "run-name", "results-dir")
+
+    def shared(cfg: dict) -> dict:
+        return {k: v for k, v in cfg.items() if k not in own}
+
+    assert shared(yardstick) == shared(config)
+    summary = json.loads((pooled / "summary.json").read_text())
+    assert len(summary["clients"]) == 3
+    assert cell["per"]["values"] == [100 * summary["aggregate"]["fed-relative-regret"]]
     assert "| rspo+ | centralized | - |" in (out / "knapsack-data-heterogeneity.md").read_text()

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from hetfed.config import SCHEMA, parse_assignments
-from hetfed.reproduce.centralized import centralized
 from hetfed.reproduce.common import OUT, default_workers, publish, render, stat
 from hetfed.reproduce.knapsack import CLIENTS, LOSSES, base_config, ranking, refresh_study_index, row_etas
 from hetfed.reproduce.knapsack import PLAN as KNAPSACK
@@ -100,17 +99,29 @@ def table(all_jobs: list[Job], summaries: list[dict[str, Any]], results_dir: Pat
     return out
 
 
-def add_centralized(cells: dict[str, Any], planned: list[Job], reference: str) -> bool:
-    """Add the ``centralized`` cell to every row and loss: one model trained on the pooled data of the
-    ``reference`` variant's clients, per seed (its regret stands in the +P column)."""
+def centralized_jobs(planned: list[Job], reference: str) -> list[Job]:
+    """Per run of the ``reference`` variant, the same settings and clients as strategy ``centralized``:
+    one model trained on the pooled data of its clients (Table 14's yardstick)."""
+    return [
+        Job(j.key[:2] + ("centralized",), j.seed,
+            {**j.config, "strategy": "centralized", "run-name": f"{j.config['run-name']}-centralized"},
+            j.nodes)
+        for j in planned
+        if j.key[2] == reference
+    ]
+
+
+def add_centralized(cells: dict[str, Any], pooled: list[Job], summaries: list[dict[str, Any]]) -> bool:
+    """Add the ``centralized`` cell to every row and loss from the runs of :func:`centralized_jobs`
+    (the pooled model's regret stands in the +P column)."""
     for row, by_loss in cells.items():
         for loss, by_variant in by_loss.items():
-            runs = [j for j in planned if j.key == (row, loss, reference)]
-            seeds = [j.seed for j in runs]
+            runs = [(j, s) for j, s in zip(pooled, summaries, strict=True) if j.key[:2] == (row, loss)]
+            seeds = [j.seed for j, _ in runs]
             none = [float("nan")] * len(runs)
             by_variant["centralized"] = {
                 "fed": stat(none, seeds),
-                "per": stat([centralized(j.config, j.nodes or CLIENTS) for j in runs], seeds),
+                "per": stat([cell(s, "fed") for _, s in runs], seeds),
                 "per/fed": stat(none, seeds),
             }
     return True
@@ -209,20 +220,21 @@ def run(args: argparse.Namespace) -> int:
     fixed = parse_assignments(args.set)
     results_dir = Path(args.results_dir or f"results/reproduce-knapsack-{study.name}")
     planned = jobs(study, args.quick, fixed)
+    pooled = centralized_jobs(planned, study.variants[0].label) if study.centralized else []
     inline = argparse.Namespace(**(vars(args) | {"results_dir": results_dir, "engine": "inline"}))
-    summaries = run_jobs(planned, inline)
+    done = run_jobs(planned + pooled, inline)
+    summaries, pooled_summaries = done[: len(planned)], done[len(planned) :]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    pooled = (Variant("centralized", {}),) if study.centralized else ()  # add_centralized's cells
     data = {
         "study": study.name, "seeds": list(PLAN.seeds[: study.seeds]), "clients": study.clients,
         "quick": args.quick, "set": fixed, "workers": args.workers,
         "wall-time-s": round(time.time() - started, 1), "runs": len(planned),
         "runs-wall-time-s": round(sum(float(x.get("wall-time-s", 0.0)) for x in summaries), 1),
         "unit": "relative regret %",
-        "variants": [asdict(v) for v in study.variants + pooled],
+        "variants": [asdict(v) for v in study.variants + ((Variant("centralized", {}),) if pooled else ())],
         "table": (cells := table(planned, summaries, results_dir)),
-        "centralized": study.centralized and add_centralized(cells, planned, study.variants[0].label),
+        "centralized": study.centralized and add_centralized(cells, pooled, pooled_summaries),
         "orderings": orderings(cells, [v.label for v in study.variants]),
         "paper-settings": [v.label for v in study.variants if paper_settings(study, v, fixed, args.quick)],
         "paper-t3": KNAPSACK.paper["t3"],

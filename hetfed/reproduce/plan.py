@@ -149,21 +149,26 @@ def run_jobs(
 ) -> list[dict[str, Any]]:
     """Run ``jobs`` with the command line's ``--engine``, ``--workers`` and ``--results-dir``
     (:func:`hetfed.reproduce.common.run_many`, once per federation size, smallest first: a job's
-    ``nodes``, else ``nodes``); their summaries in the jobs' order."""
-    sizes = []
+    ``nodes``, else ``nodes``); their summaries in the jobs' order. A job whose strategy runs on
+    some engines only (hetfed.methods ``engines``: the centralized yardstick) runs on its first."""
+    from hetfed.methods import METHODS
+
+    groups = []  # per job: (federation size, engine)
     for job in jobs:
         size = job.nodes or nodes
         if size is None:
             raise ValueError(f"run_jobs: {job.config['run-name']} has no federation size")
-        sizes.append(size)
+        method = METHODS.get(str(job.config.get("strategy", "")))
+        only = method.engines if method is not None else ()
+        groups.append((size, args.engine if not only or args.engine in only else only[0]))
     summaries: list[dict[str, Any]] = [{}] * len(jobs)
-    for size in sorted(set(sizes)):
-        index = [i for i, n in enumerate(sizes) if n == size]
+    for size, engine in sorted(set(groups)):
+        index = [i for i, group in enumerate(groups) if group == (size, engine)]
         done = run_many(
             [jobs[i].config for i in index],
             nodes=size,
             results_dir=Path(args.results_dir),
-            engine=args.engine,
+            engine=engine,
             workers=args.workers,
             describe=describe,
             data_path=data_path,
