@@ -21,6 +21,11 @@ RENDERERS = {
     "pflsa": "hetfed.reproduce.pflsa",
     "pflsa-communication": "hetfed.reproduce.pflsa_communication",
     "pflsa-theory": "hetfed.reproduce.pflsa_theory",
+    "np-classification": "hetfed.reproduce.switching",
+    "fair-classification": "hetfed.reproduce.switching",
+    "safe-rl": "hetfed.reproduce.switching",
+    "safe-rl-trpo": "hetfed.reproduce.switching",
+    "switching-study": "hetfed.reproduce.switching_study",
 }
 
 
