@@ -128,8 +128,8 @@ def test_every_method_of_an_experiment_takes_the_same_gradient_evaluations() -> 
 
 
 def test_bad_methods_and_options_are_refused() -> None:
-    with pytest.raises(PlanError, match="method: expected \\[kind, parameters...\\]"):
-        rep.method(["switching"])
+    with pytest.raises(PlanError, match="method: expected \\[strategy, parameters...\\]"):
+        rep.method(["softmax-switching"])
     with pytest.raises(PlanError, match="got \\['annealing', 1.0\\]"):
         rep.method(["annealing", 1.0])
     assert rep.method(["primal-dual", "max", 1.0]) == {

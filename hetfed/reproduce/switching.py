@@ -29,18 +29,13 @@ from hetfed.reproduce.plan import Job, Plan, PlanError, run_jobs
 REPO = Path(__file__).resolve().parents[2]
 EXPERIMENTS = ("np-classification", "fair-classification", "safe-rl", "safe-rl-trpo")
 FAMILIES = ("switching", "crpo", "penalty", "primal-dual (mean)", "primal-dual (max)", "fedavg")
-# a plan's method [kind, parameters...] -> label, family, strategy, the parameters' run-config keys
+# a plan's method [strategy, parameters...] -> label, family, the parameters' run-config keys
 KINDS = {
-    "switching": ("switching alpha={0:g}", "switching", "softmax-switching", ("switching-alpha",)),
-    "penalty": ("penalty rho={0:g}", "penalty", "penalty", ("penalty-rho",)),
-    "primal-dual": (
-        "primal-dual {0} lr={1:g}",
-        "primal-dual ({0})",
-        "primal-dual",
-        ("pd-dual-step", "pd-dual-lr"),
-    ),
-    "crpo": ("parallel CRPO", "crpo", "crpo", ()),
-    "fedavg": ("fedavg (unconstrained)", "fedavg", "fedavg-unconstrained", ()),
+    "softmax-switching": ("switching alpha={0:g}", "switching", "switching-alpha"),
+    "penalty": ("penalty rho={0:g}", "penalty", "penalty-rho"),
+    "primal-dual": ("primal-dual {0} lr={1:g}", "primal-dual ({0})", "pd-dual-step pd-dual-lr"),
+    "crpo": ("parallel CRPO", "crpo", ""),
+    "fedavg-unconstrained": ("fedavg (unconstrained)", "fedavg", ""),
 }
 OUTPUTS = {"averaged model": "avg-", "last iterate": ""}  # output -> prefix of its F, G keys
 
@@ -72,15 +67,15 @@ class Grid:
 
 
 def method(spec: list[Any]) -> dict[str, Any]:
-    """A plan's ``[kind, parameters...]`` as a method."""
-    kind, *params = spec if isinstance(spec, list) and spec else [None]
-    if kind not in KINDS or len(params) != len(KINDS[kind][3]):
-        raise PlanError(f"method: expected [kind, parameters...] of {', '.join(KINDS)}, got {spec!r}")
-    label, family, strategy, keys = KINDS[kind]
+    """A plan's ``[strategy, parameters...]`` as a method."""
+    strategy, *params = spec if isinstance(spec, list) and spec else [None]
+    if strategy not in KINDS or len(params) != len(KINDS[strategy][2].split()):
+        raise PlanError(f"method: expected [strategy, parameters...] of {', '.join(KINDS)}, got {spec!r}")
+    label, family, keys = KINDS[strategy]
     return {
         "label": label.format(*params),
         "family": family.format(*params),
-        "overrides": {"strategy": strategy, **dict(zip(keys, params, strict=True))},
+        "overrides": {"strategy": strategy, **dict(zip(keys.split(), params, strict=True))},
         "value": params[-1] if params else 0.0,
     }
 
