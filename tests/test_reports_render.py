@@ -25,6 +25,11 @@ RENDERERS = {
     "pflsa-theory": "hetfed.reproduce.pflsa_theory",
     "knapsack": "hetfed.reproduce.knapsack",
     **{f"knapsack-{study}": "hetfed.reproduce.knapsack_study" for study in STUDIES},
+    "np-classification": "hetfed.reproduce.switching",
+    "fair-classification": "hetfed.reproduce.switching",
+    "safe-rl": "hetfed.reproduce.switching",
+    "safe-rl-trpo": "hetfed.reproduce.switching",
+    "switching-study": "hetfed.reproduce.switching_study",
 }
 
 

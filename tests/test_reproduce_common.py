@@ -65,6 +65,7 @@ def test_mean_std_and_fmt() -> None:
         ("seeds = [1]\n[base]\nnum-round = 3", "base: unknown key 'num-round'"),
         ("seeds = [1]\n[quick]\nnum-rounds = -1", "quick: 'num-rounds': must be >= 1, got -1"),
         ("seeds = [1]\n[axes]\nrows = []", "axes.rows: expected a non-empty list"),
+        ("seeds = [1]\nnodes = 0", "nodes: expected a positive integer, got 0"),
         ("seeds = [1]\n[[runs]]\ntable = 't'\nmethod = 'm'\nrows = 'rows'", "runs[0]: missing key 'config'"),
         (
             "seeds = [1]\n[[runs]]\ntable = 't'\nmethod = 'm'\nrows = 'r'\nconfig = {}",

@@ -2,8 +2,9 @@
 
 Every federated number is a real hetfed run; one run gives both the federated model's result (Fed)
 and the personalized one (+P). The centralized reference (Table 14) is a run of strategy
-``centralized``, which pools the clients' data in one process (inline engine): a yardstick only. Writes ``knapsack.md`` (from
-templates/knapsack.md), ``knapsack.json`` and ``knapsack-*.png`` to ``--out``.
+``centralized``, which pools the clients' data in one process (inline engine): a yardstick only.
+Writes ``knapsack.md`` (from templates/knapsack.md), ``knapsack.json`` and ``knapsack-*.png`` to
+``--out``.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 A plan file is ``hetfed/reproduce/plans/<experiment>.toml`` with one schema:
 
 - ``seeds``: a named list of :data:`SEEDS` (``"paper"``, ``"pilot"``) or a list of integers;
+- ``nodes``: the federation size of every run (optional; else the experiment says);
 - ``[base]``: the run config every run shares; ``[quick]``: what ``--quick`` adds to it
   (both checked against :data:`hetfed.config.SCHEMA`);
 - ``[axes]``: the grid's named lists of values (the experiment says what each value sets);
@@ -29,7 +30,7 @@ SEEDS: dict[str, tuple[int, ...]] = {
     "paper": (42, 69, 1993, 67, 2026),  # the papers' seeds
     "pilot": (42, 43, 44, 45, 46),  # the pilots' and the DP study's (no paper to match)
 }
-KEYS = ("seeds", "base", "quick", "axes", "runs", "paper")
+KEYS = ("seeds", "nodes", "base", "quick", "axes", "runs", "paper")
 RUN_KEYS = ("table", "method", "rows", "config")
 
 
@@ -59,6 +60,7 @@ class Plan:
     axes: dict[str, list[Any]] = field(default_factory=dict)
     runs: tuple[dict[str, Any], ...] = ()
     paper: dict[str, Any] = field(default_factory=dict)
+    nodes: int | None = None
 
     @classmethod
     def load(cls, name: str, path: Path | None = None) -> Plan:
@@ -104,6 +106,9 @@ def _checked(path: Path, raw: Mapping[str, Any]) -> dict[str, Any]:
         seeds = SEEDS[seeds]
     if not isinstance(seeds, list | tuple) or not seeds or not all(type(s) is int for s in seeds):
         raise fail("seeds", f"expected a seed list's name or a non-empty list of integers, got {seeds!r}")
+    nodes = raw.get("nodes")
+    if nodes is not None and (type(nodes) is not int or nodes < 1):
+        raise fail("nodes", f"expected a positive integer, got {nodes!r}")
     for key in ("axes", "paper"):
         if not isinstance(raw.get(key, {}), dict):
             raise fail(key, f"expected a table, got {raw[key]!r}")
@@ -136,6 +141,7 @@ def _checked(path: Path, raw: Mapping[str, Any]) -> dict[str, Any]:
         "axes": axes,
         "runs": tuple(runs),
         "paper": raw.get("paper", {}),
+        "nodes": nodes,
     }
 
 
