@@ -46,15 +46,19 @@ class Curve:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quick", action="store_true", help="a small budget (CI): one run, fewer levels")
-    parser.add_argument("--seed", type=int, default=42, help="seed of the Garnet MDPs (default 42)")
-    parser.add_argument("--runs", type=int, help="Fig. 2 runs (default 5; quick 1)")
+    add_lsa_arguments(
+        parser, "a small budget (CI): one run, fewer levels", "Fig. 2 runs (default 5; quick 1)"
+    )
     parser.add_argument("--fig1-runs", type=int, help="Fig. 1 runs (default 5; quick 1)")
     parser.add_argument("--fig1-iterations", type=int, help="Fig. 1 horizon T (default 10000; quick 400)")
-    add_output_arguments(parser)
 
 
-def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+def add_lsa_arguments(parser: argparse.ArgumentParser, quick: str, runs: str) -> None:
+    """The options of the PF-LSA reproductions: --quick and --runs (helps ``quick``, ``runs``), --seed,
+    --out and --results-dir."""
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--runs", type=int, help=runs)
+    parser.add_argument("--seed", type=int, default=42, help="seed of the Garnet MDPs (default 42)")
     parser.add_argument("--out", type=Path, default=OUT, help="where the .md/.json/.png go (docs/results)")
     parser.add_argument("--results-dir", type=Path, help="keep every run's results here (default: temporary)")
 
@@ -97,6 +101,7 @@ class Runner:
 
     def __init__(self, plan: Plan, seed: int, results_dir: Path) -> None:
         self.plan, self.seed, self.results_dir = plan, seed, results_dir
+        self.args = argparse.Namespace(results_dir=results_dir, engine="inline", workers=1)  # for run_jobs
         self.runs = self.messages = 0
 
     def curve(
@@ -116,25 +121,15 @@ class Runner:
         else 1)."""
         steps = local_steps or (cadence if strategy == "single-lsa" else 1)
         name = f"{strategy}-n{nodes}-k{zetas[0]:g}-r{zetas[1]:g}-h{steps}-s"
-        settings = {
-            "strategy": strategy,
-            "garnet-seed": self.seed,
-            "garnet-zeta-ker": zetas[0],
-            "garnet-zeta-rew": zetas[1],
-            "lsa-eta": eta,
-            "pflsa-beta": beta,
-            "lsa-local-steps": steps,
-            "num-rounds": iterations // steps,
-            "lsa-report-every": max(1, cadence // steps),
-        }
+        settings = {"strategy": strategy, "garnet-seed": self.seed, "lsa-eta": eta, "pflsa-beta": beta}
+        settings |= {"garnet-zeta-ker": zetas[0], "garnet-zeta-rew": zetas[1], "lsa-local-steps": steps}
+        settings |= {"num-rounds": iterations // steps, "lsa-report-every": max(1, cadence // steps)}
         seeds = [*self.plan.seeds[:runs], *range(len(self.plan.seeds), runs)]
         per_run = []
         for seed in seeds:  # one at a time: each run's folder (10^5 rows) goes once its curve is read
             config = self.plan.config(False, **{"run-name": f"{name}{seed}", "seed": seed}, **settings)
             job = Job((strategy,), seed, config, nodes)
-            (summary,) = run_jobs(
-                [job], argparse.Namespace(results_dir=self.results_dir, engine="inline", workers=1)
-            )
+            (summary,) = run_jobs([job], self.args)
             folder = self.results_dir / job.config["run-name"]
             if summary["status"] != "completed":
                 raise RuntimeError(f"run {folder.name} did not complete: {summary.get('error')}")
@@ -220,9 +215,8 @@ def figure1(runner: Runner, b: dict[str, Any]) -> dict[str, Any]:
         final = {m: v["error-last-10pct"] for m, v in row["methods"].items()}
         row["fedlsa-over-pflsa"] = final["fedlsa"] / final["pflsa"]
         row["dispersion"] = dispersion(agents)
-        row["fedlsa-over-dispersion"] = (
-            final["fedlsa"] / row["dispersion"] if row["dispersion"] > 1e-12 else None
-        )
+        bias = final["fedlsa"] / row["dispersion"] if row["dispersion"] > 1e-12 else None
+        row["fedlsa-over-dispersion"] = bias
         table.append(row)
     return {"N": n, "T": T, "runs": b["fig1_runs"], "levels": table}
 
@@ -248,28 +242,26 @@ def figure2(runner: Runner, b: dict[str, Any]) -> dict[str, Any]:
     curves: dict[tuple[float, float], dict[str, Curve]] = {}
     table = []
     for zetas in map(tuple, b["fig2_levels"]):
+        runs, cadence = b["fig2_runs"], b["fig2_single_cadence"]
         single = runner.curve(
-            "single-lsa", max(sizes), b["fig2_single_iterations"], zetas, ETA_SINGLE, b["fig2_runs"],
-            b["fig2_single_cadence"],
-        )  # fmt: skip
+            "single-lsa", max(sizes), b["fig2_single_iterations"], zetas, ETA_SINGLE, runs, cadence
+        )
         curves[zetas] = {"single": single}
         row: dict[str, Any] = {"zeta_ker": zetas[0], "zeta_rew": zetas[1], "N": {}}
         for n in sizes:
-            pf = runner.curve(
-                "pflsa", n, b["fig2_iterations"][str(n)], zetas, 0.1 * n, b["fig2_runs"], 1, 1.0 / n
+            pf = curves[zetas][f"pflsa-{n}"] = runner.curve(
+                "pflsa", n, b["fig2_iterations"][str(n)], zetas, 0.1 * n, runs, 1, 1.0 / n
             )
-            curves[zetas][f"pflsa-{n}"] = pf
-            it_single, it_pf = (
-                iterations_to(single.iterations, single.mean(n)),
-                iterations_to(pf.iterations, pf.mean()),
-            )
-            row["N"][str(n)] = {
+            it_single = iterations_to(single.iterations, single.mean(n))
+            it_pf = iterations_to(pf.iterations, pf.mean())
+            speed_up = it_single / it_pf if it_single and it_pf else None
+            cell = {
                 "eta": 0.1 * n,
                 "beta": 1.0 / n,
                 "single-iterations": it_single,
                 "pflsa-iterations": it_pf,
-                "speed-up": it_single / it_pf if it_single and it_pf else None,
             }
+            row["N"][str(n)] = {**cell, "speed-up": speed_up}
         table.append(row)
     return {"curves": curves, "table": {"runs": b["fig2_runs"], "levels": table}}
 

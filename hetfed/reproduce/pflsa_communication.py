@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from hetfed.reproduce.common import publish, render
-from hetfed.reproduce.pflsa import ETA_SINGLE, THRESHOLD, Curve, Runner, add_output_arguments, panels, save
+from hetfed.reproduce.pflsa import ETA_SINGLE, THRESHOLD, Curve, Runner, add_lsa_arguments, panels, save
 from hetfed.reproduce.plan import Plan
 
 PLAN = Plan.load("pflsa-communication")
@@ -85,11 +85,8 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quick", action="store_true", help="1 run, 60 rounds, zeta 0.5 only (CI)")
-    parser.add_argument("--runs", type=int, help="runs per curve (default 5; quick 1)")
+    add_lsa_arguments(parser, "1 run, 60 rounds, zeta 0.5 only (CI)", "runs per curve (default 5; quick 1)")
     parser.add_argument("--rounds", type=int, help="rounds per run (default 600; quick 60)")
-    parser.add_argument("--seed", type=int, default=42, help="seed of the Garnet MDPs (default 42)")
-    add_output_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -72,18 +72,9 @@ def floor_study(runner: pf.Runner, b: dict[str, Any]) -> dict[str, Any]:
                 for eta in b["floor_etas"]:
                     moments = LSAMoments(agents, eta, beta)
                     rho = moments.spectral_radius()
-                    point = {
-                        "zeta_ker": zetas[0],
-                        "zeta_rew": zetas[1],
-                        "N": n,
-                        "beta": beta,
-                        "eta": eta,
-                        "theory": eta * (beta + 1.0 / n),
-                        "rho": rho,
-                        "tau": time_constant(rho),
-                        "floor": moments.floor() if rho < 1.0 else None,
-                    }
-                    grid.append(point)
+                    point = {"zeta_ker": zetas[0], "zeta_rew": zetas[1], "N": n, "beta": beta, "eta": eta}
+                    point |= {"theory": eta * (beta + 1.0 / n), "rho": rho, "tau": time_constant(rho)}
+                    grid.append({**point, "floor": moments.floor() if rho < 1.0 else None})
     fits = {}
     for zetas in map(tuple, b["floor_levels"]):
         stable = [p for p in grid if (p["zeta_ker"], p["zeta_rew"]) == zetas and p["floor"] is not None]
@@ -96,38 +87,28 @@ def floor_study(runner: pf.Runner, b: dict[str, Any]) -> dict[str, Any]:
         exact = moments.curve(b["floor_iterations"], b["cadence"])
         curve = runner.curve("pflsa", n, b["floor_iterations"], level, eta, b["runs"], b["cadence"], beta)
         per_run = [float(tail_window(r).mean()) for r in curve.per_run]
+        point = {"zeta_ker": level[0], "zeta_rew": level[1], "N": n, "beta": beta, "eta": eta}
+        point |= {"tau": time_constant(moments.spectral_radius()), "floor": moments.floor()}
+        point |= {"expected-tail": float(tail_window(exact).mean()), "runs-tail": per_run}
         checks.append(
-            {
-                "zeta_ker": level[0],
-                "zeta_rew": level[1],
-                "N": n,
-                "beta": beta,
-                "eta": eta,
-                "tau": time_constant(moments.spectral_radius()),
-                "floor": moments.floor(),
-                "expected-tail": float(tail_window(exact).mean()),
-                "runs-tail": per_run,
-                "runs-tail-mean": float(np.mean(per_run)),
-                "iterations": b["floor_iterations"],
-            }
+            {**point, "runs-tail-mean": float(np.mean(per_run)), "iterations": b["floor_iterations"]}
         )
     return {"grid": grid, "fits": fits, "checks": checks}
 
 
 def beta_study(runner: pf.Runner, b: dict[str, Any]) -> dict[str, Any]:
     """Fig. 1's PF-LSA (N = 10, eta = 1) for beta from 0 to 1: each agent's limit, how fast, the floor.
-
-    beta = 0 runs as FedLSA with one local step (identical from the common start theta^0 = 0:
-    every agent applies the same averaged update); PF-LSA's ``pflsa-beta = 0`` means 1/N.
-    """
-    agents = make_agents(b["beta_N"], runner.seed, *b["beta_level"])
+    beta = 0 runs as FedLSA with one local step (identical from theta^0 = 0: every agent applies the
+    same averaged update; PF-LSA's ``pflsa-beta = 0`` means 1/N)."""
+    n, eta, level = b["beta_N"], b["beta_eta"], b["beta_level"]
+    agents = make_agents(n, runner.seed, *level)
     theta_lim = pf.shared_limit(agents)
     star = np.array([a.theta_star for a in agents])
     horizon = max(b["beta_horizons"])
     every = b["beta_every"]
     rows = []
     for beta in b["beta_values"]:
-        moments = LSAMoments(agents, b["beta_eta"], beta)
+        moments = LSAMoments(agents, eta, beta)
         rho = moments.contraction()  # at beta = 0 the mean keeps its consensus directions
         curve = moments.curve(horizon, every)
         # The limit of E theta_c^t, computed (not assumed): the mean after 50 time constants.
@@ -150,16 +131,7 @@ def beta_study(runner: pf.Runner, b: dict[str, Any]) -> dict[str, Any]:
             row["mean-to-shared"][str(t)] = pf.mean_sq_distance(mean, theta_lim)
         if beta in b["beta_checks"]:
             strategy = "fedlsa" if beta == 0 else "pflsa"
-            runs = runner.curve(
-                strategy,
-                b["beta_N"],
-                b["beta_iterations"],
-                b["beta_level"],
-                b["beta_eta"],
-                b["runs"],
-                b["cadence"],
-                beta,
-            )
+            runs = runner.curve(strategy, n, b["beta_iterations"], level, eta, b["runs"], b["cadence"], beta)
             exact = moments.curve(b["beta_iterations"], b["cadence"])
             row["check"] = {
                 "strategy": strategy,
@@ -170,15 +142,8 @@ def beta_study(runner: pf.Runner, b: dict[str, Any]) -> dict[str, Any]:
                 "expected": exact.tolist(),
             }
         rows.append(row)
-    return {
-        "N": b["beta_N"],
-        "eta": b["beta_eta"],
-        "zeta_ker": b["beta_level"][0],
-        "zeta_rew": b["beta_level"][1],
-        "every": every,
-        "dispersion": pf.dispersion(agents),
-        "rows": rows,
-    }
+    study = {"N": n, "eta": eta, "zeta_ker": level[0], "zeta_rew": level[1], "every": every}
+    return {**study, "dispersion": pf.dispersion(agents), "rows": rows}
 
 
 def fig2_convergence(seed: int, b: dict[str, Any]) -> dict[str, Any]:
@@ -212,10 +177,9 @@ def fig2_convergence(seed: int, b: dict[str, Any]) -> dict[str, Any]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quick", action="store_true", help="small grids, short runs, 1 run (CI)")
-    parser.add_argument("--runs", type=int, help="runs per checked point (default 3; quick 1)")
-    parser.add_argument("--seed", type=int, default=42, help="seed of the Garnet MDPs (default 42)")
-    pf.add_output_arguments(parser)
+    pf.add_lsa_arguments(
+        parser, "small grids, short runs, 1 run (CI)", "runs per checked point (default 3; quick 1)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
