@@ -77,6 +77,12 @@ def test_mean_std_and_fmt() -> None:
             "runs[0].nodes: expected a federation size >= 1, got 0",
         ),
         ("seeds = [1]\n[base", "Expected ']'"),
+        ("seeds = [1]\nbudget = 3", "budget: expected a table"),
+        ("seeds = [1]\n[budget]\nruns = 5\nquick = 1", "budget.quick: expected a table"),
+        (
+            "seeds = [1]\n[budget]\nruns = 5\n[budget.quick]\nrun = 1",
+            "budget.quick.run: not a key of [budget]",
+        ),
     ],
 )
 def test_a_malformed_plan_is_one_line_naming_file_key_and_culprit(
@@ -96,6 +102,14 @@ def test_every_shipped_plan_loads_and_the_papers_seeds_are_defined_once() -> Non
     assert Plan.load("knapsack").seeds == SEEDS["paper"] == (42, 69, 1993, 67, 2026)
     quick = Plan.load("knapsack").config(True, seed=7)
     assert quick["num-rounds"] == 3 and quick["seed"] == 7 and quick["strategy"] == "fedrspo"
+
+
+def test_quick_replaces_a_budgets_values_and_keeps_its_order(tmp_path: Path) -> None:
+    path = tmp_path / "b.toml"
+    path.write_text("seeds = [1]\n[budget]\nruns = 5\nlevels = [0.5, 1.0]\n[budget.quick]\nruns = 1\n")
+    plan = Plan.load("b", path)
+    assert plan.budget_for(False) == {"runs": 5, "levels": [0.5, 1.0]}
+    assert list(plan.budget_for(True).items()) == [("runs", 1), ("levels", [0.5, 1.0])]
 
 
 def test_a_malformed_plan_fails_only_its_reproduction_with_its_one_line(

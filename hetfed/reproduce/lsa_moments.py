@@ -1,25 +1,17 @@
 """The expected error of federated LSA on a finite-state TD(0) problem, computed exactly (no sampling).
 
-N agents iterate, each with one fresh sample Z_c^t per iteration (independent across agents
-and iterations, as hetfed's clients draw them):
-
-    theta_c <- theta_c - eta sum_j W_cj g_j,   g_j = A_j(Z_j) theta_j - b_j(Z_j),
-    W = beta I + (1 - beta) 11'/N.
-
-beta in (0, 1) is PF-LSA, beta = 1 single-agent LSA, beta = 0 from a common start FedLSA with
-one local step (every agent then applies the same averaged update). With the error
-e_c = theta_c - theta_c* and the noise eps_c(Z) = A_c(Z) theta_c* - b_c(Z) (mean zero),
-g_c = A_c(Z) e_c + eps_c(Z), so the first two moments m = E e and S = E e e' [N d, N d]
-follow a closed linear recursion (M = W Abar, Abar = blockdiag(Abar_c)):
+N agents iterate with one fresh sample Z_c^t each (independent, as hetfed's clients draw them):
+theta_c <- theta_c - eta sum_j W_cj g_j, g_j = A_j(Z_j) theta_j - b_j(Z_j), W = beta I + (1 - beta) 11'/N
+(beta in (0, 1): PF-LSA; 1: single-agent LSA; 0 from a common start: FedLSA with one local step).
+With e_c = theta_c - theta_c* and the mean-zero noise eps_c(Z) = A_c(Z) theta_c* - b_c(Z), the moments
+m = E e and S = E e e' [N d, N d] follow a closed linear recursion (M = W blockdiag(Abar_c)):
 
     m' = m - eta M m,
     S' = S - eta (M S + S M') + eta^2 (M S M' + W blockdiag_c(V_c) W'),
     V_c = E[A_c S_cc A_c'] - Abar_c S_cc Abar_c' + E[A_c m_c eps_c'] + E[eps_c m_c' A_c'] + E[eps_c eps_c'],
 
-where the expectations run over the finite law of one sample (GarnetAgent.transitions). The
-expected error (1/N) E sum_c ||theta_c - theta_c*||^2 = trace(S)/N is the mean over infinitely
-many runs. When the spectral radius of I - eta M is below 1 (beta > 0, eta small enough),
-m -> 0 and S -> S_inf, the solution of one linear system: the noise floor trace(S_inf)/N.
+the expectations over the finite law of one sample (GarnetAgent.transitions). trace(S)/N is the mean
+error over infinitely many runs; when rho(I - eta M) < 1, S -> S_inf, the noise floor trace(S_inf)/N.
 """
 
 from __future__ import annotations
@@ -63,9 +55,8 @@ class LSAMoments:
         return float(self._moduli().max())
 
     def contraction(self) -> float:
-        """The largest |eigenvalue| of I - eta M below 1: the rate at which the mean reaches its
-        limit. It is the spectral radius when that is < 1; at beta = 0 the consensus directions
-        (eigenvalue 1) keep their value, and this is the rate of the others."""
+        """The largest |eigenvalue| of I - eta M below 1: the rate at which the mean reaches its limit
+        (at beta = 0 the consensus directions, eigenvalue 1, keep their value)."""
         moduli = self._moduli()
         return float(moduli[moduli < 1.0 - 1e-9].max())
 
@@ -96,10 +87,8 @@ class LSAMoments:
         return m_next, s_next
 
     def curve(self, iterations: int, every: int = 1, theta0: np.ndarray | None = None) -> np.ndarray:
-        """Expected error ``trace(S_t)/N`` at t = 0, every, 2 every, ..., ``iterations``.
-
-        Starts from ``theta0`` [N, d] (default 0 for every agent, as hetfed's runs).
-        """
+        """Expected error ``trace(S_t)/N`` at t = 0, every, ..., ``iterations`` from ``theta0`` [N, d]
+        (default 0 for every agent, as hetfed's runs)."""
         theta0 = np.zeros((self.n, self.d)) if theta0 is None else np.asarray(theta0, dtype=float)
         m = theta0 - self.theta_star
         s = np.outer(m.ravel(), m.ravel())
@@ -117,18 +106,15 @@ class LSAMoments:
         return (step @ e).reshape(self.n, self.d) + self.theta_star
 
     def stationary(self) -> np.ndarray:
-        """``S_inf`` [N d, N d]: the fixed point of the recursion with m = 0 (ValueError if unstable).
-
-        Solves (M S + S M') - eta (M S M' + W Q(S) W') = eta W C W' with row-major vec,
-        vec(A X B) = (A kron B') vec(X); Q(S) = blockdiag(E[A_c S_cc A_c'] - Abar_c S_cc Abar_c').
-        """
+        """``S_inf`` [N d, N d], the recursion's fixed point with m = 0 (ValueError if unstable): solves
+        (M S + S M') - eta (M S M' + W Q(S) W') = eta W C W', Q(S) = blockdiag(E[A_c S_cc A_c'] -
+        Abar_c S_cc Abar_c'), with row-major vec(A X B) = (A kron B') vec(X)."""
         rho = self.spectral_radius()
         if rho >= 1.0:
             raise ValueError(
                 f"eta = {self.eta:g}, beta = {self.beta:g}: unstable (spectral radius {rho:.4f})"
             )
-        n, d = self.n, self.d
-        nd = n * d
+        n, d, nd = self.n, self.d, self.n * self.d
         eye = np.eye(nd)
         q = np.zeros((nd * nd, nd * nd))
         for c in range(n):

@@ -1,22 +1,14 @@
-"""PF-LSA against FedLSA and SCAFFLSA with local steps: error against messages sent (Garnet, TD(0)).
+"""PF-LSA, FedLSA and SCAFFLSA with local steps: error against messages (plans/pflsa-communication.toml).
 
-The PF-LSA paper compares with FedLSA at one local step only. Local steps are how FedLSA and
-SCAFFLSA save communication: H steps per round cost one message per agent. Every curve is a real
-hetfed run on the inline engine (N = 10 agents, 5 runs that differ only in their samples):
-
-* PF-LSA, eta = 0.2 N / 2, beta = 1/N (one step per message, as in Fig. 1);
-* FedLSA and SCAFFLSA with H in {1, 5, 20} local steps of eta = 0.2 (the single-agent step: a
-  local step is one agent's noisy step, so it takes the step one agent can take alone);
-
-at zeta_ker = zeta_rew = 0 (identical agents: one shared solution) and 0.5 (heterogeneous). The
-x axis counts the messages the agents send, N per round; the metric is Fig. 1's
-``(1/N) sum_c ||theta_c - theta_c*||^2``. Writes ``pflsa-communication.{md,json,png}``.
+The PF-LSA paper compares with FedLSA at one local step only; H local steps per round are how FedLSA
+and SCAFFLSA save communication (one message per agent and round). PF-LSA runs as in Fig. 1 (one
+step per message); a local step of FedLSA or SCAFFLSA is one agent's noisy step, so it takes the step
+one agent can take alone. The metric is Fig. 1's ``(1/N) sum_c ||theta_c - theta_c*||^2``.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -24,25 +16,17 @@ from typing import Any
 
 import numpy as np
 
-from hetfed.reproduce.common import publish
-from hetfed.reproduce.pflsa import ETA_SINGLE, OUT, THRESHOLD, Curve, Runner
+from hetfed.reproduce.common import publish, render
+from hetfed.reproduce.pflsa import ETA_SINGLE, THRESHOLD, Curve, Runner, add_lsa_arguments, panels, save
+from hetfed.reproduce.plan import Plan
 
-N = 10
-LEVELS = (0.0, 0.5)
-LOCAL_STEPS = (1, 5, 20)
-REPORT_ROUNDS = 10  # every run reports its error every 10 rounds
-# method label -> (strategy, eta, beta, H)
-METHODS: dict[str, tuple[str, float, float, int]] = {
+PLAN = Plan.load("pflsa-communication")
+N = PLAN.budget["N"]
+METHODS: dict[str, tuple[str, float, float, int]] = {  # label -> (strategy, eta, beta, H)
     "PF-LSA": ("pflsa", ETA_SINGLE * N / 2, 1.0 / N, 1),
-    **{f"FedLSA H={h}": ("fedlsa", ETA_SINGLE, 0.0, h) for h in LOCAL_STEPS},
-    **{f"SCAFFLSA H={h}": ("scafflsa", ETA_SINGLE, 0.0, h) for h in LOCAL_STEPS},
+    **{f"FedLSA H={h}": ("fedlsa", ETA_SINGLE, 0.0, h) for h in PLAN.axes["local-steps"]},
+    **{f"SCAFFLSA H={h}": ("scafflsa", ETA_SINGLE, 0.0, h) for h in PLAN.axes["local-steps"]},
 }
-
-
-def messages_to(messages: np.ndarray, errors: np.ndarray, fraction: float = THRESHOLD) -> int | None:
-    """Messages sent when the error first reaches ``fraction`` of the initial one (None: never)."""
-    hits = np.flatnonzero(errors <= fraction * errors[0])
-    return int(messages[hits[0]]) if hits.size else None
 
 
 def summarize(curve: Curve, local_steps: int) -> dict[str, Any]:
@@ -51,6 +35,7 @@ def summarize(curve: Curve, local_steps: int) -> dict[str, Any]:
     mean = curve.per_run.mean(axis=0)
     std = curve.per_run.std(axis=0, ddof=1) if len(curve.per_run) > 1 else np.zeros_like(mean)
     tail = messages >= 0.9 * messages[-1]
+    hits = np.flatnonzero(mean <= THRESHOLD * mean[0])
     return {
         "messages": messages.tolist(),
         "error-mean": mean.tolist(),
@@ -59,133 +44,69 @@ def summarize(curve: Curve, local_steps: int) -> dict[str, Any]:
         "initial-error": float(mean[0]),
         "final-error": float(mean[tail].mean()),
         "final-error-runs": [float(run[tail].mean()) for run in curve.per_run],
-        "messages-to-threshold": messages_to(messages, mean),
+        "messages-to-threshold": int(messages[hits[0]]) if hits.size else None,
     }
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    levels = result["levels"]
-    fig, axes = plt.subplots(1, len(levels), figsize=(6 * len(levels), 4.2), squeeze=False)
-    for ax, (level, methods) in zip(axes[0], levels.items(), strict=True):
+    figure, axes = panels(
+        len(result["levels"]),
+        (6, 4.2),
+        False,
+        "messages sent by the agents",
+        "(1/N) sum ||theta_c - theta_c*||^2",
+        False,
+    )
+    for ax, (level, methods) in zip(axes, result["levels"].items(), strict=True):
         for i, (label, m) in enumerate(methods.items()):
             x, y, runs = np.array(m["messages"]), np.array(m["error-mean"]), np.array(m["error-runs"])
             ls = "-" if label == "PF-LSA" else ("--" if label.startswith("FedLSA") else ":")
             ax.plot(x, y, ls, color=f"C{i}", label=label)
             ax.fill_between(x, runs.min(axis=0), runs.max(axis=0), color=f"C{i}", alpha=0.15)
-        ax.set(
-            yscale="log",
-            xlabel="messages sent by the agents",
-            ylabel="(1/N) sum ||theta_c - theta_c*||^2",
-            title=f"zeta_ker = zeta_rew = {level}",
-        )
+        ax.set_title(f"zeta_ker = zeta_rew = {level}")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(figure, path)
 
 
-def markdown(result: dict[str, Any]) -> str:
-    s = result["settings"]
-    lines = [
-        "# PF-LSA, FedLSA and SCAFFLSA: error against messages sent",
-        "",
-        f"Generated by `hetfed reproduce pflsa-communication{' --quick' if s['quick'] else ''}`: "
-        f"N = {N} agents, {s['rounds']} rounds per run, {s['runs']} run(s) per curve (mean ± std over "
-        f"runs), Garnet seed {s['seed']}; {s['total-runs']} inline runs in "
-        f"{result['wall-time-s'] / 60:.1f} min. "
-        "PF-LSA: eta = 0.2 N / 2, beta = 1/N, one step per message; FedLSA and SCAFFLSA: H local "
-        "steps of eta = 0.2 per message. Messages: N per round (the agents' replies).",
-        "",
-        "![error against messages](pflsa-communication.png)",
-        "",
-        "Curves: mean over runs; bands: the lowest to the highest run.",
-        "",
-        "| zeta | method | initial error | final error (last 10% of messages) | "
-        "messages to 1e-2 of the initial error |",
-        "|---|---|---|---|---|",
-    ]
+def findings(result: dict[str, Any]) -> dict[str, Any]:
+    """Per level: the FedLSA / SCAFFLSA curve with the lowest final error, and the first to 1e-2."""
+    out = {}
     for level, methods in result["levels"].items():
-        for label, m in methods.items():
-            reached = m["messages-to-threshold"]
-            finals = m["final-error-runs"]
-            spread = float(np.std(finals, ddof=1)) if len(finals) > 1 else 0.0
-            lines.append(
-                f"| {level} | {label} | {m['initial-error']:.3g} | {m['final-error']:.3g} ± {spread:.2g} | "
-                f"{'not reached' if reached is None else reached} |"
-            )
-    lines += ["", "## What it shows", "", *findings(result)]
-    return "\n".join(lines) + "\n"
-
-
-def findings(result: dict[str, Any]) -> list[str]:
-    """Plain statements read off the table (each a comparison of two committed numbers)."""
-    out = []
-    for level, methods in result["levels"].items():
-        pf = methods["PF-LSA"]
         best = min((m for m in methods if m != "PF-LSA"), key=lambda m: methods[m]["final-error"])
-        ratio = methods[best]["final-error"] / pf["final-error"]
-        out.append(
-            f"- zeta = {level}: the lowest final error among FedLSA / SCAFFLSA is {best}'s "
-            f"{methods[best]['final-error']:.3g}, {ratio:.3g} x PF-LSA's {pf['final-error']:.3g}."
-        )
-        fastest = [(m, v["messages-to-threshold"]) for m, v in methods.items() if v["messages-to-threshold"]]
-        if fastest:
-            m, n = min(fastest, key=lambda t: t[1])
-            out.append(f"- zeta = {level}: first to 1e-2 of its initial error: {m}, after {n} messages.")
-        else:
-            out.append(f"- zeta = {level}: no method reaches 1e-2 of its initial error within the budget.")
+        reached = [(m, v["messages-to-threshold"]) for m, v in methods.items() if v["messages-to-threshold"]]
+        out[level] = {"best": best, "fastest": min(reached, key=lambda t: t[1]) if reached else None}
     return out
 
 
+def markdown(result: dict[str, Any]) -> str:
+    """The report (templates/pflsa-communication.md) from the JSON alone."""
+    std = lambda values: float(np.std(values, ddof=1)) if len(values) > 1 else 0.0  # noqa: E731
+    return render("pflsa-communication.md", r=result, s=result["settings"], facts=findings(result), std=std)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quick", action="store_true", help="1 run, 60 rounds, zeta 0.5 only (CI)")
-    parser.add_argument("--runs", type=int, help="runs per curve (default 5; quick 1)")
+    add_lsa_arguments(parser, "1 run, 60 rounds, zeta 0.5 only (CI)", "runs per curve (default 5; quick 1)")
     parser.add_argument("--rounds", type=int, help="rounds per run (default 600; quick 60)")
-    parser.add_argument("--seed", type=int, default=42, help="seed of the Garnet MDPs (default 42)")
-    parser.add_argument("--out", type=Path, default=OUT, help="where the .md/.json/.png go (docs/results)")
-    parser.add_argument("--results-dir", type=Path, help="keep every run's results here (default: temporary)")
 
 
 def run(args: argparse.Namespace) -> int:
-    runs = args.runs or (1 if args.quick else 5)
-    rounds = args.rounds or (60 if args.quick else 600)
-    if runs < 1 or rounds < 2 * REPORT_ROUNDS:
-        raise ValueError(f"--runs must be >= 1 and --rounds >= {2 * REPORT_ROUNDS}; got {runs}, {rounds}")
-    levels = (0.5,) if args.quick else LEVELS
+    b = PLAN.budget_for(args.quick)
+    runs, rounds, every = args.runs or b["runs"], args.rounds or b["rounds"], b["report-rounds"]
+    if runs < 1 or rounds < 2 * every:
+        raise ValueError(f"--runs must be >= 1 and --rounds >= {2 * every}; got {runs}, {rounds}")
     started = time.time()
-    scratch = (
-        Path(tempfile.mkdtemp(prefix="hetfed-pflsa-comm-")) if args.results_dir is None else args.results_dir
-    )
-    runner = Runner(scratch, args.seed)
     out: dict[str, Any] = {}
-    try:
-        for level in levels:
+    with tempfile.TemporaryDirectory(prefix="hetfed-pflsa-comm-") as scratch:
+        runner = Runner(PLAN, args.seed, args.results_dir or Path(scratch))
+        for level in b["levels"]:
             for label, (strategy, eta, beta, h) in METHODS.items():
                 curve = runner.curve(
-                    strategy, N, rounds * h, (level, level), eta, runs, REPORT_ROUNDS * h, beta, local_steps=h
+                    strategy, N, rounds * h, (level, level), eta, runs, every * h, beta, local_steps=h
                 )
                 out.setdefault(str(level), {})[label] = summarize(curve, h)
-    finally:
-        if args.results_dir is None:
-            shutil.rmtree(scratch, ignore_errors=True)
-    result = {
-        "settings": {
-            "quick": bool(args.quick),
-            "seed": args.seed,
-            "runs": runs,
-            "rounds": rounds,
-            "N": N,
-            "total-runs": runner.runs,
-            "messages": runner.messages,
-        },
-        "wall-time-s": round(time.time() - started, 1),
-        "levels": out,
-    }
+    settings = {"quick": bool(args.quick), "seed": args.seed, "runs": runs, "rounds": rounds, "N": N}
+    settings |= {"total-runs": runner.runs, "messages": runner.messages}
+    result = {"settings": settings, "wall-time-s": round(time.time() - started, 1), "levels": out}
     data = publish(args.out, "pflsa-communication", result, markdown)
     plot(data, args.out / "pflsa-communication.png")
     print((args.out / "pflsa-communication.md").read_text())

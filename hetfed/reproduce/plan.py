@@ -9,6 +9,8 @@ A plan file is ``hetfed/reproduce/plans/<experiment>.toml`` with one schema:
 - ``[axes]``: the grid's named lists of values (the experiment says what each value sets);
 - ``[[runs]]``: runs beyond the axes' product, each a ``table``, ``method``, the ``rows`` axis it
   runs on, its ``config`` overrides and optionally its federation size ``nodes``;
+- ``[budget]``: the experiment's own parameters that are no run-config keys (horizons, run counts,
+  levels), with ``[budget.quick]``: the ones ``--quick`` replaces;
 - ``[paper]``: the paper's numbers, as the report quotes them.
 
 A malformed plan raises :class:`PlanError` with one line naming the file, the key and the culprit.
@@ -30,7 +32,7 @@ SEEDS: dict[str, tuple[int, ...]] = {
     "paper": (42, 69, 1993, 67, 2026),  # the papers' seeds
     "pilot": (42, 43, 44, 45, 46),  # the pilots' and the DP study's (no paper to match)
 }
-KEYS = ("seeds", "nodes", "base", "quick", "axes", "runs", "paper")
+KEYS = ("seeds", "nodes", "base", "quick", "axes", "runs", "budget", "paper")
 RUN_KEYS = ("table", "method", "rows", "config")
 
 
@@ -59,6 +61,7 @@ class Plan:
     quick: dict[str, Any] = field(default_factory=dict)
     axes: dict[str, list[Any]] = field(default_factory=dict)
     runs: tuple[dict[str, Any], ...] = ()
+    budget: dict[str, Any] = field(default_factory=dict)
     paper: dict[str, Any] = field(default_factory=dict)
     nodes: int | None = None
 
@@ -75,6 +78,11 @@ class Plan:
     def config(self, quick: bool, **overrides: Any) -> dict[str, Any]:
         """The base run config (plus ``[quick]`` with ``quick``), then ``overrides``."""
         return {**self.base, **(self.quick if quick else {}), **overrides}
+
+    def budget_for(self, quick: bool) -> dict[str, Any]:
+        """``[budget]`` without its ``quick`` table, which replaces some of its values with ``quick``."""
+        full = {k: v for k, v in self.budget.items() if k != "quick"}
+        return {**full, **(self.budget.get("quick", {}) if quick else {})}
 
     def chosen_seeds(self, count: int, quick: bool) -> tuple[int, ...]:
         """The first ``count`` (``--seeds``) of the plan's seeds: at least one, one with ``quick``."""
@@ -109,11 +117,18 @@ def _checked(path: Path, raw: Mapping[str, Any]) -> dict[str, Any]:
     nodes = raw.get("nodes")
     if nodes is not None and (type(nodes) is not int or nodes < 1):
         raise fail("nodes", f"expected a positive integer, got {nodes!r}")
-    for key in ("axes", "paper"):
+    for key in ("axes", "budget", "paper"):
         if not isinstance(raw.get(key, {}), dict):
             raise fail(key, f"expected a table, got {raw[key]!r}")
     for key in ("base", "quick"):
         check_config(key, raw.get(key, {}))
+    budget = raw.get("budget", {})
+    quick_budget = budget.get("quick", {})
+    if not isinstance(quick_budget, dict):
+        raise fail("budget.quick", f"expected a table, got {quick_budget!r}")
+    for key in quick_budget:
+        if key not in budget:
+            raise fail(f"budget.quick.{key}", "not a key of [budget] (--quick replaces values, adds none)")
     axes = raw.get("axes", {})
     for axis, values in axes.items():
         if not isinstance(values, list) or not values:
@@ -140,6 +155,7 @@ def _checked(path: Path, raw: Mapping[str, Any]) -> dict[str, Any]:
         "quick": raw.get("quick", {}),
         "axes": axes,
         "runs": tuple(runs),
+        "budget": budget,
         "paper": raw.get("paper", {}),
         "nodes": nodes,
     }
