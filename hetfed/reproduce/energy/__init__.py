@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hetfed.reproduce.common import add_run_arguments, write_json
+from hetfed.reproduce.common import add_run_arguments, publish
 from hetfed.reproduce.energy.analysis import (
     ablation_table,
     cold_personalized,
@@ -86,13 +86,14 @@ def run(args: argparse.Namespace) -> int:
     }
     wall = sum(s["wall-time-s"] for s in ablation_runs + fed_runs + local_runs + more_runs)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(
-        out / "energy.json",
+    publish(
+        out,
+        "energy",
         {
             "seeds": list(plan.seeds),
             "zones": list(plan.zones),
             "quick": args.quick,
+            "engine": args.engine,
             "runs-wall-time-s": round(wall, 1),
             "unit": "mean absolute regret, $/MWh-hours per day (relative-%: relative regret %)",
             "ablation": table,
@@ -103,9 +104,7 @@ def run(args: argparse.Namespace) -> int:
             **evidence,
             "paper-pjm": {"market": "PJM (a different market)", "ablation": PAPER_PJM},
         },
-    )
-    (out / "energy.md").write_text(
-        markdown(plan, table, learning, cold, steps, others, evidence, wall, args.quick, args.engine)
+        markdown,
     )
     plot(plan, results_dir, ablation, cold, out)
     plot_personalization(evidence["personalization-trace"], out)
