@@ -22,6 +22,7 @@ RENDERERS = {
     "energy": "hetfed.reproduce.energy",
     "energy-pilot": "hetfed.reproduce.energy_pilot",
     "pflsa": "hetfed.reproduce.pflsa",
+    "shortest-path": "hetfed.reproduce.shortest_path",
     "pflsa-communication": "hetfed.reproduce.pflsa_communication",
     "pflsa-theory": "hetfed.reproduce.pflsa_theory",
     "knapsack": "hetfed.reproduce.knapsack",
