@@ -1,20 +1,7 @@
-"""The energy pilot on ERCOT: does FedRSPO+ hold on real prices, and what should a silo deploy?
-
-The energy reproduction (``hetfed reproduce energy``) found personalization making a zone's
-purchases worse on average, and RSPO+'s calibration ``lam0_j = mean ||c|| / R_j`` inflated about
-4x by nine storm days. This study runs, on both training splits (as is; storm days excluded):
-
-* federated SPO+ (the scale-free baseline), FedRSPO+ with the paper's mean calibration and with
-  the robust ``calibration-norm = median``;
-* for every FedRSPO+ run, three models per zone: the federated one (Fed), the personal one (+P)
-  and the one the silo deploys (the personal model only where it beats the federated one on the
-  zone's own validation days; hetfed's evaluate step);
-* paired-by-seed differences for each step (sign and spread), per-zone tables, and the evidence
-  on why personalization does not carry over: does a personal model that is better on the
-  validation days (the ~72 days before the test period) also do better on the test days?
-
-Writes ``energy-pilot.md`` and ``energy-pilot.json`` to ``--out``.
-"""
+"""The energy pilot on ERCOT (``hetfed reproduce energy-pilot``): SPO+ and FedRSPO+ with the mean and
+the median calibration on both training splits; per zone the Fed, +P and deployed model (the personal
+one only where it beats Fed on the zone's validation days), paired steps, and whether validation
+gains predict test gains. Writes energy-pilot.md, .json and .png to ``--out``."""
 
 from __future__ import annotations
 
@@ -27,15 +14,12 @@ from typing import Any
 import numpy as np
 
 from hetfed.reproduce.common import add_run_arguments, publish, render, stat
-from hetfed.reproduce.energy.plan import ENERGY, VARIANT_LABELS, VARIANTS, Job, Plan, split_jobs
+from hetfed.reproduce.energy.analysis import grouped, zone_data
+from hetfed.reproduce.energy.plan import ENERGY, VARIANT_LABELS, VARIANTS, Job, Plan, split_jobs, table_runs
 from hetfed.reproduce.plan import run_jobs
 from hetfed.reproduce.runs import curves, frozen_at
 
-RUNS: dict[str, dict[str, Any]] = {  # run label -> overrides
-    "spo+": {"loss": "spo+"},
-    "rspo+ mean": {"loss": "rspo+"},
-    "rspo+ median": {"loss": "rspo+", "calibration-norm": "median"},
-}
+RUNS = table_runs("pilot")  # plans/energy.toml
 STAGES = {"fed": "Fed", "per": "+P", "dep": "deployed"}
 # Paired-by-seed differences (a - b): label -> ((run, stage), (run, stage)).
 STEPS = {
@@ -53,11 +37,6 @@ STEPS = {
 }
 
 
-def jobs(plan: Plan) -> list[Job]:
-    """Every run: seeds x training splits x runs, on all of the plan's zones."""
-    return split_jobs(plan, "pilot", RUNS)
-
-
 def _metric(summary: dict[str, Any], stage: str, key: str = "absolute-regret") -> float:
     """An aggregate of a run; SPO+ has no deployed model of its own choosing (its +P is SPO+'s)."""
     return float(summary["aggregate"].get(f"{stage}-{key}", math.nan))
@@ -66,9 +45,7 @@ def _metric(summary: dict[str, Any], stage: str, key: str = "absolute-regret") -
 def tables(all_jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """``{split: {run: {stage: stat of the mean absolute regret over zones}}}`` and the paired steps
     ``{split: {step: stat of the per-seed differences, with "negative": seeds where a < b}}``."""
-    by: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
-    for job, summary in zip(all_jobs, summaries, strict=True):
-        by.setdefault((job.key[1], job.key[2]), {})[job.seed] = summary
+    by = grouped(all_jobs, summaries)
     out: dict[str, Any] = {"regret": {}, "steps": {}}
     for split in VARIANTS:
         for label in RUNS:
@@ -233,7 +210,6 @@ def calibration(plan: Plan) -> dict[str, Any]:
     """Per zone and training split: lam0_j under the mean and the median norm (the zone's data)."""
     from hetfed.client.decision_client import own_calibration
     from hetfed.methods.decision import CalibratedParams
-    from hetfed.reproduce.energy.analysis import zone_data
 
     norms = {
         norm: CalibratedParams.from_config({**ENERGY, "calibration-norm": norm})
@@ -269,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.time()
     plan = Plan.make(args.seeds, args.quick)
     results_dir = Path(args.results_dir)
-    planned = jobs(plan)
+    planned = split_jobs(plan, "pilot")
     summaries = run_jobs(planned, args, nodes=len(plan.zones))
     zone_table = zones(planned, summaries, results_dir)
     out = Path(args.out)
