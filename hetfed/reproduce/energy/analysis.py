@@ -118,8 +118,8 @@ def cold_start_table(
         put(("local", days), target, job.seed, metrics)
 
     out: dict[str, Any] = {"federated": {}, "local": {}}
-    for (kind, key), metrics in values.items():
-        out[kind][key] = {metric: target_stats(plan, by_zone) for metric, by_zone in metrics.items()}
+    for (kind, key), by_metric in values.items():
+        out[kind][key] = {metric: target_stats(plan, by_zone) for metric, by_zone in by_metric.items()}
     return out
 
 
