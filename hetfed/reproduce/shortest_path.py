@@ -1,23 +1,9 @@
-"""FedRSPO+ on grid shortest paths: five losses, Fed and +P, optimality gap.
-
-20 clients route one unit across a k x k grid (flow polytopes, docs/algorithms.md 1.2) with
-PyEPO's features-to-cost law (``hetfed.problems.shortest_path``: p = 5 features, degree 4, multiplicative
-noise U[0.5, 1.5]). Three parts, each a key of ``shortest-path.json`` (a part not run keeps what
-the file holds):
-
-- ``table8``: the paper's shortest-path settings (its Table 8: client fraction 0.5, 2
-  personalization epochs, a fixed lam0 = 2) on the 12 x 12 grid (Warcraft's size) and on 5 x 5,
-  every client top-left -> bottom-right (PyEPO's and Warcraft's endpoints), five losses, 5 seeds;
-- ``sweep``: on 5 x 5 with the same settings, what moves SPO+ against RSPO+: the feature-to-cost
-  degree and the model (linear or the MLP), and RSPO+'s own lam schedule (kappa_lam, a
-  calibrated lam0), 3 seeds;
-- ``heterogeneity``: clients with their own source, sink and terrain under the knapsack protocol
-  (docs/algorithms.md 1.3-1.6, with the knapsack's hyperparameters), 5 x 5, 5 seeds.
-
-The optimality gap is the relative regret in %: per client mean regret / mean |z*| on its test
-set with the LP oracle (the dynamic program), then the mean over clients. Writes
-``shortest-path.md``, ``shortest-path.json`` and ``shortest-path-*.png`` to ``--out``.
-"""
+"""FedRSPO+ on grid shortest paths (PyEPO's synthetic law on k x k grids, ``hetfed.problems.shortest_path``):
+five losses, Fed and +P, optimality gap (mean client relative regret, %). Three parts, each a key of
+shortest-path.json (a part not run keeps what the file holds): ``table8`` (the paper's Table 8
+settings on 12 x 12 and 5 x 5), ``sweep`` (what moves SPO+ against RSPO+, 3 seeds) and
+``heterogeneity`` (clients with their own endpoints and terrain, the knapsack protocol); the grid is
+plans/shortest-path.toml. Writes shortest-path.md, .json and -*.png to ``--out``."""
 
 from __future__ import annotations
 
@@ -37,63 +23,23 @@ PLAN = Plan.load("shortest-path")  # plans/shortest-path.toml
 LOSSES = tuple(PLAN.axes["losses"])
 PARTS = ("table8", "sweep", "heterogeneity")
 SWEEP_SEEDS = 3
-ROWS = {  # row id -> (label, overrides)
-    "corners-t0": (
-        "PyEPO: all top-left -> bottom-right, no terrain",
-        {"sp-endpoints": "corners", "sp-terrain": 0.0},
-    ),
-    "random-t0": ("own source/sink, no terrain", {"sp-endpoints": "random", "sp-terrain": 0.0}),
-    "random-t0.5": ("own source/sink, terrain t = 0.5", {"sp-endpoints": "random", "sp-terrain": 0.5}),
-    "random-t1": ("own source/sink, terrain t = 1", {"sp-endpoints": "random", "sp-terrain": 1.0}),
-}
 # The paper's Table 8 as issue 17 quotes it. kappa_lam is not quoted, so the synthetic 1.0 stays
 # (the sweep shows what it changes); everything else is the knapsack's, as the method's specification
 # gives them.
 TABLE8 = {"fraction": 0.5, "personal-epochs": 2, "fixed-lam0": 2.0, "kappa-lam": 1.0}
 PAPER_TABLE6 = PLAN.paper["table6"]
-SWEEP: dict[
-    str, tuple[tuple[str, ...], list[tuple[str, str, dict[str, Any]]]]
-] = {  # axis -> (losses, [(point id, label, overrides)]); a point equal to Table 8 reuses its runs
-    "degree-model": (
-        ("spo+", "rspo+"),
-        [
-            (f"d{deg}-{model}", f"degree {deg}, {model}", {"degree": deg, "hidden": hidden})
-            for deg in (1, 2, 4, 6)
-            for model, hidden in (("linear", 0), ("mlp", 64))
-        ],
-    ),
-    "clients": (
-        ("spo+", "rspo+"),
-        [
-            (row, f"{label} (Table 8 runs)" if row == "corners-t0" else label, over)
-            for row, (label, over) in ROWS.items()
-        ],
-    ),
-    "spo-step": (  # SPO+ trains at lr 1e-3, RSPO+ at lr0 = alpha lam0 / 4 = 5e-3 under Table 8
-        ("spo+", "rspo+"),
-        [
-            ("k5", "5 x 5, lr 1e-3 (the Table 8 runs)", {}),
-            ("k5-lr", "5 x 5, lr 5e-3 (RSPO+'s lr0)", {"lr": 0.005}),
-            ("k5-rounds", "5 x 5, lr 1e-3, 30 warm-start rounds", {"num-rounds": 30}),
-            ("k12", "12 x 12, lr 1e-3 (the Table 8 runs)", {"grid-size": 12}),
-            ("k12-lr", "12 x 12, lr 5e-3 (RSPO+'s lr0)", {"grid-size": 12, "lr": 0.005}),
-        ],
-    ),
-    "rspo-schedule": (
-        ("rspo+",),
-        [
-            ("kappa1", "kappa_lam 1 (the Table 8 runs)", {}),  # first: the reference of the others
-            ("kappa0", "kappa_lam 0 (lam stays 2)", {"kappa-lam": 0.0}),
-            ("kappa0.5", "kappa_lam 0.5", {"kappa-lam": 0.5}),
-            ("kappa2", "kappa_lam 2", {"kappa-lam": 2.0}),
-            ("calibrated", "lam0_j = mean ||c|| / R_j (calibrated)", {"fixed-lam0": 0.0}),
-            (
-                "personal-lr",
-                "kappa_lam 1, personalization lr0 = 0.001 (SPO+'s; rspo-alpha-personal 0.002)",
-                {"rspo-alpha-personal": 0.002},
-            ),
-        ],
-    ),
+
+
+def points(table: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """The plan's runs of ``table`` (a sweep axis, or ``rows``): (point id, label, overrides)."""
+    return [(r["method"], r["label"], r["config"]) for r in PLAN.runs if r["table"] == table]
+
+
+ROWS = {row: (label, over) for row, label, over in points("rows")}  # row id -> (label, overrides)
+# axis -> (losses, [(point id, label, overrides)]); a point equal to Table 8 reuses its runs
+SWEEP = {
+    axis: (tuple(PLAN.axes[next(r["rows"] for r in PLAN.runs if r["table"] == axis)]), points(axis))
+    for axis in ("degree-model", "clients", "spo-step", "rspo-schedule")
 }
 CLIENTS, QUICK_CLIENTS = 20, 8
 
