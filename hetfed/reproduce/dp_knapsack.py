@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hetfed.reproduce.common import add_run_arguments, fmt, publish, render, stat
+from hetfed.reproduce.common import add_run_arguments, fmt, publish, pyplot, render, save_figure, stat
 from hetfed.reproduce.plan import Job, Plan, run_jobs
 
 LOSSES = {"rspo+": "FedRSPO+", "mse": "MSE"}
@@ -191,10 +191,7 @@ def markdown(data: dict[str, Any]) -> str:
 def plot(data: dict[str, Any], out: Path) -> None:
     """dp-knapsack.png, one panel per number of clients: federated (dashed) and deployed (solid)
     regret against epsilon (log x), ±std; the deployed model without DP dotted."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.ticker import NullFormatter
 
     t = data["tables"]
@@ -238,9 +235,7 @@ def plot(data: dict[str, Any], out: Path) -> None:
         f"Central DP on the knapsack (eta-o = {data['config']['eta-o']:g}), "
         f"mean ± std over {len(data['seeds'])} seed(s)"
     )
-    fig.tight_layout()
-    fig.savefig(out / "dp-knapsack.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "dp-knapsack.png")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from hetfed.reproduce.common import add_run_arguments, publish, render, stat
+from hetfed.reproduce.common import add_run_arguments, publish, pyplot, render, save_figure, stat
 from hetfed.reproduce.energy.analysis import grouped, zone_data
 from hetfed.reproduce.energy.plan import ENERGY, VARIANT_LABELS, VARIANTS, Job, Plan, split_jobs, table_runs
 from hetfed.reproduce.plan import run_jobs
@@ -156,10 +156,7 @@ def _color(split: str, label: str) -> str:
 def plot(data: dict[str, Any], out: Path) -> None:
     """energy-pilot.png: validation gain against test gain of each (zone, seed)'s personal model, and
     the personal models' validation regret per personalization round against the federated model's."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     for split, by_run in data["per-zone"].items():
@@ -201,9 +198,7 @@ def plot(data: dict[str, Any], out: Path) -> None:
         title="Personal models on validation (dashed: the federated model)",
     )
     right.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(out / "energy-pilot.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "energy-pilot.png")
 
 
 def calibration(plan: Plan) -> dict[str, Any]:

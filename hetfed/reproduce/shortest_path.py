@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from hetfed.config import defaults
-from hetfed.reproduce.common import add_run_arguments, mean_std, render, write_json
+from hetfed.reproduce.common import add_run_arguments, mean_std, pyplot, render, save_figure, write_json
 from hetfed.reproduce.plan import Job, Plan, run_jobs
 from hetfed.reproduce.runs import plot_warm_then_personal
 
@@ -191,10 +191,7 @@ def markdown(data: dict[str, Any]) -> str:
 
 def plot_bars(tables: dict[str, Any], titles: dict[str, str], path: Path) -> None:
     """Fed and +P gap per loss, one panel per table row (a grid or a heterogeneity row)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = list(tables)
     fig, axes = plt.subplots(1, len(rows), figsize=(3.6 * len(rows), 3.8), sharey=True)
@@ -208,17 +205,12 @@ def plot_bars(tables: dict[str, Any], titles: dict[str, str], path: Path) -> Non
         ax.set_title(titles[row], fontsize=8)
     np.atleast_1d(axes)[0].set(ylabel="optimality gap (%)")
     np.atleast_1d(axes)[0].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_rounds(results_dir: Path, jobs: list[Job], path: Path) -> None:
     """Validation gap per round of every loss, largest grid, first seed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     grid, seed = jobs[0].key[0], jobs[0].seed
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -232,17 +224,12 @@ def plot_rounds(results_dir: Path, jobs: list[Job], path: Path) -> None:
         yscale="log",
     )
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_sweep(d: dict[str, Any], path: Path) -> None:
     """SPO+ and RSPO+ +P gap against the degree, linear and MLP models."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     dm = d["tables"]["degree-model"]
     fig, axes = plt.subplots(1, 2, figsize=(8, 3.6), sharey=True)
@@ -258,9 +245,7 @@ def plot_sweep(d: dict[str, Any], path: Path) -> None:
         ax.set(title=model, xlabel="degree of the feature-to-cost law")
     axes[0].set(ylabel="optimality gap (%)")
     axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
