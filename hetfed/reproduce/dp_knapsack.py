@@ -1,21 +1,8 @@
-"""The utility cost of central DP on the knapsack: test relative regret against epsilon, FedRSPO+ and MSE.
-
-Both losses run the same strategy (FedRSPO+: calibration, 10 warm-start rounds of FedAvg over all
-clients, then 10 personalization rounds on each client) on the knapsack with objective
-heterogeneity eta-o = 0.5, with 10, 20 and 40 clients, once without DP and once per noise
-multiplier z with central DP (``dp=central``): each client's warm-start update is clipped to L2
-norm S and the server adds N(0, (z S)^2) to their sum, so the mean update gets noise of std z S / n
-per coordinate. The personalization rounds are not summed, so they spend no epsilon. With every
-client in every round there is no sampling amplification, so epsilon (at delta 1e-5, from the
-runs' ``privacy.epsilon``) depends only on z and the 10 rounds, not on n.
-
-The clip S is fixed per loss at about the median L2 norm of the clients' warm-start updates
-without DP (:data:`CLIPS`; measured on 10 clients, seeds 42-44, every round and client: RSPO+ medians
-1.198, 1.135, 1.192; MSE 0.324, 0.328, 0.320), so that z means the same relative noise for both.
-Reported per number of clients, loss and z: epsilon, the federated, personal and deployed models'
-test relative regret (``fed-``, ``per-``, ``dep-``), mean and std over seeds, and the share of
-warm-start updates within the clip (rounds.csv ``dp-within``).
-"""
+"""The utility cost of central DP on the knapsack (``hetfed reproduce dp-knapsack``): FedRSPO+ and MSE
+under FedRSPO+'s protocol with n = 10, 20, 40 clients, without DP and per noise multiplier z with
+``dp=central`` (each warm-start update clipped to a fixed S per loss, :data:`CLIPS`; N(0, (z S)^2)
+added to the sum). Per n, loss and z: epsilon, the Fed, +P and deployed test relative regret over
+seeds, and the share of updates within the clip. The grid is plans/dp-knapsack.toml."""
 
 from __future__ import annotations
 
@@ -56,22 +43,27 @@ def configs(
     seeds: tuple[int, ...], noise: tuple[float, ...], clients: tuple[int, ...], quick: bool
 ) -> list[dict[str, Any]]:
     """One run per number of clients, loss, noise level (None: no DP) and seed."""
-    out = []
-    for n in clients:
-        for loss in LOSSES:
-            for z in (None, *noise):
-                dp: dict[str, Any] = {}
-                if z is not None:
-                    dp = {"dp": "central", "dp-noise-multiplier": z, "dp-clipping-norm": CLIPS[loss]}
-                    dp["dp-delta"] = DELTA
-                for seed in seeds:
-                    name = run_name(n, loss, z, seed)
-                    out.append(
-                        PLAN.config(
-                            quick, **dp, **{"num-clients": n, "loss": loss, "seed": seed, "run-name": name}
-                        )
-                    )
-    return out
+
+    def dp(loss: str, z: float | None) -> dict[str, Any]:
+        central = {
+            "dp": "central",
+            "dp-noise-multiplier": z,
+            "dp-clipping-norm": CLIPS[loss],
+            "dp-delta": DELTA,
+        }
+        return {} if z is None else central
+
+    return [
+        PLAN.config(
+            quick,
+            **dp(loss, z),
+            **{"num-clients": n, "loss": loss, "seed": seed, "run-name": run_name(n, loss, z, seed)},
+        )
+        for n in clients
+        for loss in LOSSES
+        for z in (None, *noise)
+        for seed in seeds
+    ]
 
 
 def within_clip(run_dir: Path) -> float | None:
