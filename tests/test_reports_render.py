@@ -19,8 +19,10 @@ RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 RENDERERS = {
     "lp-pilot": "hetfed.reproduce.lp_pilot",
     "dp-knapsack": "hetfed.reproduce.dp_knapsack",
+    "energy": "hetfed.reproduce.energy",
     "energy-pilot": "hetfed.reproduce.energy_pilot",
     "pflsa": "hetfed.reproduce.pflsa",
+    "shortest-path": "hetfed.reproduce.shortest_path",
     "pflsa-communication": "hetfed.reproduce.pflsa_communication",
     "pflsa-theory": "hetfed.reproduce.pflsa_theory",
     "knapsack": "hetfed.reproduce.knapsack",

@@ -76,6 +76,11 @@ def test_mean_std_and_fmt() -> None:
             "config = {}\nnodes = 0",
             "runs[0].nodes: expected a federation size >= 1, got 0",
         ),
+        (  # a run may carry a label, not anything else
+            "seeds = [1]\n[axes]\nr = [1]\n[[runs]]\ntable = 't'\nmethod = 'm'\nrows = 'r'\nconfig = {}\n"
+            "label = 'a run'\nlabels = 'x'",
+            "runs[0]: unknown key 'labels'",
+        ),
         ("seeds = [1]\n[base", "Expected ']'"),
         ("seeds = [1]\nbudget = 3", "budget: expected a table"),
         ("seeds = [1]\n[budget]\nruns = 5\nquick = 1", "budget.quick: expected a table"),

@@ -273,11 +273,11 @@ def test_quick_reproduction_writes_every_part_and_a_part_run_alone_keeps_the_oth
 
 
 def test_the_committed_report_is_what_its_json_renders_and_says_it_is_not_warcraft() -> None:
-    from hetfed.reproduce.shortest_path import render
+    from hetfed.reproduce.shortest_path import markdown
     from tests.conftest import REPO
 
     results = REPO / "docs" / "results"
     text = (results / "shortest-path.md").read_text()
-    assert text == render(json.loads((results / "shortest-path.json").read_text()))
+    assert text == markdown(json.loads((results / "shortest-path.json").read_text()))
     first_paragraph = text.split("\n\n")[1]
     assert "Not the paper's benchmark" in first_paragraph and "Warcraft" in first_paragraph

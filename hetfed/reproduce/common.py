@@ -191,3 +191,22 @@ def render(template: str, **context: Any) -> str:
     )
     env.filters["fmt"] = fmt
     return env.get_template(template).render(**context)
+
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend (the reports' figures go to files)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Lay ``fig`` out, write it to ``path`` (110 dpi, as every report's figure) and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,21 +1,8 @@
-"""The utility cost of central DP on the knapsack: test relative regret against epsilon, FedRSPO+ and MSE.
-
-Both losses run the same strategy (FedRSPO+: calibration, 10 warm-start rounds of FedAvg over all
-clients, then 10 personalization rounds on each client) on the knapsack with objective
-heterogeneity eta-o = 0.5, with 10, 20 and 40 clients, once without DP and once per noise
-multiplier z with central DP (``dp=central``): each client's warm-start update is clipped to L2
-norm S and the server adds N(0, (z S)^2) to their sum, so the mean update gets noise of std z S / n
-per coordinate. The personalization rounds are not summed, so they spend no epsilon. With every
-client in every round there is no sampling amplification, so epsilon (at delta 1e-5, from the
-runs' ``privacy.epsilon``) depends only on z and the 10 rounds, not on n.
-
-The clip S is fixed per loss at about the median L2 norm of the clients' warm-start updates
-without DP (:data:`CLIPS`; measured on 10 clients, seeds 42-44, every round and client: RSPO+ medians
-1.198, 1.135, 1.192; MSE 0.324, 0.328, 0.320), so that z means the same relative noise for both.
-Reported per number of clients, loss and z: epsilon, the federated, personal and deployed models'
-test relative regret (``fed-``, ``per-``, ``dep-``), mean and std over seeds, and the share of
-warm-start updates within the clip (rounds.csv ``dp-within``).
-"""
+"""The utility cost of central DP on the knapsack (``hetfed reproduce dp-knapsack``): FedRSPO+ and MSE
+under FedRSPO+'s protocol with n = 10, 20, 40 clients, without DP and per noise multiplier z with
+``dp=central`` (each warm-start update clipped to a fixed S per loss, :data:`CLIPS`; N(0, (z S)^2)
+added to the sum). Per n, loss and z: epsilon, the Fed, +P and deployed test relative regret over
+seeds, and the share of updates within the clip. The grid is plans/dp-knapsack.toml."""
 
 from __future__ import annotations
 
@@ -25,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hetfed.reproduce.common import add_run_arguments, fmt, publish, stat
+from hetfed.reproduce.common import add_run_arguments, fmt, publish, pyplot, render, save_figure, stat
 from hetfed.reproduce.plan import Job, Plan, run_jobs
 
 LOSSES = {"rspo+": "FedRSPO+", "mse": "MSE"}
@@ -56,22 +43,27 @@ def configs(
     seeds: tuple[int, ...], noise: tuple[float, ...], clients: tuple[int, ...], quick: bool
 ) -> list[dict[str, Any]]:
     """One run per number of clients, loss, noise level (None: no DP) and seed."""
-    out = []
-    for n in clients:
-        for loss in LOSSES:
-            for z in (None, *noise):
-                dp: dict[str, Any] = {}
-                if z is not None:
-                    dp = {"dp": "central", "dp-noise-multiplier": z, "dp-clipping-norm": CLIPS[loss]}
-                    dp["dp-delta"] = DELTA
-                for seed in seeds:
-                    name = run_name(n, loss, z, seed)
-                    out.append(
-                        PLAN.config(
-                            quick, **dp, **{"num-clients": n, "loss": loss, "seed": seed, "run-name": name}
-                        )
-                    )
-    return out
+
+    def dp(loss: str, z: float | None) -> dict[str, Any]:
+        central = {
+            "dp": "central",
+            "dp-noise-multiplier": z,
+            "dp-clipping-norm": CLIPS[loss],
+            "dp-delta": DELTA,
+        }
+        return {} if z is None else central
+
+    return [
+        PLAN.config(
+            quick,
+            **dp(loss, z),
+            **{"num-clients": n, "loss": loss, "seed": seed, "run-name": run_name(n, loss, z, seed)},
+        )
+        for n in clients
+        for loss in LOSSES
+        for z in (None, *noise)
+        for seed in seeds
+    ]
 
 
 def within_clip(run_dir: Path) -> float | None:
@@ -134,154 +126,64 @@ def pct(entry: dict[str, Any]) -> str:
     return fmt({"mean": 100 * entry["mean"], "std": 100 * entry["std"]}, 2)
 
 
-def dep(row: dict[str, Any]) -> float:
-    """The deployed model's mean relative regret of a table row, in percent."""
-    return 100 * float(row["dep"]["mean"])
-
-
-def findings(data: dict[str, Any]) -> list[str]:
-    """The sentences under the table, computed from the JSON."""
+def facts(data: dict[str, Any]) -> dict[str, Any]:
+    """What the sentences under the table say, computed from the JSON (templates/dp-knapsack.md)."""
     t, names = data["tables"], data["losses"]
     sizes = list(t)
     main = t[sizes[0]]
-    rspo, mse = main["rspo+"], main["mse"]
-    levels = [k for k in rspo if k != OFF]
-    lines = [
-        f"Without DP ({sizes[0]} clients), FedRSPO+'s deployed model has {dep(rspo[OFF]):.2f}% relative "
-        f"regret against MSE's {dep(mse[OFF]):.2f}% (federated models: {100 * rspo[OFF]['fed']['mean']:.2f}% "
-        f"against {100 * mse[OFF]['fed']['mean']:.2f}%)."
-    ]
+    levels = [k for k in main["rspo+"] if k != OFF]
+    out: dict[str, Any] = {"sizes": sizes, "levels": levels, "mid": None}
     if not levels:
-        return lines
-    lo, hi = levels[0], levels[-1]
-    rising = all(
+        return out
+    out["rising"] = all(
         row[a]["dep"]["mean"] <= row[b]["dep"]["mean"]
         for row in main.values()
         for a, b in zip([OFF, *levels], levels, strict=False)
     )
-    parts = [
-        f"{names[loss]}'s deployed regret is {dep(row[lo]):.2f}% at z = {lo} "
-        f"(epsilon {row[lo]['epsilon']:.3g}) and {dep(row[hi]):.2f}% at z = {hi} "
-        f"(epsilon {row[hi]['epsilon']:.3g}), "
-        f"{dep(row[hi]) / dep(row[OFF]):.1f}x its no-DP value"
-        for loss, row in main.items()
-    ]
-    lead = "the cost grows as epsilon falls" if rising else "the cost is not monotone in epsilon"
-    lines.append(f"With {sizes[0]} clients {lead}: " + "; ".join(parts) + ".")
     orders, lost_at_top, lost = [], True, False
     for n, by_loss in t.items():
         ahead = [z for z in levels if by_loss["rspo+"][z]["dep"]["mean"] < by_loss["mse"][z]["dep"]["mean"]]
         behind = [z for z in levels if z not in ahead]
-        text = f"at z = {', '.join(ahead) or 'none'} with {n} clients"
-        orders.append(text + (f" (above it at z = {', '.join(behind)})" if behind else ""))
+        orders.append((n, ahead, behind))
         lost |= bool(behind)
         lost_at_top &= not behind or not ahead or max(map(float, ahead)) < min(map(float, behind))
+    out["orders"] = orders
     if not lost:
-        ending = "the decision-focused loss keeps its advantage at every epsilon tried."
+        out["ending"] = "the decision-focused loss keeps its advantage at every epsilon tried."
     elif lost_at_top:
-        ending = "where the decision-focused loss loses its advantage, it is under the strongest privacy."
-    else:
-        ending = "the ordering does not follow the noise level."
-    lines.append("FedRSPO+'s deployed regret is below MSE's " + "; ".join(orders) + ": " + ending)
-    if len(sizes) > 1:
-        mid = "1" if "1" in levels else levels[len(levels) // 2]
-        costs = {(n, loss): dep(t[n][loss][mid]) - dep(t[n][loss][OFF]) for n in sizes for loss in names}
-        falling = all(
-            costs[(a, loss)] >= costs[(b, loss)]
-            for loss in names
-            for a, b in zip(sizes, sizes[1:], strict=False)
+        out["ending"] = (
+            "where the decision-focused loss loses its advantage, it is under the strongest privacy."
         )
-        per_loss = [
-            f"{names[loss]}'s deployed regret is "
-            + ", ".join(f"{dep(t[n][loss][mid]):.2f}%" for n in sizes)
-            + " (no DP: "
-            + ", ".join(f"{dep(t[n][loss][OFF]):.2f}%" for n in sizes)
-            + ")"
-            for loss in names
-        ]
-        lines.append(
-            ("More clients cost less utility at the same epsilon" if falling else "By number of clients")
-            + f": at z = {mid} (epsilon {rspo[mid]['epsilon']:.3g} for every n; the mean update's noise has "
-            f"std z S / n per coordinate) with {', '.join(sizes)} clients, " + "; ".join(per_loss) + "."
+    else:
+        out["ending"] = "the ordering does not follow the noise level."
+    if len(sizes) > 1:
+        mid = out["mid"] = "1" if "1" in levels else levels[len(levels) // 2]
+
+        def cost(n: str, loss: str) -> float:
+            return 100 * float(t[n][loss][mid]["dep"]["mean"]) - 100 * float(t[n][loss][OFF]["dep"]["mean"])
+
+        out["falling"] = all(
+            cost(a, loss) >= cost(b, loss) for loss in names for a, b in zip(sizes, sizes[1:], strict=False)
         )
     cells = [(n, loss, z) for n in sizes for loss in names for z in levels]
-    better = sum(t[n][loss][z]["dep"]["mean"] < t[n][loss][z]["fed"]["mean"] for n, loss, z in cells)
-    helps = "personalization recovers part of the cost" if 2 * better > len(cells) else "it seldom helps"
-    lines.append(
-        f"Under DP the deployed model's mean regret is below the noisy federated model's in {better} of "
-        f"{len(cells)} cells: {helps}."
+    out["cells"] = len(cells)
+    out["better"] = sum(t[n][loss][z]["dep"]["mean"] < t[n][loss][z]["fed"]["mean"] for n, loss, z in cells)
+    lo, hi = levels[0], levels[-1]
+    out["falls"] = any(
+        row[hi]["within-clip"]["mean"] < row[lo]["within-clip"]["mean"] for row in main.values()
     )
-    shares = [
-        f"{names[loss]}'s {100 * row[lo]['within-clip']['mean']:.0f}% at z = {lo} and "
-        f"{100 * row[hi]['within-clip']['mean']:.0f}% at z = {hi}"
-        for loss, row in main.items()
-    ]
-    falls = any(row[hi]["within-clip"]["mean"] < row[lo]["within-clip"]["mean"] for row in main.values())
-    lines.append(
-        f"Share of warm-start updates within the fixed clip ({sizes[0]} clients, mean over seeds): "
-        + "; ".join(shares)
-        + (
-            "; a falling share means the updates from the noisier model are larger and clipped harder."
-            if falls
-            else "."
-        )
-    )
-    return lines
+    return out
 
 
 def markdown(data: dict[str, Any]) -> str:
-    """docs/results/dp-knapsack.md, from dp-knapsack.json alone."""
-    cfg = data["config"]
-    lines = [
-        "# The utility cost of central DP on the knapsack",
-        "",
-        f"Generated by `hetfed reproduce dp-knapsack` from `dp-knapsack.json` ({data['runs']} runs, seeds "
-        f"{', '.join(map(str, data['seeds']))}{', quick' if data['quick'] else ''}; "
-        f"{data['wall-time-s']:.0f} s of wall time, {data['run-time-s']:.0f} s of run time summed over the "
-        f"runs, on a machine with {data['cores']} cores, other jobs may have been running). Both losses "
-        f"run the same strategy, FedRSPO+ (calibration, {cfg.get('num-rounds', 10)} warm-start rounds of "
-        f"FedAvg over all n clients, n = {', '.join(map(str, data['clients']))}, then "
-        f"{cfg.get('personal-rounds', 10)} "
-        f"personalization rounds), on the knapsack with eta-o = {cfg['eta-o']:g}. Central DP "
-        "(`dp=central`) clips each client's warm-start update to L2 norm S and adds N(0, (z S)^2) to their "
-        f"sum; S is fixed per loss at {data['clip-choice']}. Epsilon is at delta = {data['delta']:g} after "
-        "the warm start (the runs' `privacy.epsilon`; no sampling amplification, so it depends only on z and "
-        "the rounds). Numbers: test relative regret in percent (lower is better), mean ± std over seeds, of "
-        "the federated, personal and deployed models; the last column is the share of warm-start updates "
-        "within the clip.",
-        "",
-        "| clients | loss | z | S | epsilon | federated | personal | deployed | within clip |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for n, by_loss in data["tables"].items():
-        for loss, by_level in by_loss.items():
-            for key, row in by_level.items():
-                eps = "no DP" if row["epsilon"] is None else f"{row['epsilon']:.3g}"
-                clip = "-" if row["clip"] is None else f"{row['clip']:g}"
-                within = "-" if row["within-clip"] is None else f"{100 * row['within-clip']['mean']:.0f}%"
-                cells = [pct(row[model]) for model in MODELS]
-                lines.append(
-                    f"| {n} | {data['losses'][loss]} | {'-' if key == OFF else key} | {clip} | {eps} | "
-                    + " | ".join(cells)
-                    + f" | {within} |"
-                )
-    lines += ["", "![regret against epsilon](dp-knapsack.png)", "", *findings(data), ""]
-    lines += [
-        "The deployed model is, per client, whichever of its federated and personal models is better on its "
-        "own validation samples. The DP noise is drawn from fresh entropy, so a rerun moves the DP rows' "
-        "numbers (not epsilon); the no-DP rows are deterministic on one machine.",
-        "",
-    ]
-    return "\n".join(lines)
+    """docs/results/dp-knapsack.md, from dp-knapsack.json alone (templates/dp-knapsack.md)."""
+    return render("dp-knapsack.md", d=data, f=facts(data), off=OFF, models=MODELS, pct=pct)
 
 
 def plot(data: dict[str, Any], out: Path) -> None:
     """dp-knapsack.png, one panel per number of clients: federated (dashed) and deployed (solid)
     regret against epsilon (log x), ±std; the deployed model without DP dotted."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     from matplotlib.ticker import NullFormatter
 
     t = data["tables"]
@@ -309,7 +211,9 @@ def plot(data: dict[str, Any], out: Path) -> None:
                     color=f"C{i}",
                     label=f"{name}, {'federated' if model == 'fed' else 'deployed'}",
                 )
-            ax.axhline(dep(by_level[OFF]), color=f"C{i}", ls=":", label=f"{name}, deployed, no DP")
+            ax.axhline(
+                100 * by_level[OFF]["dep"]["mean"], color=f"C{i}", ls=":", label=f"{name}, deployed, no DP"
+            )
         ax.set(
             xscale="log", yscale="log", xlabel=f"epsilon at delta = {data['delta']:g}", title=f"{n} clients"
         )
@@ -323,9 +227,7 @@ def plot(data: dict[str, Any], out: Path) -> None:
         f"Central DP on the knapsack (eta-o = {data['config']['eta-o']:g}), "
         f"mean ± std over {len(data['seeds'])} seed(s)"
     )
-    fig.tight_layout()
-    fig.savefig(out / "dp-knapsack.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "dp-knapsack.png")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,20 +1,7 @@
-"""The energy pilot on ERCOT: does FedRSPO+ hold on real prices, and what should a silo deploy?
-
-The energy reproduction (``hetfed reproduce energy``) found personalization making a zone's
-purchases worse on average, and RSPO+'s calibration ``lam0_j = mean ||c|| / R_j`` inflated about
-4x by nine storm days. This study runs, on both training splits (as is; storm days excluded):
-
-* federated SPO+ (the scale-free baseline), FedRSPO+ with the paper's mean calibration and with
-  the robust ``calibration-norm = median``;
-* for every FedRSPO+ run, three models per zone: the federated one (Fed), the personal one (+P)
-  and the one the silo deploys (the personal model only where it beats the federated one on the
-  zone's own validation days; hetfed's evaluate step);
-* paired-by-seed differences for each step (sign and spread), per-zone tables, and the evidence
-  on why personalization does not carry over: does a personal model that is better on the
-  validation days (the ~72 days before the test period) also do better on the test days?
-
-Writes ``energy-pilot.md`` and ``energy-pilot.json`` to ``--out``.
-"""
+"""The energy pilot on ERCOT (``hetfed reproduce energy-pilot``): SPO+ and FedRSPO+ with the mean and
+the median calibration on both training splits; per zone the Fed, +P and deployed model (the personal
+one only where it beats Fed on the zone's validation days), paired steps, and whether validation
+gains predict test gains. Writes energy-pilot.md, .json and .png to ``--out``."""
 
 from __future__ import annotations
 
@@ -26,16 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from hetfed.reproduce.common import add_run_arguments, fmt, publish, stat
-from hetfed.reproduce.energy.plan import ENERGY, VARIANT_LABELS, VARIANTS, Job, Plan, split_jobs
+from hetfed.reproduce.common import add_run_arguments, publish, pyplot, render, save_figure, stat
+from hetfed.reproduce.energy.analysis import grouped, zone_data
+from hetfed.reproduce.energy.plan import ENERGY, VARIANT_LABELS, VARIANTS, Job, Plan, split_jobs, table_runs
 from hetfed.reproduce.plan import run_jobs
 from hetfed.reproduce.runs import curves, frozen_at
 
-RUNS: dict[str, dict[str, Any]] = {  # run label -> overrides
-    "spo+": {"loss": "spo+"},
-    "rspo+ mean": {"loss": "rspo+"},
-    "rspo+ median": {"loss": "rspo+", "calibration-norm": "median"},
-}
+RUNS = table_runs("pilot")  # plans/energy.toml
 STAGES = {"fed": "Fed", "per": "+P", "dep": "deployed"}
 # Paired-by-seed differences (a - b): label -> ((run, stage), (run, stage)).
 STEPS = {
@@ -53,11 +37,6 @@ STEPS = {
 }
 
 
-def jobs(plan: Plan) -> list[Job]:
-    """Every run: seeds x training splits x runs, on all of the plan's zones."""
-    return split_jobs(plan, "pilot", RUNS)
-
-
 def _metric(summary: dict[str, Any], stage: str, key: str = "absolute-regret") -> float:
     """An aggregate of a run; SPO+ has no deployed model of its own choosing (its +P is SPO+'s)."""
     return float(summary["aggregate"].get(f"{stage}-{key}", math.nan))
@@ -66,9 +45,7 @@ def _metric(summary: dict[str, Any], stage: str, key: str = "absolute-regret") -
 def tables(all_jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """``{split: {run: {stage: stat of the mean absolute regret over zones}}}`` and the paired steps
     ``{split: {step: stat of the per-seed differences, with "negative": seeds where a < b}}``."""
-    by: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
-    for job, summary in zip(all_jobs, summaries, strict=True):
-        by.setdefault((job.key[1], job.key[2]), {})[job.seed] = summary
+    by = grouped(all_jobs, summaries)
     out: dict[str, Any] = {"regret": {}, "steps": {}}
     for split in VARIANTS:
         for label in RUNS:
@@ -179,10 +156,7 @@ def _color(split: str, label: str) -> str:
 def plot(data: dict[str, Any], out: Path) -> None:
     """energy-pilot.png: validation gain against test gain of each (zone, seed)'s personal model, and
     the personal models' validation regret per personalization round against the federated model's."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     for split, by_run in data["per-zone"].items():
@@ -224,16 +198,13 @@ def plot(data: dict[str, Any], out: Path) -> None:
         title="Personal models on validation (dashed: the federated model)",
     )
     right.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(out / "energy-pilot.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "energy-pilot.png")
 
 
 def calibration(plan: Plan) -> dict[str, Any]:
     """Per zone and training split: lam0_j under the mean and the median norm (the zone's data)."""
     from hetfed.client.decision_client import own_calibration
     from hetfed.methods.decision import CalibratedParams
-    from hetfed.reproduce.energy.analysis import zone_data
 
     norms = {
         norm: CalibratedParams.from_config({**ENERGY, "calibration-norm": norm})
@@ -250,96 +221,10 @@ def calibration(plan: Plan) -> dict[str, Any]:
 
 
 def markdown(data: dict[str, Any]) -> str:
-    """energy-pilot.md from energy-pilot.json alone."""
-    regret, steps = data["tables"]["regret"], data["tables"]["steps"]
-    splits = list(regret)
-    lines = [
-        "# The energy pilot on ERCOT: robust calibration and the per-silo model choice",
-        "",
-        f"Generated by `hetfed reproduce energy-pilot{' --quick' if data['quick'] else ''}`: seeds "
-        f"{data['seeds']}, {len(data['zones'])} ERCOT zones as silos, inline engine; {data['runs']} runs "
-        f"of {data['runs-wall-time-s'] / 60:.1f} min in all (each run's own wall time). Settings as in "
-        "[energy.md](energy.md) (10 warm-start rounds, 10 personalization rounds, alpha 0.01 / 0.001, "
-        "tau 0.03). **Mean absolute regret in $/MWh-hours per day** on the test days (mean over zones), "
-        "mean ± std over seeds. Deployed: each silo keeps its personal model only where it beats the "
-        "federated model on its own validation days.",
-        "",
-        "## Regret by run and model",
-        "",
-        "| run | "
-        + " | ".join(f"{VARIANT_LABELS[s]}: {st}" for s in splits for st in STAGES.values())
-        + " |",
-        "|---|" + "---|" * (len(splits) * len(STAGES)),
-    ]
-    for label in RUNS:
-        cells = [fmt(regret[s][label][st], 1, missing="-") for s in splits for st in STAGES]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "SPO+ runs the same personalization (all rounds, lr 1e-3) and the same per-silo choice.",
-        "",
-        "## Each step, paired by seed (a - b; negative = a buys cheaper)",
-        "",
-        "| step | " + " | ".join(f"{VARIANT_LABELS[s]}" for s in splits) + " |",
-        "|---|" + "---|" * len(splits),
-    ]
-    for step in STEPS:
-        cells = []
-        for s in splits:
-            e = steps[s][step]
-            cells.append(f"{fmt(e, 1)} (a < b in {e['negative']} of {len(e['seeds'])} seeds)")
-        lines.append(f"| {step} | " + " | ".join(cells) + " |")
-    lines += ["", "## Why personalization does not carry over to the test days", ""]
-    lines += ["![validation against test gain; personalization curves](energy-pilot.png)", ""]
-    lines += [
-        "The personal models' validation regret per personalization round (relative regret %, mean over",
-        "seeds and over the zones still training, so the last rounds average the zones that have not",
-        "frozen; before the arrow: the federated model). With the energy step (alpha 0.001) they move",
-        "little on the validation days:",
-        "",
-    ]
-    for split, by_run in data["curves"].items():
-        for label, c in by_run.items():
-            path = " / ".join(f"{v:.1f}" for v in c["personal"].values())
-            lines.append(f"- {label}, {VARIANT_LABELS[split]}: {c['fed-val']:.1f} -> {path}")
-    lines.append("")
-    lines += [
-        "Over every (zone, seed) of a FedRSPO+ run: the personal model's gain over the federated one",
-        "on the validation days (relative regret, points) against its gain on the test days ($).",
-        "",
-        "| split | run | cases | correlation | personal better on validation | on test | "
-        "choice picks the test winner |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for split, by_run in data["diagnosis"].items():
-        for label, d in by_run.items():
-            corr = d["val-test-gain-correlation"]
-            lines.append(
-                f"| {VARIANT_LABELS[split]} | {label} | {d['cases']} | {corr:.2f} | "
-                f"{d['personal-better-on-validation']:.0%} | {d['personal-better-on-test']:.0%} | "
-                f"{d['choice-picks-test-winner']:.0%} |"
-            )
-    for split, by_run in data["per-zone"].items():
-        for label, by_zone in by_run.items():
-            lines += [
-                "",
-                f"### Per zone: {label}, {VARIANT_LABELS[split]} (mean over seeds)",
-                "",
-                "| zone | lam0 (mean / median norm) | Fed | +P | deployed | personal deployed | "
-                "validation gain (points) | test gain ($) | frozen (round) | "
-                "deployed never worse on validation |",
-                "|---|---|---|---|---|---|---|---|---|---|",
-            ]
-            for zone, z in by_zone.items():
-                lam = data["calibration"][zone][split]
-                frozen_round = "-" if math.isnan(z["freeze-round"]) else f"{z['freeze-round']:.1f}"
-                lines.append(
-                    f"| {zone} | {lam['mean']:.0f} / {lam['median']:.0f} | {z['fed']:.1f} | {z['per']:.1f} | "
-                    f"{z['dep']:.1f} | {z['personal']:.0%} | {z['val-gain']:+.2f} | {z['test-gain']:+.1f} | "
-                    f"{z['frozen']:.0%} ({frozen_round}) | "
-                    f"{'yes' if z['never-worse-on-validation'] else 'NO'} |"
-                )
-    return "\n".join(lines) + "\n"
+    """energy-pilot.md from energy-pilot.json alone (templates/energy-pilot.md)."""
+    return render(
+        "energy-pilot.md", d=data, labels=VARIANT_LABELS, stages=STAGES, runs=RUNS, step_names=STEPS
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -355,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.time()
     plan = Plan.make(args.seeds, args.quick)
     results_dir = Path(args.results_dir)
-    planned = jobs(plan)
+    planned = split_jobs(plan, "pilot")
     summaries = run_jobs(planned, args, nodes=len(plan.zones))
     zone_table = zones(planned, summaries, results_dir)
     out = Path(args.out)

@@ -8,7 +8,8 @@ A plan file is ``hetfed/reproduce/plans/<experiment>.toml`` with one schema:
   (both checked against :data:`hetfed.config.SCHEMA`);
 - ``[axes]``: the grid's named lists of values (the experiment says what each value sets);
 - ``[[runs]]``: runs beyond the axes' product, each a ``table``, ``method``, the ``rows`` axis it
-  runs on, its ``config`` overrides and optionally its federation size ``nodes``;
+  runs on, its ``config`` overrides and optionally its federation size ``nodes`` and the ``label``
+  a report gives it;
 - ``[budget]``: the experiment's own parameters that are no run-config keys (horizons, run counts,
   levels), with ``[budget.quick]``: the ones ``--quick`` replaces;
 - ``[paper]``: the paper's numbers, as the report quotes them.
@@ -141,7 +142,7 @@ def _checked(path: Path, raw: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(entry, dict):
             raise fail(where, f"expected a table, got {entry!r}")
         missing = [k for k in RUN_KEYS if k not in entry]
-        extra = [k for k in entry if k not in (*RUN_KEYS, "nodes")]
+        extra = [k for k in entry if k not in (*RUN_KEYS, "nodes", "label")]
         if missing or extra:
             raise fail(where, f"{'missing' if missing else 'unknown'} key {(missing or extra)[0]!r}")
         if entry["rows"] not in axes:

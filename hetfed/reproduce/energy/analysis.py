@@ -12,36 +12,38 @@ from hetfed.reproduce.energy.plan import ABLATION, ENERGY, EXTRA, OPTNET_MULTS, 
 from hetfed.reproduce.runs import curves
 
 
+def grouped(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[tuple[str, str], dict[int, Any]]:
+    """The summaries of jobs keyed ``(kind, split, run)``: ``{(split, run): {seed: summary}}``."""
+    out: dict[tuple[str, str], dict[int, Any]] = {}
+    for job, summary in zip(jobs, summaries, strict=True):
+        out.setdefault((job.key[1], job.key[2]), {})[job.seed] = summary
+    return out
+
+
 def ablation_table(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """``{variant: {label: {"absolute": stat, "relative-%": stat, "per-zone": {zone: mean}}}}``."""
-    by_run: dict[tuple[str, str], list[tuple[int, dict[str, Any]]]] = {}
-    for job, summary in zip(jobs, summaries, strict=True):
-        by_run.setdefault((job.key[1], job.key[2]), []).append((job.seed, summary))
+    runs_of = grouped(jobs, summaries)
     out: dict[str, Any] = {}
     for variant in VARIANTS:
         for label, (run, stage) in {**ABLATION, **EXTRA}.items():
-            runs = by_run.get((variant, run), [])
-            seeds = [s for s, _ in runs]
-            zones = sorted(runs[0][1]["clients"]) if runs else []
+            runs = runs_of.get((variant, run), {})
+            seeds, rs = list(runs), list(runs.values())
             out.setdefault(variant, {})[label] = {
                 "run": run,
                 "stage": stage,
-                "absolute": stat([r["aggregate"][f"{stage}-absolute-regret"] for _, r in runs], seeds),
-                "relative-%": stat(
-                    [100 * r["aggregate"][f"{stage}-relative-regret"] for _, r in runs], seeds
-                ),
+                "absolute": stat([r["aggregate"][f"{stage}-absolute-regret"] for r in rs], seeds),
+                "relative-%": stat([100 * r["aggregate"][f"{stage}-relative-regret"] for r in rs], seeds),
                 "per-zone": {
-                    z: float(np.mean([r["clients"][z][f"{stage}-absolute-regret"] for _, r in runs]))
-                    for z in zones
+                    z: float(np.mean([r["clients"][z][f"{stage}-absolute-regret"] for r in rs]))
+                    for z in (sorted(rs[0]["clients"]) if rs else [])
                 },
             }
     return out
 
 
 def ladder_steps(table: dict[str, Any]) -> dict[str, Any]:
-    """Each step of Table 5's ladder (row k against row k - 1), paired by seed: per split, the
-    per-seed differences (row k minus row k - 1), their mean and std, and in how many seeds the
-    step lowered the regret."""
+    """Each step of Table 5's ladder, paired by seed: per split, row k minus row k - 1 per seed
+    (stat) and in how many seeds the step lowered the regret."""
     labels = list(ABLATION)
     out: dict[str, Any] = {}
     for variant, rows in table.items():
@@ -58,9 +60,8 @@ def ladder_steps(table: dict[str, Any]) -> dict[str, Any]:
 
 
 def learning_check(results_dir: Path, jobs: list[Job]) -> dict[str, Any]:
-    """Validation relative regret (%) of the global model per warm-start round and of the personal
-    models per personalization round, mean over the seeds' runs (from rounds.csv); ``late-swing``:
-    the mean over seeds of max - min of the global model's curve over the second half of the warm start."""
+    """Validation relative regret (%) per warm-start and per personalization round, mean over the
+    seeds' runs; ``late-swing``: mean over seeds of max - min over the warm start's second half."""
     out: dict[str, Any] = {}
     for variant in VARIANTS:
         for run in RUNS:
@@ -90,18 +91,17 @@ def final_model(run_dir: Path) -> Any:
 def cold_start_table(
     plan: Plan, results_dir: Path, fed: list[Job], local: list[Job], local_summaries: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    """``{"federated": {variant: block}, "local": {days: block}}``, each block
-    ``{metric: {"per-zone": {zone: stat}, "mean": stat}}`` for the test absolute regret and the
-    validation and test relative regret (%); ``mean`` is over seeds of the mean over target zones.
-
-    The federated model is judged in this process: the target receives the model of a federation
-    it took no part in and evaluates it on its own days with the LP oracle."""
+    """``{"federated": {variant: block}, "local": {days: block}}``, each block ``{metric: target_stats}``
+    of the test absolute and the validation and test relative regret (%). The federated model (of a
+    federation without the target) is judged here, on the target's days with the LP oracle."""
     from hetfed.client.decision import decision_metrics
 
     values: dict[tuple[str, str], dict[str, dict[str, dict[int, float]]]] = {}
 
-    def put(group: tuple[str, str], target: str, seed: int, metrics: dict[str, float]) -> None:
-        for metric, value in metrics.items():
+    def put(group: tuple[str, str], target: str, seed: int, metrics: tuple[float, float, float]) -> None:
+        absolute, val, test = metrics
+        named = {"absolute": absolute, "val-relative-%": 100 * val, "test-relative-%": 100 * test}
+        for metric, value in named.items():
             values.setdefault(group, {}).setdefault(metric, {}).setdefault(target, {})[seed] = value
 
     for job in fed:
@@ -109,33 +109,17 @@ def cold_start_table(
         model, data = final_model(results_dir / job.config["run-name"]), zone_data(target)
         test = decision_metrics(model, data.test, data.polytope)
         val = decision_metrics(model, data.val, data.polytope)
-        put(
-            ("federated", variant),
-            target,
-            job.seed,
-            {
-                "absolute": test["absolute-regret"],
-                "val-relative-%": 100 * val["relative-regret"],
-                "test-relative-%": 100 * test["relative-regret"],
-            },
-        )
+        metrics = (test["absolute-regret"], val["relative-regret"], test["relative-regret"])
+        put(("federated", variant), target, job.seed, metrics)
     for job, summary in zip(local, local_summaries, strict=True):
         _, target, days = job.key
         agg = summary["aggregate"]
-        put(
-            ("local", days),
-            target,
-            job.seed,
-            {
-                "absolute": agg["per-absolute-regret"],
-                "val-relative-%": 100 * agg["per-val-relative-regret"],
-                "test-relative-%": 100 * agg["per-relative-regret"],
-            },
-        )
+        metrics = (agg["per-absolute-regret"], agg["per-val-relative-regret"], agg["per-relative-regret"])
+        put(("local", days), target, job.seed, metrics)
 
     out: dict[str, Any] = {"federated": {}, "local": {}}
-    for (kind, key), metrics in values.items():
-        out[kind][key] = {metric: target_stats(plan, by_zone) for metric, by_zone in metrics.items()}
+    for (kind, key), by_metric in values.items():
+        out[kind][key] = {metric: target_stats(plan, by_zone) for metric, by_zone in by_metric.items()}
     return out
 
 
@@ -194,13 +178,10 @@ def storm_evidence(plan: Plan) -> dict[str, Any]:
 
 
 def zone_data(zone: str, **extra: Any) -> Any:
-    """One zone's client data as a run reading the ERCOT cache loads it (in this process)."""
-    from hetfed.config import validate
-    from hetfed.problems.registry import get_problem
+    """One zone's client data as its node loads it (in this process, cached)."""
+    from hetfed.client.session import load_partition
 
-    return get_problem("energy").load_client(
-        validate({"problem": "energy", "energy-zones": zone, **extra}), 0, 1, None
-    )
+    return load_partition({"problem": "energy", "energy-zones": zone, **extra}, 0, 1, None)
 
 
 def zone_similarity(plan: Plan) -> dict[str, float]:
@@ -246,7 +227,6 @@ def predictions(plan: Plan, results_dir: Path, jobs: list[Job]) -> dict[str, Any
     return out
 
 
-# --- the paper's other energy tables -------------------------------------------------------------------
 def more_tables(
     plan: Plan,
     jobs: list[Job],
@@ -255,28 +235,20 @@ def more_tables(
     cold: dict[str, Any],
     cold_p: dict[str, Any],
 ) -> dict[str, Any]:
-    """The paper's other energy tables, per training split (mean absolute regret, stats over seeds):
-
-    * ``t4``: Interp-DFFL, OptNet-style (+P; per seed the multiplier with the lowest validation
-      regret) and FedRSPO+ (full);
-    * ``compositions``: FedRSPO+ with a FedProx term, and Ditto's personal model, Fed and +P;
-    * ``t11``: cold start, per training-day budget K: the target's local model, the federated
-      model and the federated model personalized on the K days (:func:`cold_personalized`);
-    * ``t12``: cold start, per training-day budget K: target zones whose federated model beats
-      their local one, and the median and quartiles of the reduction (100 (local - fed) / local);
-    * ``t13``: equal demands (every zone buys EQUAL_QUOTA hours), MSE / SPO+ / RSPO+, Fed and +P;
-    * ``t15``: centralized (one model on the pooled data) and local-only, next to Fed and Fed+P.
-    """
+    """The paper's other energy tables per training split (mean absolute regret, stats over seeds):
+    t4 (baselines; OptNet-style's multiplier per seed by validation), compositions (FedProx, Ditto),
+    t11 (cold start: local, Fed, Fed+P per budget K), t12 (zones where Fed beats local, reduction
+    quartiles), t13 (equal demands), t15 (centralized and local-only beside Fed and Fed+P)."""
     from hetfed.reproduce.centralized import pooled
 
-    by: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
-    for job, summary in zip(jobs, summaries, strict=True):
-        by.setdefault((job.key[1], job.key[2]), {})[job.seed] = summary
-    seeds = list(plan.seeds)
+    by, seeds = grouped(jobs, summaries), list(plan.seeds)
 
     def cell(variant: str, run: str, stage: str) -> dict[str, Any]:
         runs = by[(variant, run)]
         return stat([runs[s]["aggregate"][f"{stage}-absolute-regret"] for s in seeds], seeds)
+
+    def fed_per(variant: str, run: str) -> dict[str, Any]:
+        return {"fed": cell(variant, run, "fed"), "per": cell(variant, run, "per")}
 
     def row(label: str, variant: str) -> dict[str, Any]:
         return ablation[variant][label]["absolute"]
@@ -301,19 +273,10 @@ def more_tables(
                 "fed": row("RSPO+ fed-only, per-client lam", variant),
                 "per": row("full (annealing and freezing)", variant),
             },
-            "FedRSPO+ with FedProx mu=0.01": {
-                "fed": cell(variant, "fedprox", "fed"),
-                "per": cell(variant, "fedprox", "per"),
-            },
-            "Ditto mu=0.1 (RSPO+)": {
-                "fed": cell(variant, "ditto", "fed"),
-                "per": cell(variant, "ditto", "per"),
-            },
+            "FedRSPO+ with FedProx mu=0.01": fed_per(variant, "fedprox"),
+            "Ditto mu=0.1 (RSPO+)": fed_per(variant, "ditto"),
         }
-        out["t13"][variant] = {
-            loss: {"fed": cell(variant, f"equal-{loss}", "fed"), "per": cell(variant, f"equal-{loss}", "per")}
-            for loss in ("mse", "spo+", "rspo+")
-        }
+        out["t13"][variant] = {loss: fed_per(variant, f"equal-{loss}") for loss in ("mse", "spo+", "rspo+")}
         fed_rows = {
             "mse": ("MSE", "MSE +P"),
             "spo+": ("SPO+", "SPO+ +P"),
@@ -358,11 +321,9 @@ def more_tables(
 
 
 def personalized_on_target(run_dir: Path, config: dict[str, Any], target: str, days: int) -> dict[str, float]:
-    """The cold start's Fed+P: the target zone's client, in this process, personalizes the final
-    model of a federation it took no part in on its last ``days`` training days and evaluates it,
-    as FedRSPO+'s ``train.personalize`` and ``evaluate`` do
-    (hetfed.client.decision_client.personalize_and_evaluate). Returns the evaluation's metrics
-    (``per-`` = the personalized model, ``fed-`` = as received)."""
+    """The cold start's Fed+P: the target's client, in this process, personalizes a federation's final
+    model on its last ``days`` training days and evaluates it as FedRSPO+ does; the metrics
+    (``per-``: personalized, ``fed-``: as received)."""
     from hetfed.client.decision_client import personalize_and_evaluate
     from hetfed.client.session import load_partition
     from hetfed.config import validate
@@ -376,9 +337,8 @@ def personalized_on_target(run_dir: Path, config: dict[str, Any], target: str, d
 
 
 def cold_personalized(plan: Plan, results_dir: Path, fed: list[Job]) -> dict[str, Any]:
-    """Table 11's Fed+P: per split and training-day budget K, the federated model (trained without
-    the target) personalized on the target's last K days; ``{variant: {K: block}}`` with the test
-    absolute regret per zone and its mean over target zones, stats over seeds (:func:`target_stats`)."""
+    """Table 11's Fed+P: ``{variant: {K: {"absolute": target_stats}}}`` of the federated model
+    (trained without the target) personalized on the target's last K days."""
     values: dict[tuple[str, str], dict[str, dict[int, float]]] = {}
     for job in fed:
         _, variant, target = job.key
@@ -395,14 +355,10 @@ def cold_personalized(plan: Plan, results_dir: Path, fed: list[Job]) -> dict[str
 
 
 def personalization_trace(plan: Plan, results_dir: Path, jobs: list[Job]) -> dict[str, Any]:
-    """Why personalization hurts, per zone and seed, from the full FedRSPO+ runs (which run with
-    ``personal-trace``): the federated model's validation and test regret, the personal model's
-    after every personalization round, the freeze round and the lam_t, lr_t path (the client's own
-    schedule from the zone's data, hetfed.client.decision_client.personal_schedule, replayed with
-    the U_t it reported).
-
-    ``{variant: {"cases": {zone: {seed: case}}, "rounds": {t: mean over the cases still training},
-    "zones": {zone: means over seeds}}}``; regrets: validation relative %, test absolute $."""
+    """Why personalization hurts, from the full FedRSPO+ runs (``personal-trace``): per zone and seed
+    the federated and per-round personal regrets (validation relative %, test $), the freeze round
+    and the lam_t, lr_t path (the client's schedule replayed with its U_t); ``{variant: {"cases":
+    {zone: {seed: case}}, "rounds": {t: means over cases still training}, "zones": {zone: means}}}``."""
     from hetfed.client.decision_client import personal_schedule
     from hetfed.config import validate
     from hetfed.methods.decision import CalibratedParams

@@ -1,4 +1,4 @@
-"""The energy reproduction's plan: the settings, the runs of the ablation and the cold start."""
+"""The energy reproduction's plan (plans/energy.toml): settings, and the runs of each table."""
 
 from __future__ import annotations
 
@@ -8,17 +8,18 @@ from typing import Any
 from hetfed.reproduce.plan import Job
 from hetfed.reproduce.plan import Plan as RunPlan
 
-PLAN = RunPlan.load("energy")  # plans/energy.toml: seeds, settings, schedule, the paper's numbers
+PLAN = RunPlan.load("energy")
 ENERGY: dict[str, Any] = PLAN.base
 VARIANTS = {"as-is": {}, "no-storm": {"energy-exclude-storm": True}}
 VARIANT_LABELS = {"as-is": "training split as is", "no-storm": "storm days excluded from training"}
-RUNS: dict[str, dict[str, Any]] = {  # run key -> overrides
-    "mse": {"loss": "mse"},
-    "spo+": {"loss": "spo+"},
-    "rspo+-shared": {"loss": "rspo+", "per-client-calibration": False, "anneal": False},
-    "rspo+-per-client": {"loss": "rspo+", "anneal": False},
-    "rspo+-full": {"loss": "rspo+", "personal-trace": True},  # the personalization diagnosis reads it
-}
+
+
+def table_runs(table: str) -> dict[str, dict[str, Any]]:
+    """The plan's runs of ``table`` (``ablation``, ``more``, ``pilot``): method -> config overrides."""
+    return {run["method"]: run["config"] for run in PLAN.runs if run["table"] == table}
+
+
+RUNS, MORE = table_runs("ablation"), table_runs("more")
 # Table 5 rows: label -> (run key, stage); then rows the paper's table does not have.
 ABLATION = {
     "MSE": ("mse", "fed"),
@@ -34,17 +35,8 @@ EXTRA = {
     "RSPO+ fed-only, per-client lam": ("rspo+-full", "fed"),
 }
 PAPER_PJM: dict[str, float] = PLAN.paper["pjm"]
-OPTNET_MULTS = (0.05, 0.1, 0.25)  # OptNet-style eps = mult * lam0_j, picked per seed on validation
-EQUAL_QUOTA = 8  # Table 13's equal demands: every zone buys 8 hours a day (the D_j average 7.7)
-# The paper's other energy tables (4, 13, 15 and the compositions): run key -> overrides.
-MORE: dict[str, dict[str, Any]] = {
-    "interp-dffl": {"loss": "spo+", "interp-dffl": True, "personal-rounds": 0},
-    **{f"optnet-{m:g}": {"loss": "optnet", "optnet-mult": m} for m in OPTNET_MULTS},
-    "fedprox": {"loss": "rspo+", "proximal-mu": 0.01},
-    "ditto": {"loss": "rspo+", "ditto-mu": 0.1, "personal-rounds": 0},
-    **{f"local-{loss}": {"strategy": "local-only", "loss": loss} for loss in ("mse", "spo+", "rspo+")},
-    **{f"equal-{loss}": {"loss": loss, "energy-quota": EQUAL_QUOTA} for loss in ("mse", "spo+", "rspo+")},
-}
+OPTNET_MULTS = tuple(c["optnet-mult"] for c in MORE.values() if "optnet-mult" in c)
+EQUAL_QUOTA = MORE["equal-rspo+"]["energy-quota"]  # Table 13's equal demands
 
 
 @dataclass(frozen=True)
@@ -67,59 +59,35 @@ class Plan:
             return cls(chosen, ERCOT_ZONES[:4], PLAN.quick, ERCOT_ZONES[:1], days)
         return cls(chosen, ERCOT_ZONES, {}, ERCOT_ZONES, days)
 
+    def job(self, key: tuple[str, ...], seed: int, overrides: dict[str, Any], *name: str) -> Job:
+        """A run of ``key``: the base config, the schedule, then ``overrides``; its name is ``name``
+        (default: ``key``) and the seed."""
+        run_name = "-".join([*(name or key), f"s{seed}"]).replace(" ", "-")
+        return Job(key, seed, {**ENERGY, **self.schedule, **overrides, "seed": seed, "run-name": run_name})
 
-def _name(*parts: Any) -> str:
-    return "-".join(str(p) for p in parts)
 
-
-def split_jobs(plan: Plan, kind: str, runs: dict[str, dict[str, Any]]) -> list[Job]:
-    """Every run of ``runs`` (label -> overrides) on both training splits, all of the plan's zones,
-    each seed: keys ``(kind, split, label)``, run names ``kind-split-label-s<seed>``."""
+def split_jobs(plan: Plan, kind: str) -> list[Job]:
+    """Every run of the plan's table ``kind`` on both training splits, all zones, each seed:
+    keys ``(kind, split, label)``."""
     return [
-        Job(
-            (kind, variant, run),
-            seed,
-            {
-                **ENERGY,
-                **plan.schedule,
-                **extra,
-                **overrides,
-                "seed": seed,
-                "run-name": _name(kind, variant, run.replace(" ", "-"), f"s{seed}"),
-            },
-        )
+        plan.job((kind, variant, run), seed, {**extra, **overrides})
         for seed in plan.seeds
         for variant, extra in VARIANTS.items()
-        for run, overrides in runs.items()
+        for run, overrides in table_runs(kind).items()
     ]
 
 
-def ablation_jobs(plan: Plan) -> list[Job]:
-    """Every run of the ablation: run types x data variants x seeds, on all of the plan's zones."""
-    return split_jobs(plan, "ablation", RUNS)
-
-
-def more_jobs(plan: Plan) -> list[Job]:
-    """The runs of the paper's other energy tables (:data:`MORE`) on both splits, all zones."""
-    return split_jobs(plan, "more", MORE)
+def others(plan: Plan, target: str) -> list[str]:
+    return [z for z in plan.zones if z != target]
 
 
 def cold_fed_jobs(plan: Plan) -> list[Job]:
     """FedRSPO+ warm starts without the target zone (personal-rounds 0: the federated model only)."""
     return [
-        Job(
+        plan.job(
             ("cold-fed", variant, target),
             seed,
-            {
-                **ENERGY,
-                **plan.schedule,
-                **extra,
-                "loss": "rspo+",
-                "personal-rounds": 0,
-                "energy-zones": ",".join(z for z in plan.zones if z != target),
-                "seed": seed,
-                "run-name": _name("cold-fed", variant, target, f"s{seed}"),
-            },
+            {**extra, "loss": "rspo+", "personal-rounds": 0, "energy-zones": ",".join(others(plan, target))},
         )
         for seed in plan.seeds
         for variant, extra in VARIANTS.items()
@@ -130,24 +98,13 @@ def cold_fed_jobs(plan: Plan) -> list[Job]:
 def cold_local_jobs(plan: Plan) -> list[Job]:
     """The target zone alone (local-only FedRSPO+ protocol) on its last K training days."""
     return [
-        Job(
+        plan.job(
             ("cold-local", target, str(days)),
             seed,
-            {
-                **ENERGY,
-                **plan.schedule,
-                "strategy": "local-only",
-                "loss": "rspo+",
-                "energy-zones": target,
-                "energy-train-days": days,
-                "seed": seed,
-                "run-name": _name("cold-local", target, f"d{days}", f"s{seed}"),
-            },
+            {"strategy": "local-only", "loss": "rspo+", "energy-zones": target, "energy-train-days": days},
+            *("cold-local", target, f"d{days}"),
         )
         for seed in plan.seeds
         for target in plan.targets
         for days in plan.days
     ]
-
-
-# --- reading runs back ----------------------------------------------------------------------------

@@ -7,15 +7,13 @@ from typing import Any
 
 import numpy as np
 
+from hetfed.reproduce.common import pyplot, save_figure
 from hetfed.reproduce.energy.plan import RUNS, VARIANT_LABELS, VARIANTS, Job, Plan
 from hetfed.reproduce.runs import plot_warm_then_personal
 
 
 def plot(plan: Plan, results_dir: Path, jobs: list[Job], cold: dict[str, Any], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     from hetfed.problems.energy import zone_samples
     from hetfed.problems.ercot import load_ercot
@@ -31,9 +29,7 @@ def plot(plan: Plan, results_dir: Path, jobs: list[Job], cold: dict[str, Any], o
     ax.axvspan(cut[1], samples.dates[-1], color="C3", alpha=0.08, label="test")
     ax.set(yscale="log", ylabel="daily mean price ($/MWh)", title=f"{zone}: day-ahead prices")
     ax.legend(loc="upper right")
-    fig.tight_layout()
-    fig.savefig(out / "energy-prices.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "energy-prices.png")
 
     fig, axes = plt.subplots(1, len(VARIANTS), figsize=(11, 4), sharey=True)
     for ax, variant in zip(np.atleast_1d(axes), VARIANTS, strict=True):
@@ -49,9 +45,7 @@ def plot(plan: Plan, results_dir: Path, jobs: list[Job], cold: dict[str, Any], o
         )
     np.atleast_1d(axes)[0].set(ylabel="validation relative regret (%)")
     np.atleast_1d(axes)[0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "energy-regret-per-round.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "energy-regret-per-round.png")
 
     fig, ax = plt.subplots(figsize=(7, 4))
     days = [d for d in cold["local"] if d != "0"]
@@ -82,18 +76,13 @@ def plot(plan: Plan, results_dir: Path, jobs: list[Job], cold: dict[str, Any], o
     ax.set_xticks(xs, [str(x) for x in xs])
     ax.minorticks_off()
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "energy-cold-start.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "energy-cold-start.png")
 
 
 def plot_personalization(trace: dict[str, Any], out: Path) -> None:
     """Personal minus federated model per personalization round: test regret ($) and validation
     relative regret (points); thin lines per zone (mean over its seeds), thick the mean of all."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(2, len(trace), figsize=(11, 6.5), sharex=True, squeeze=False)
     for col, (variant, block) in enumerate(trace.items()):
@@ -118,6 +107,4 @@ def plot_personalization(trace: dict[str, Any], out: Path) -> None:
             else:
                 ax.set_xlabel("personalization round")
     axes[0][0].legend()
-    fig.tight_layout()
-    fig.savefig(out / "energy-personalization.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "energy-personalization.png")
