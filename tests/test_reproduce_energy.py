@@ -93,6 +93,13 @@ def test_the_papers_other_tables_hold_their_runs_numbers(reproduction: tuple[dic
         assert more["t13"][variant]["rspo+"]["per"]["values"] == [reported]
         local = summary(runs, f"more-{variant}-local-spo+-s42")["aggregate"]["per-absolute-regret"]
         assert more["t15"][variant]["spo+"]["local-only"]["values"] == [local]
+        name = f"more-{variant}-centralized-spo+-s42"  # the yardstick: a run of its own, on every zone
+        pooled = json.loads((runs / name / "config.json").read_text())["config"]
+        assert (pooled["strategy"], pooled["engine"]) == ("centralized", "inline")
+        central = summary(runs, name)
+        assert len(central["clients"]) == len(table["zones"])
+        reported = central["aggregate"]["fed-absolute-regret"]
+        assert more["t15"][variant]["spo+"]["centralized"]["values"] == [reported]
         fed = table["cold-start"]["federated"][variant]["absolute"]["per-zone"]
         for days, t in more["t12"][variant].items():
             alone = table["cold-start"]["local"][days]["absolute"]["per-zone"]

@@ -239,8 +239,6 @@ def more_tables(
     t4 (baselines; OptNet-style's multiplier per seed by validation), compositions (FedProx, Ditto),
     t11 (cold start: local, Fed, Fed+P per budget K), t12 (zones where Fed beats local, reduction
     quartiles), t13 (equal demands), t15 (centralized and local-only beside Fed and Fed+P)."""
-    from hetfed.reproduce.centralized import pooled
-
     by, seeds = grouped(jobs, summaries), list(plan.seeds)
 
     def cell(variant: str, run: str, stage: str) -> dict[str, Any]:
@@ -254,7 +252,7 @@ def more_tables(
         return ablation[variant][label]["absolute"]
 
     out: dict[str, Any] = {"t4": {}, "compositions": {}, "t11": {}, "t12": {}, "t13": {}, "t15": {}}
-    for variant, extra in VARIANTS.items():
+    for variant in VARIANTS:
         options = {m: by[(variant, f"optnet-{m:g}")] for m in OPTNET_MULTS}
         picked = [
             min(OPTNET_MULTS, key=lambda m: options[m][s]["aggregate"]["per-val-relative-regret"])
@@ -284,10 +282,8 @@ def more_tables(
         }
         t15: dict[str, Any] = {}
         for loss, (fed, per) in fed_rows.items():
-            config = {**ENERGY, **plan.schedule, **extra, "loss": loss}
-            central = [pooled({**config, "seed": s}, len(plan.zones))["absolute-regret"] for s in seeds]
             t15[loss] = {
-                "centralized": stat(central, seeds),
+                "centralized": cell(variant, f"centralized-{loss}", "fed"),  # the one pooled model
                 "local-only": cell(variant, f"local-{loss}", "per"),
                 "Fed": row(fed, variant),
                 "Fed+P": row(per, variant),
