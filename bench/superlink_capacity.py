@@ -567,41 +567,52 @@ def what_else_ran(measured: list[dict[str, Any]]) -> str:
     return "; ".join(f"{', '.join(labels)}: {note}" for note, labels in rows.items())
 
 
+def replies_of(m: Mapping[str, Any]) -> str:
+    """How a row's silos answered train messages (rows from before --replies: hetfed's trained)."""
+    return str(m.get("replies", "trained" if m["path"] == "hetfed" else "light"))
+
+
 def report(measured: list[dict[str, Any]]) -> str:
     """The docs/benchmarks.md section."""
-    by = {(m["path"], m["silos"]): m for m in measured}
+    # The side-by-side comparisons (ratios, target) take each path's own silos: stock's answer as the
+    # stock app does, hetfed's train; hetfed rows with light replies are listed beside them.
+    by = {
+        (m["path"], m["silos"]): m
+        for m in measured
+        if replies_of(m) == ("trained" if m["path"] == "hetfed" else "light")
+    }
     sizes = sorted({m["silos"] for m in measured})
+    order = {
+        (p, r): i for i, (p, r) in enumerate([("stock", "light"), ("hetfed", "trained"), ("hetfed", "light")])
+    }
     rows = []
-    for n in sizes:
-        for path in PATHS:
-            m = by.get((path, n))
-            if m is None:
-                continue
-            ran = f"{path} ({m.get('superlink', 'flower-superlink')})"
-            if path == "hetfed" and m.get("replies") == "light":
-                ran += ", light replies"
-            if "failed" in m:
-                load = f"{m['load'][0]:.0f} / {m['load'][1]:.0f}"
-                rows.append([n, ran, "did not complete", *["-"] * 8, load, f"{m['minutes']:.0f}"])
-                continue
-            lat = m["reply-latency-s"]
-            rows.append(
-                [
-                    n,
-                    ran,
-                    m["rounds-per-s"],
-                    ", ".join(f"{r:.2f}" for r in m["round-s"]),
-                    m["superlink-cpu-per-silo-round-ms"],
-                    m["superlink-cpu-per-round-s"],
-                    m["serverapp-cpu-per-round-s"],
-                    f"{lat['p50']:.2f} / {lat['p90']:.2f} / {lat['p99']:.2f}",
-                    f"{m['superlink-rss-mb']:.0f} ({m['superlink-peak-rss-mb']:.0f})",
-                    m["silo-error-count"],
-                    requests(m),
-                    f"{m['load'][0]:.0f} / {m['load'][1]:.0f}" if "load" in m else "n/a",
-                    f"{m['minutes']:.0f}" if "minutes" in m else "n/a",
-                ]
-            )
+    for m in sorted(measured, key=lambda m: (m["silos"], order[(m["path"], replies_of(m))])):
+        n, path = m["silos"], m["path"]
+        ran = f"{path} ({m.get('superlink', 'flower-superlink')})"
+        if path == "hetfed" and replies_of(m) == "light":
+            ran += ", light replies"
+        if "failed" in m:
+            load = f"{m['load'][0]:.0f} / {m['load'][1]:.0f}"
+            rows.append([n, ran, "did not complete", *["-"] * 8, load, f"{m['minutes']:.0f}"])
+            continue
+        lat = m["reply-latency-s"]
+        rows.append(
+            [
+                n,
+                ran,
+                m["rounds-per-s"],
+                ", ".join(f"{r:.2f}" for r in m["round-s"]),
+                m["superlink-cpu-per-silo-round-ms"],
+                m["superlink-cpu-per-round-s"],
+                m["serverapp-cpu-per-round-s"],
+                f"{lat['p50']:.2f} / {lat['p90']:.2f} / {lat['p99']:.2f}",
+                f"{m['superlink-rss-mb']:.0f} ({m['superlink-peak-rss-mb']:.0f})",
+                m["silo-error-count"],
+                requests(m),
+                f"{m['load'][0]:.0f} / {m['load'][1]:.0f}" if "load" in m else "n/a",
+                f"{m['minutes']:.0f}" if "minutes" in m else "n/a",
+            ]
+        )
     table = markdown_table(
         [
             "silos",
@@ -686,7 +697,9 @@ does (3 s after an empty pull, object pulls retried from 1 s), replying with the
 noise (same layer sizes and dtype as hetfed's knapsack MLP). **hetfed**: `hetfed run --engine \
 deployment`'s ServerApp with hetfed's FedAvg on the knapsack task (every silo every round, one local \
 epoch, evaluation after the last round), silos that wait as hetfed's warm runtime does (0.1 s after a \
-message, x1.5 per empty pull up to 3 s) and run hetfed's real ClientApp. Each row names its SuperLink: \
+message, x1.5 per empty pull up to 3 s) and run hetfed's real ClientApp; rows marked "light replies" \
+answer train messages as the stock silos do (`--replies light`: hetfed's layout, no training), so that \
+the silos' own CPU does not bound a large size. Each row names its SuperLink: \
 `flower-superlink` on the stock path, `hetfed-superlink` (Flower's, its middleware gated by API path) on \
 hetfed's; rows measured before hetfed-superlink existed ran `flower-superlink` on both paths, so there \
 the difference is the ServerApp (strategy, reply polling, message packing) and the silos' polling. \
@@ -698,7 +711,7 @@ objects pushed; RSS after the run (peak). Machine: {os.cpu_count()} cores shared
 and the ServerApp (their CPU competes with the SuperLink's: rounds per second and latencies are those \
 of this one machine, the CPU columns less so); the 1-minute load average before and after each row \
 is in the table; what else ran: {what_else_ran(measured)}. Rows are kept in the JSON across \
-invocations (a row is replaced when its size and path are measured again), so large sizes can be \
+invocations (a row is replaced when its size, path and replies are measured again), so large sizes can be \
 run on their own.
 
 {table}
@@ -752,7 +765,12 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, interrupt)
     kept = json.loads(RESULTS.read_text())["measured"] if RESULTS.exists() else []
-    measured = [m for m in kept if m["silos"] not in args.silos or m["path"] not in args.paths]
+    replies = {"stock": "light", "hetfed": args.replies}  # what this invocation's rows replace
+    measured = [
+        m
+        for m in kept
+        if m["silos"] not in args.silos or m["path"] not in args.paths or replies_of(m) != replies[m["path"]]
+    ]
     for silos in args.silos:
         for path in args.paths:  # side by side: the same machine state for both
             load, started = os.getloadavg()[0], time.time()
