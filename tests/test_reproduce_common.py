@@ -36,6 +36,23 @@ def test_completed_runs_are_reused_changed_or_interrupted_ones_run_again(tmp_pat
     assert completed_run(tmp_path / "missing", configs[0]) is None
 
 
+def test_a_run_in_the_callers_process_leaves_flowers_logging_as_it_was(tmp_path: Path) -> None:
+    """One job runs in this process; its quieter Flower logger must not outlive it (it once silenced
+    every later test's INFO lines in the same pytest worker)."""
+    import logging
+
+    import hetfed.server.app  # noqa: F401  (importing Flower sets its logger's level once)
+
+    flwr_log = logging.getLogger("flwr")
+    before = flwr_log.level
+    flwr_log.setLevel(logging.INFO)
+    try:
+        (summary,) = run_many([{**BASE, "run-name": "one"}], nodes=3, results_dir=tmp_path, log=print)
+        assert summary["status"] == "completed" and flwr_log.level == logging.INFO
+    finally:
+        flwr_log.setLevel(before)
+
+
 def test_a_run_named_twice_runs_once_and_two_configs_cannot_share_a_name(tmp_path: Path) -> None:
     lines: list[str] = []
     a = {**BASE, "run-name": "a"}

@@ -63,12 +63,17 @@ def _run_one(job: tuple[str, Mapping[str, Any], int, str, str | None]) -> dict[s
     from hetfed.server.app import app  # noqa: F401  (imports Flower, which sets its logger's level)
 
     torch.set_num_threads(1)
-    logging.getLogger("flwr").setLevel(logging.WARNING)  # the parent prints one line per run
     engine, cfg, nodes, results_dir, data_path = job
     shutil.rmtree(Path(results_dir) / cfg["run-name"], ignore_errors=True)  # an interrupted or outdated run
-    return run_experiment(
-        engine, cfg, nodes=nodes, results_dir=Path(results_dir), echo=lambda _: None, data_path=data_path
-    )
+    flwr_log = logging.getLogger("flwr")
+    level = flwr_log.level
+    flwr_log.setLevel(logging.WARNING)  # the parent prints one line per run
+    try:
+        return run_experiment(
+            engine, cfg, nodes=nodes, results_dir=Path(results_dir), echo=lambda _: None, data_path=data_path
+        )
+    finally:  # a run in the caller's own process (one job, one worker) leaves its logging as it was
+        flwr_log.setLevel(level)
 
 
 def run_many(
