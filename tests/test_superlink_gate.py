@@ -25,6 +25,7 @@ import pytest
 
 from hetfed.engines.control_api import ControlApi
 from hetfed.engines.flower import LocalFlower, free_port, superlink_args
+from hetfed.runtime import pull
 from hetfed.runtime.superlink import (
     GATED,
     PINNED_SOURCE,
@@ -108,6 +109,7 @@ def signed(key: Any) -> dict[str, str]:
 def test_a_gated_superlink_answers_every_api_as_stock_flower(superlinks: dict[str, LocalFlower]) -> None:
     gated, stock = superlinks["gated"], superlinks["stock"]
     assert "HTTP middleware gated by API path" in (gated.root / "superlink.log").read_text()
+    assert "a node's pull sees its own complete messages" in (gated.root / "superlink.log").read_text()
     assert "gated" not in (stock.root / "superlink.log").read_text()
     statuses = set()
     for method, path, body in REQUESTS:
@@ -168,10 +170,11 @@ def assert_signed_calls_agree(gated: LocalFlower, stock: LocalFlower) -> None:
 @pytest.mark.deployment
 def test_a_flower_the_gate_was_not_read_in_runs_stock_and_says_so(tmp_path: Path) -> None:
     port = free_port()
-    changed = next(iter(PINNED_SOURCE))
+    changed, changed_pull = next(iter(PINNED_SOURCE)), next(iter(pull.PINNED_SOURCE))
     script = (
-        "import sys, hetfed.runtime.superlink as s; "
-        f"s.PINNED_SOURCE[{changed!r}] = '0' * 64; s.main(sys.argv[1:])"
+        "import sys, hetfed.runtime.superlink as s, hetfed.runtime.pull as p; "
+        f"s.PINNED_SOURCE[{changed!r}] = '0' * 64; p.PINNED_SOURCE[{changed_pull!r}] = '0' * 64; "
+        "s.main(sys.argv[1:])"
     )
     # Process isolation: the SuperLink starts no ServerApp executor of its own.
     args = superlink_args(
@@ -198,7 +201,9 @@ def test_a_flower_the_gate_was_not_read_in_runs_stock_and_says_so(tmp_path: Path
         lines = [ln for ln in log.read_text().splitlines() if ln.startswith("hetfed-superlink:")]
         assert lines == [
             f"hetfed-superlink: running stock Flower: this Flower lacks the source of {changed} "
-            "as read in Flower 1.42.0"
+            "as read in Flower 1.42.0",
+            f"hetfed-superlink: stock message pull: this Flower lacks the source of {changed_pull} "
+            "as read in Flower 1.42.0",
         ]
     finally:
         proc.terminate()

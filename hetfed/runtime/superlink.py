@@ -1,6 +1,6 @@
 """``hetfed-superlink``: Flower's own SuperLink, each HTTP middleware entered only on its own API's paths.
 
-    hetfed-superlink [--asgi gated|stock] <flower-superlink arguments>
+    hetfed-superlink [--asgi gated|stock] [--pull own|stock] <flower-superlink arguments>
 
 Flower 1.42's SuperLink serves the Fleet, Control and Runtime APIs from one FastAPI app whose
 every request passes eight ``BaseHTTPMiddleware`` layers. Four act only on Control API paths
@@ -25,6 +25,10 @@ The gate relies on what was read in Flower 1.42.0: the middleware list and the s
 gated layer and of the path tests it uses, pinned by SHA-256. :func:`missing_gate_internals`
 checks them first; if anything differs the launcher says so in one line and runs stock.
 ``stock`` runs Flower's SuperLink unchanged, in this process.
+
+``--pull own`` (the default; in-memory state) answers a SuperNode's pull from its own messages
+only, once their objects are in (:mod:`hetfed.runtime.pull`, self-tested the same way); ``stock``
+keeps Flower's scan of every held message.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hetfed.runtime import fast_path, telemetry_off
+from hetfed.runtime import fast_path, pull, telemetry_off
 from hetfed.runtime.fast_path import FLEET, ProtobufFastPath
 from hetfed.runtime.internals import FLOWER_VERSION, attr, changed_sources
 
@@ -44,6 +48,7 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
 ASGI_MODES = ("gated", "stock")
+PULL_MODES = ("own", "stock")
 CONTROL = "/v1/control/"
 _CONTROL = "flwr.superlink.routers.control.middlewares"
 
@@ -169,15 +174,16 @@ def install_gate() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run Flower's SuperLink with the gate (``--asgi gated``, after its self-test) or without."""
+    """Run Flower's SuperLink with the gate (``--asgi gated``) and the own-messages pull (``--pull
+    own``), each after its self-test, or without."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--asgi", default="gated")
+    parser.add_argument("--pull", default="own")
     ours, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     telemetry_off()
-    if ours.asgi not in ASGI_MODES:
-        raise SystemExit(
-            f"hetfed-superlink: --asgi must be one of {', '.join(ASGI_MODES)}, got {ours.asgi!r}"
-        )
+    for flag, value, modes in (("--asgi", ours.asgi, ASGI_MODES), ("--pull", ours.pull, PULL_MODES)):
+        if value not in modes:
+            raise SystemExit(f"hetfed-superlink: {flag} must be one of {', '.join(modes)}, got {value!r}")
     if ours.asgi == "gated":
         missing = missing_gate_internals()
         if missing:
@@ -185,6 +191,13 @@ def main(argv: list[str] | None = None) -> None:
         else:
             install_gate()
             print("hetfed-superlink: HTTP middleware gated by API path", file=sys.stderr)
+    if ours.pull == "own":
+        missing = pull.missing_pull_internals()
+        if missing:
+            print(f"hetfed-superlink: stock message pull: this Flower lacks {missing[0]}", file=sys.stderr)
+        else:
+            pull.install()
+            print("hetfed-superlink: a node's pull sees its own complete messages", file=sys.stderr)
     from flwr.superlink.cli.flower_superlink import flower_superlink
 
     # Flower picks its exit telemetry event by the program name.
