@@ -101,13 +101,15 @@ def run_rounds(
 def run_phases(
     strategy: FederatedStrategy, pool: ClientPool, server_round: int, summation: Summation | None
 ) -> dict[str, Any]:
-    """Round ``server_round``'s phases in order: build each phase's messages from the state, send
-    them, reject the replies its ``check`` refuses (recorded in rounds.csv), fold the rest and apply
-    the fold's :class:`~hetfed.strategies.base.Folded` (state, clients' columns); returns the server
-    row's metrics (the folds', then the DP columns). A summed phase goes through
-    ``summation`` when given (secure aggregation, DP)."""
+    """Round ``server_round``'s phases in order: apply each phase's draw (its sample), build its
+    messages from the state, send them, reject the replies its ``check`` refuses (recorded in
+    rounds.csv), fold the rest and apply the fold's :class:`~hetfed.strategies.base.Folded` (state,
+    clients' columns); returns the server row's metrics (the folds', then the DP columns). A summed
+    phase goes through ``summation`` when given (secure aggregation, DP)."""
     metrics: dict[str, Any] = {}
     for phase in strategy.phases(server_round):
+        if phase.draw is not None:
+            strategy.apply(phase.draw(server_round))
         messages = phase.messages(server_round)
         if not messages:
             continue

@@ -5,7 +5,9 @@ the server's state of the method (model, RNG, calibration, round plan, last eval
 of it in :meth:`FederatedStrategy.state_dict`, which is the checkpoint), and
 :meth:`FederatedStrategy.phases` says what round ``t`` exchanges, in order: a list of
 :class:`Phase` (round 0: the setup exchanges, e.g. FedRSPO+'s calibration; then e.g. query,
-train, personalize, evaluate). A phase builds its messages from the state, and its fold
+train, personalize, evaluate). A phase builds its messages from the state (a phase that samples
+clients first draws the sample: its ``draw`` returns the sample and the sampling stream's new
+state, which the round loop applies like a fold's), and its fold
 computes from the replies and the state a :class:`Folded`: the new values of the state it
 changes, the server row's metrics and columns for the clients' rows. A fold changes nothing
 itself; the round loop applies what it returns (:meth:`FederatedStrategy.apply`), so a fold
@@ -21,6 +23,7 @@ reject. docs/algorithms.md "The round loop".
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -95,13 +98,24 @@ class Phase:
     state what the round loop applies (:class:`Folded`). A summed phase also has
     ``fold_sum(t, replies, summed)``: the fold the round loop uses instead when secure aggregation
     or DP give only the weighted sum (server/aggregation.py). ``check(reply)``: why a reply cannot
-    be used (None: it can); the round loop rejects those, so a fold sees only usable replies."""
+    be used (None: it can); the round loop rejects those, so a fold sees only usable replies.
+    ``draw(t)``: the new values of the state drawn before the messages are built (the round's
+    sample and the sampling stream after it, :func:`drawn`); the round loop applies them first."""
 
     name: str
     messages: Callable[[int], list[Message]]
     fold: Callable[[int, list[Message]], Folded]
     fold_sum: Callable[[int, list[Message], WeightedSum | None], Folded] | None = None
     check: Callable[[Message], str | None] | None = None
+    draw: Callable[[int], Mapping[str, Any]] | None = None
+
+
+def drawn(rng: np.random.Generator, sample: Callable[[np.random.Generator], list[int]]) -> dict[str, Any]:
+    """A phase's ``draw``: ``sample`` drawn from a copy of the sampling stream ``rng``, returned as
+    the state's new ``rng`` (the copy, advanced past the draw) and ``sampled``; ``rng`` is untouched,
+    so the draw is the stream's next one whether or not the round loop applies it."""
+    stream = copy.deepcopy(rng)
+    return {"rng": stream, "sampled": sample(stream)}
 
 
 class FederatedStrategy:
@@ -186,6 +200,7 @@ class FederatedStrategy:
         server_round: int,
         messages: Callable[[int], list[Message]],
         fold_sum: Callable[[int, list[Message], WeightedSum | None], Folded],
+        draw: Callable[[int], Mapping[str, Any]] | None = None,
     ) -> Phase:
         """A phase whose replies may enter only a weighted sum (when :meth:`sums` says so for the
         round): in clear it folds :meth:`plain_sum` of the usable replies with ``fold_sum``."""
@@ -193,7 +208,8 @@ class FederatedStrategy:
         def in_clear(t: int, replies: list[Message]) -> Folded:
             return fold_sum(t, replies, self.plain_sum(replies))
 
-        return Phase(name, messages, in_clear, fold_sum if self.sums(server_round) else None, self.unusable)
+        summed = fold_sum if self.sums(server_round) else None
+        return Phase(name, messages, in_clear, summed, self.unusable, draw)
 
     def finish(self) -> dict[str, Any]:
         """The run's result after the last round: ``{"clients": ..., "aggregate": ..., "failed": ...}``

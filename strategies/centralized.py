@@ -10,6 +10,7 @@ tests the pooled model on its own test set and polytope, as after FedAvg.
 
 from __future__ import annotations
 
+import numpy as np
 from flwr.app import ConfigRecord, Message
 
 from hetfed.methods.decision import CalibratedParams
@@ -40,7 +41,7 @@ class Centralized(FedAvg):
     def summary(self) -> None:
         self.log(f"Centralized yardstick, loss {self.params.loss}: {self.epochs} epochs on the pooled data")
 
-    def sample(self) -> list[int]:
+    def sample(self, rng: np.random.Generator) -> list[int]:
         return self.participants()[:1]  # the client that pools every partition
 
     def client_config(self, config: ConfigRecord, partition_id: int) -> ConfigRecord:
@@ -50,7 +51,7 @@ class Centralized(FedAvg):
         return False  # one model, not a sum of updates
 
     def train_phase(self, server_round: int) -> Phase:
-        return Phase("train", self.train_messages, self.adopt, check=self.unusable)
+        return Phase("train", self.train_messages, self.adopt, check=self.unusable, draw=self.draw_sample)
 
     def adopt(self, server_round: int, replies: list[Message]) -> Folded:
         """The pooled model becomes the model every client evaluates; without it there is no result

@@ -24,6 +24,7 @@ from hetfed.strategies.base import (
     Phase,
     WeightedSum,
     ceil_fraction,
+    drawn,
     reply_metrics,
 )
 from hetfed.strategies.summary import summarize
@@ -60,6 +61,7 @@ class FedAvg(FederatedStrategy):
         super().__init__(num_rounds=num_rounds, params=params, initial_arrays=initial_arrays)
         # A stream of its own, so sampling is the same whatever the loss or batch order.
         self.rng = np.random.default_rng(np.random.SeedSequence([int(seed), 7]))
+        self.sampled: list[int] = []  # the round's S_t (its train phase's draw)
 
     @classmethod
     def build(cls, cfg: Mapping[str, Any]) -> FederatedStrategy:
@@ -87,11 +89,15 @@ class FedAvg(FederatedStrategy):
         """What of the global model an instruction carries (here: all of it)."""
         return {"arrays": arrays}
 
-    def sample(self) -> list[int]:
-        """The partitions trained this round."""
+    def sample(self, rng: np.random.Generator) -> list[int]:
+        """The partitions trained this round, drawn from the sampling stream ``rng``."""
         parts = self.participants()
         k = ceil_fraction(self.params.fraction, len(parts))
-        return sorted(int(p) for p in self.rng.choice(parts, size=k, replace=False))
+        return sorted(int(p) for p in rng.choice(parts, size=k, replace=False))
+
+    def draw_sample(self, server_round: int) -> dict[str, Any]:
+        """The train phase's draw: S_t and the sampling stream after it."""
+        return drawn(self.rng, self.sample)
 
     def planned_sample(self, population: int) -> int:
         """Clients per round (for the DP accountant's plan)."""
@@ -112,12 +118,14 @@ class FedAvg(FederatedStrategy):
 
     def train_phase(self, server_round: int) -> Phase:
         """The round's training: summed, w_{t+1} from the weighted mean of the deltas."""
-        return self.summed_phase("train", server_round, self.train_messages, self.aggregate_sum)
+        return self.summed_phase(
+            "train", server_round, self.train_messages, self.aggregate_sum, self.draw_sample
+        )
 
     def train_messages(self, server_round: int) -> list[Message]:
-        """w_t to the round's sample S_t (drawn here, from the sampling stream)."""
+        """w_t to the round's sample S_t (the phase's draw)."""
         assert self.arrays is not None  # FedAvg always holds its model
-        sampled = self.sample()
+        sampled = self.sampled
         self.log(f"round {server_round}: sampled " + ", ".join(self.pool.name(p) for p in sampled))
         config = self.round_config(server_round)
         return [

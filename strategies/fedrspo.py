@@ -249,7 +249,7 @@ class LocalOnly(FedRSPO):
     own_model = True
     client_handler = "decision-local"
 
-    def sample(self) -> list[int]:
+    def sample(self, rng: np.random.Generator) -> list[int]:
         return self.participants()  # every client, every round
 
     def model_content(self, arrays: ArrayRecord) -> dict[str, ArrayRecord]:
@@ -257,7 +257,7 @@ class LocalOnly(FedRSPO):
 
     def train_phase(self, server_round: int) -> Phase:
         """Every client trains its own model; only the mean training loss comes back."""
-        return Phase("train", self.train_messages, self.aggregate_local)
+        return Phase("train", self.train_messages, self.aggregate_local, draw=self.draw_sample)
 
     def aggregate_local(self, server_round: int, replies: list[Message]) -> Folded:
         losses = [float(reply_metrics(r.content)["train-loss"]) for r in replies]

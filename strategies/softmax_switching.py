@@ -46,7 +46,7 @@ from hetfed.problems.constrained import require
 from hetfed.problems.models import model_record
 from hetfed.problems.registry import get_problem
 from hetfed.records import to_numpy, to_record
-from hetfed.strategies.base import FederatedStrategy, Folded, Phase, WeightedSum, reply_metrics
+from hetfed.strategies.base import FederatedStrategy, Folded, Phase, WeightedSum, drawn, reply_metrics
 from hetfed.strategies.summary import summarize
 
 SAMPLING_STREAM = 61  # the client-sampling RNG is default_rng(SeedSequence([seed, SAMPLING_STREAM]))
@@ -213,6 +213,7 @@ class ConstrainedRounds(FederatedStrategy):
         last) and the clients' batches; ``seed``: the sampling stream."""
         super().__init__(num_rounds=num_rounds, params=params, initial_arrays=initial_arrays)
         self.rng = np.random.default_rng(np.random.SeedSequence([int(seed), SAMPLING_STREAM]))
+        self.sampled: list[int] = []  # the round's I_k (its query phase's draw)
         self._steps: Steps | None = None  # resolved in setup(), once the clients are known
         self.total: dict[str, np.ndarray] | None = None  # sum of the averaged w_k (float64)
         self.count = 0  # rounds in the average
@@ -256,24 +257,34 @@ class ConstrainedRounds(FederatedStrategy):
         if server_round == 0:
             return [evaluate] if self.params.eval_every else []
         return [
-            Phase("query", self.query_messages, self.aggregate_query, check=self.unusable_query),
+            Phase(
+                "query",
+                self.query_messages,
+                self.aggregate_query,
+                check=self.unusable_query,
+                draw=self.draw_sample,
+            ),
             self.summed_phase("train", server_round, self.train_messages, self.aggregate_sum),
             evaluate,
         ]
 
-    def sample(self) -> list[int]:
-        """``I_k``: m partitions uniformly without replacement."""
-        chosen = self.rng.choice(self.pool.partitions, size=self.steps.m, replace=False)
+    def sample(self, rng: np.random.Generator) -> list[int]:
+        """``I_k``: m partitions uniformly without replacement, from the sampling stream ``rng``."""
+        chosen = rng.choice(self.pool.partitions, size=self.steps.m, replace=False)
         return sorted(int(p) for p in chosen)
 
+    def draw_sample(self, server_round: int) -> dict[str, Any]:
+        """The query phase's draw: I_k and the sampling stream after it."""
+        return drawn(self.rng, self.sample)
+
     def query_messages(self, server_round: int) -> list[Message]:
-        """Step 1: w_k to the sample ``I_k`` (drawn here), which returns f_i, g_i."""
+        """Step 1: w_k to the sample ``I_k`` (the phase's draw), which returns f_i, g_i."""
         config = self.round_config(server_round)
         return [
             self.pool.message(
                 pid, "query.fg", RecordDict({"arrays": self.model, "config": config}), server_round
             )
-            for pid in self.sample()
+            for pid in self.sampled
         ]
 
     @staticmethod
