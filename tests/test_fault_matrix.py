@@ -167,6 +167,9 @@ def assert_prefix(before: list[dict], after: list[dict]) -> None:
 
 
 def assert_same_metrics(got: dict, want: dict, rel: float = 1e-9) -> None:
+    # A client that failed a round changes the model legitimately: say so before comparing numbers.
+    failed = got.get("failed-rounds")
+    assert failed == want.get("failed-rounds"), (got.get("failed"), failed)
     assert got["clients"].keys() == want["clients"].keys()
     for client, metrics in want["clients"].items():
         for key, value in metrics.items():
