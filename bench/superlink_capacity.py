@@ -71,9 +71,13 @@ RESULTS = ROOT / "docs" / "results" / "bench-superlink-capacity.json"
 PATHS = ("stock", "hetfed")
 REPLIES = ("trained", "light")  # how hetfed's simulated silos answer a train message (the stock ones: light)
 # The SuperLink each path runs: stock Flower's, or hetfed's (its middleware gated by API path,
-# hetfed/runtime/superlink.py). Rows measured before hetfed-superlink existed name none: both paths
-# ran flower-superlink then.
-SUPERLINKS = {"stock": ("flower-superlink", "stock"), "hetfed": ("hetfed-superlink", "gated")}
+# hetfed/runtime/superlink.py, and a node's pull from its own complete messages, hetfed/runtime/pull.py).
+# Rows measured before hetfed-superlink existed name none: both paths ran flower-superlink then; rows
+# named "hetfed-superlink" were measured before its own-message pull.
+SUPERLINKS = {
+    "stock": ("flower-superlink", "stock"),
+    "hetfed": ("hetfed-superlink, own-message pull", "gated"),
+}
 SILOS_PER_DRIVER = 250
 JOINING = 4  # silos of a driver registering at once
 RUN_TIMEOUT = 7200.0
@@ -563,7 +567,8 @@ def what_else_ran(measured: list[dict[str, Any]]) -> str:
     rows: dict[str, list[str]] = {}
     for m in measured:
         note = m.get("note", "not recorded (rows measured before the note was kept per row)")
-        rows.setdefault(note, []).append(f"{m['silos']} {m['path']}")
+        superlink = m.get("superlink", "flower-superlink")
+        rows.setdefault(note, []).append(f"{m['silos']} {m['path']} ({superlink})")
     return "; ".join(f"{', '.join(labels)}: {note}" for note, labels in rows.items())
 
 
@@ -682,7 +687,9 @@ def report(measured: list[dict[str, Any]]) -> str:
         )
     )
     biggest = max(sizes)
-    done = [p for p in PATHS if (p, biggest) in by and "failed" not in by[(p, biggest)]]
+    # Completing rounds is the SuperLink's and the ServerApp's doing: a row with light replies counts.
+    completed = {(m["path"], m["silos"]) for m in measured if "failed" not in m}
+    done = [p for p in PATHS if (p, biggest) in completed]
     drivers = ", ".join(f"{n}: {math.ceil(n / SILOS_PER_DRIVER)}" for n in sizes)
     rounds = ", ".join(f"{n}: {r}" for n, r in sorted({(m["silos"], m["rounds"]) for m in measured}))
     return f"""Simulated silos, not SuperNode processes: each silo is a thread in one of a few driver \
@@ -701,8 +708,10 @@ message, x1.5 per empty pull up to 3 s) and run hetfed's real ClientApp; rows ma
 answer train messages as the stock silos do (`--replies light`: hetfed's layout, no training), so that \
 the silos' own CPU does not bound a large size. Each row names its SuperLink: \
 `flower-superlink` on the stock path, `hetfed-superlink` (Flower's, its middleware gated by API path) on \
-hetfed's; rows measured before hetfed-superlink existed ran `flower-superlink` on both paths, so there \
-the difference is the ServerApp (strategy, reply polling, message packing) and the silos' polling. \
+hetfed's, with "own-message pull" where a node's pull checks only its own messages and gets one only once \
+the ServerApp has pushed its objects (hetfed/runtime/pull.py; the rows named `hetfed-superlink` alone were \
+measured before it); rows measured before hetfed-superlink existed ran `flower-superlink` on both paths, so \
+there the difference is the ServerApp (strategy, reply polling, message packing) and the silos' polling. \
 R rounds per run (silos: R; {rounds}); rounds 2..R-1 \
 measured (the first carries start-up and hetfed's discovery exchange, hetfed's last its evaluation). \
 **SuperLink CPU** is utime + stime of the SuperLink process over those rounds, idle heartbeats \
@@ -711,8 +720,8 @@ objects pushed; RSS after the run (peak). Machine: {os.cpu_count()} cores shared
 and the ServerApp (their CPU competes with the SuperLink's: rounds per second and latencies are those \
 of this one machine, the CPU columns less so); the 1-minute load average before and after each row \
 is in the table; what else ran: {what_else_ran(measured)}. Rows are kept in the JSON across \
-invocations (a row is replaced when its size, path and replies are measured again), so large sizes can be \
-run on their own.
+invocations (a row is replaced when its size, path, replies and SuperLink are measured again), so large \
+sizes can be run on their own.
 
 {table}
 
@@ -769,7 +778,10 @@ def main() -> None:
     measured = [
         m
         for m in kept
-        if m["silos"] not in args.silos or m["path"] not in args.paths or replies_of(m) != replies[m["path"]]
+        if m["silos"] not in args.silos
+        or m["path"] not in args.paths
+        or replies_of(m) != replies[m["path"]]
+        or m.get("superlink") != SUPERLINKS[m["path"]][0]  # an earlier SuperLink's row stays beside
     ]
     for silos in args.silos:
         for path in args.paths:  # side by side: the same machine state for both
