@@ -201,7 +201,8 @@ only on the Control API's or the Fleet API's paths. `hetfed-superlink` (the defa
 federation hetfed starts; hetfed/runtime/superlink.py) enters those six only on their own paths,
 and runs a Fleet or Runtime API call through Flower's own error translation, protobuf translation
 and node authentication with one buffered `call_next` instead of three `BaseHTTPMiddleware` task
-groups; stock is `flower-superlink`.
+groups, and answers a SuperNode's pull from that node's own messages once their objects are in
+(hetfed/runtime/pull.py; "gated" below is hetfed-superlink with both); stock is `flower-superlink`.
 
 **Per request**: SuperLink CPU per signed empty pull-messages ({args.requests} in a row from one
 registered SuperNode, after 100 to warm up; the ECDSA signature over the timestamp is verified on
