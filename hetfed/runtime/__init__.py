@@ -19,6 +19,11 @@ SuperNode waits:
   relies on; any miss -> stock Flower, said in one line;
 - :mod:`hetfed.runtime.pinning`: app pinning, in both runtimes: the SuperNode (and the
   warm worker) run only the app builds (FAB hashes) the silo approved.
+
+On the SuperLink's side (``hetfed-superlink``, :mod:`hetfed.runtime.superlink`): Flower's
+SuperLink with its middleware gated by API path (:mod:`hetfed.runtime.fast_path` for Fleet and
+Runtime calls) and a SuperNode's pull answered from its own complete messages
+(:mod:`hetfed.runtime.pull`), each self-tested with the same one-line fallback.
 """
 
 import os
