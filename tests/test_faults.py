@@ -104,6 +104,9 @@ def test_a_run_whose_superlink_died_resumes_to_the_uninterrupted_result(
     # so (Flower's log stream of a finished run can come back cut short, so it is not evidence).
     assert [s["first-round"] for s in resumed["segments"]] == [1, 2], resumed["segments"]
     assert resumed["segments"][-1]["status"] == "completed"
+    # A SuperLink whose state is in a file keeps Flower's own pull (hetfed/runtime/pull.py) and says so.
+    line = "hetfed-superlink: stock message pull: the state is on disk (--database)"
+    assert line in (flower.root / "superlink.log").read_text()
 
     # Node 1's fault drill hits round 2 in both runs, so they are comparable.
     configs = node_configs(3)

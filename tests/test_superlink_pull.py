@@ -144,6 +144,19 @@ def test_an_expired_message_is_dropped_as_flower_drops_it(links: tuple[Link, Lin
         assert link.state.message_ins_store == {}
 
 
+@pytest.mark.parametrize(
+    ("args", "in_memory"),
+    [
+        ([], True),
+        (["--insecure", "--database", ":flwr-in-memory:"], True),
+        (["--database", "/state/state.db", "--insecure"], False),
+        (["--database=state.db"], False),
+    ],
+)
+def test_the_pull_is_changed_only_for_a_state_in_memory(args: list[str], in_memory: bool) -> None:
+    assert pull.state_in_memory(args) is in_memory
+
+
 def test_a_limit_below_one_is_refused_as_flower_refuses_it(links: tuple[Link, Link]) -> None:
     with pytest.raises(AssertionError, match="limit"):
         pull.own_complete_messages(links[1].state, links[1].nodes[0], 0)

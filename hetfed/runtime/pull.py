@@ -30,6 +30,7 @@ from hetfed.runtime.internals import FLOWER_VERSION, attr, changed_sources
 
 STATE = "flwr.server.superlink.linkstate.in_memory_linkstate:InMemoryLinkState"
 STORE = "flwr.supercore.object_store.in_memory_object_store:InMemoryObjectStore"
+IN_MEMORY = ":flwr-in-memory:"  # flwr.supercore.constant.FLWR_IN_MEMORY_DB_NAME, --database's default
 
 PINNED_SOURCE: dict[str, str] = {
     f"{STATE}.get_message_ins": "6547c8dcbc62e12f5b2aa5c69f4de8c7c7072c10d6c0876512cf37197d941056",
@@ -101,6 +102,16 @@ def missing_pull_internals() -> list[str]:
         ]
     except (ImportError, AttributeError, OSError, TypeError) as exc:
         return [f"{type(exc).__name__}: {exc}"]
+
+
+def state_in_memory(superlink_args: list[str]) -> bool:
+    """Whether a SuperLink started with ``superlink_args`` keeps its state in memory (Flower's
+    default ``--database``), the only state whose pull :func:`install` changes."""
+    import argparse
+
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--database", default=IN_MEMORY)
+    return bool(parser.parse_known_args(superlink_args)[0].database == IN_MEMORY)
 
 
 def install() -> None:

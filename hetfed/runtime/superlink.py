@@ -193,8 +193,10 @@ def main(argv: list[str] | None = None) -> None:
             print("hetfed-superlink: HTTP middleware gated by API path", file=sys.stderr)
     if ours.pull == "own":
         missing = pull.missing_pull_internals()
-        if missing:
-            print(f"hetfed-superlink: stock message pull: this Flower lacks {missing[0]}", file=sys.stderr)
+        why = "the state is on disk (--database)" if not pull.state_in_memory(rest) else ""
+        if why or missing:
+            why = why or f"this Flower lacks {missing[0]}"
+            print(f"hetfed-superlink: stock message pull: {why}", file=sys.stderr)
         else:
             pull.install()
             print("hetfed-superlink: a node's pull sees its own complete messages", file=sys.stderr)
