@@ -46,6 +46,14 @@ def changed_sources(pinned: Mapping[str, str]) -> list[str]:
     ]
 
 
+def changed_pinned(pinned: Mapping[str, str]) -> list[str]:
+    """What differs from the Flower the ``path -> SHA-256`` sources were read in, described for the
+    launchers' one-line fallback: its version, else each pinned source that changed ([] = as read)."""
+    if attr("flwr.supercore.version:package_version") != FLOWER_VERSION:
+        return [f"flwr version {FLOWER_VERSION}"]
+    return [f"the source of {path} as read in Flower {FLOWER_VERSION}" for path in changed_sources(pinned)]
+
+
 def _source_has(path: str, *snippets: str) -> Callable[[], bool]:
     return lambda: all(s in inspect.getsource(attr(path)) for s in snippets)
 

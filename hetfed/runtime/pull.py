@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hetfed.runtime.internals import FLOWER_VERSION, attr, changed_sources
+from hetfed.runtime.internals import attr, changed_pinned
 
 STATE = "flwr.server.superlink.linkstate.in_memory_linkstate:InMemoryLinkState"
 STORE = "flwr.supercore.object_store.in_memory_object_store:InMemoryObjectStore"
@@ -92,14 +92,10 @@ def own_complete_messages(
 def missing_pull_internals() -> list[str]:
     """What :func:`install` relies on and this Flower lacks ([] = all there)."""
     try:
-        if attr("flwr.supercore.version:package_version") != FLOWER_VERSION:
-            return [f"flwr version {FLOWER_VERSION}"]
+        changed = changed_pinned(PINNED_SOURCE)
         attr("flwr.supercore.inflatable.inflatable_object:iterate_object_tree")
         attr("flwr.supercore.date:now")
-        return [
-            f"the source of {path} as read in Flower {FLOWER_VERSION}"
-            for path in changed_sources(PINNED_SOURCE)
-        ]
+        return changed
     except (ImportError, AttributeError, OSError, TypeError) as exc:
         return [f"{type(exc).__name__}: {exc}"]
 

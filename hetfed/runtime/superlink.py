@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from hetfed.runtime import fast_path, pull, telemetry_off
 from hetfed.runtime.fast_path import FLEET, ProtobufFastPath
-from hetfed.runtime.internals import FLOWER_VERSION, attr, changed_sources
+from hetfed.runtime.internals import attr, changed_pinned
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
@@ -137,11 +137,9 @@ def missing_gate_internals() -> list[str]:
     sources, no extension middleware, the gated layers in Flower's list, every sensitive Control
     route under /v1/control/, and create_app taking its list from ``_get_middleware``."""
     try:
-        if attr("flwr.supercore.version:package_version") != FLOWER_VERSION:
-            return [f"flwr version {FLOWER_VERSION}"]
-        changed = changed_sources({**PINNED_SOURCE, **fast_path.PINNED_SOURCE})
+        changed = changed_pinned({**PINNED_SOURCE, **fast_path.PINNED_SOURCE})
         if changed:
-            return [f"the source of {path} as read in Flower {FLOWER_VERSION}" for path in changed]
+            return changed
         missing = []
         if attr("flwr.superlink.extensions:get_middleware")():
             missing.append("no extension middleware (flwr.superlink.extensions)")
@@ -192,10 +190,12 @@ def main(argv: list[str] | None = None) -> None:
             install_gate()
             print("hetfed-superlink: HTTP middleware gated by API path", file=sys.stderr)
     if ours.pull == "own":
-        missing = pull.missing_pull_internals()
-        why = "the state is on disk (--database)" if not pull.state_in_memory(rest) else ""
-        if why or missing:
-            why = why or f"this Flower lacks {missing[0]}"
+        if not pull.state_in_memory(rest):
+            why = "the state is on disk (--database)"
+        else:
+            missing = pull.missing_pull_internals()
+            why = f"this Flower lacks {missing[0]}" if missing else ""
+        if why:
             print(f"hetfed-superlink: stock message pull: {why}", file=sys.stderr)
         else:
             pull.install()
