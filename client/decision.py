@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from hetfed.client.adam import Adam
 from hetfed.problems.base import DecisionSplit
 from hetfed.problems.metrics import summarize_regret
 from hetfed.problems.polytope import Polytope
@@ -42,7 +43,7 @@ def clip_per_array(model: nn.Module, max_norm: float) -> None:
 def train_epochs(
     model: nn.Module,
     sources: Sequence[tuple[DecisionSplit, BatchLoss]],
-    optimizer: torch.optim.Optimizer,
+    optimizer: Adam,
     *,
     epochs: int,
     batch_size: int,

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, MetricRecordValues, RecordDict
 
+from hetfed.client.adam import Adam
 from hetfed.client.batch_losses import make_loss
 from hetfed.client.decision import BatchLoss, batch_generator, decision_metrics, train_epochs
 from hetfed.client.losses import spo_plus_loss
@@ -128,7 +129,7 @@ def train_local(
     data: DecisionClientData,
     params: DecisionParams,
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: Adam,
     loss: BatchLoss,
     epochs: int,
     generator: torch.Generator,
@@ -151,7 +152,7 @@ def personalize(
     data: DecisionClientData,
     params: DecisionParams,
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
+    optimizer: Adam,
     sched: PersonalSchedule,
     seed: int,
     partition_id: int,
@@ -243,7 +244,7 @@ def personalize_and_evaluate(
     personal = make_mlp(data.num_features, params.hidden, data.num_costs, seed=seed)
     personal.load_state_dict(fed.state_dict())
     sched = personal_schedule(data, params)
-    optimizer = torch.optim.Adam(personal.parameters(), lr=sched.lr0)
+    optimizer = Adam(personal.parameters(), lr=sched.lr0)
     personalize(data, params, personal, optimizer, sched, seed, 0, {})
     return evaluation(data, {"per": personal, "fed": fed})[0]
 
@@ -321,7 +322,7 @@ class DecisionClient:
     def fit(
         self,
         model: torch.nn.Module,
-        optimizer: torch.optim.Optimizer,
+        optimizer: Adam,
         loss: BatchLoss,
         epochs: int,
         server_round: int,
@@ -403,7 +404,7 @@ class DecisionClient:
         personal model); replies with its weights."""
         model = self.model(content.array_records["arrays"])
         val = decision_metrics(model, self.data.val, self.data.polytope)
-        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        optimizer = Adam(model.parameters(), lr=lr)
         mu = self.params.proximal_mu
         penalty = proximal_term(model, model, mu) if mu > 0 else None
         if self.params.ditto_mu > 0:
@@ -435,7 +436,7 @@ class DecisionClient:
         kept = state.round_arrays("personal", rnd)
         personal = self.model_of(kept) if kept is not None else self.model(global_arrays)
         penalty = proximal_term(personal, self.model(global_arrays), self.params.ditto_mu)
-        self.fit(personal, torch.optim.Adam(personal.parameters(), lr=lr), loss, epochs, rnd, penalty)
+        self.fit(personal, Adam(personal.parameters(), lr=lr), loss, epochs, rnd, penalty)
         state.set_round_arrays("personal", personal.state_dict(), rnd)
 
     def train_personalize(self, content: RecordDict) -> RecordDict:
@@ -447,7 +448,7 @@ class DecisionClient:
         kept = state.values("schedule")
         if kept is None:  # a fresh start
             model = self.personal_start(state, content)
-            optimizer = torch.optim.Adam(model.parameters(), lr=sched.lr0)
+            optimizer = Adam(model.parameters(), lr=sched.lr0)
         else:  # a restarted node continues where it stopped
             sched.resume(kept)
             personal = self.stored_model(state, "personal")
@@ -458,7 +459,7 @@ class DecisionClient:
                     "model and its optimizer state"
                 )
             model = personal
-            optimizer = torch.optim.Adam(model.parameters(), lr=sched.lr0)
+            optimizer = Adam(model.parameters(), lr=sched.lr0)
             optimizer_from_state(optimizer, saved_arrays, saved_values)
         path = state.values("personal-log") or {}  # lam_t, lr_t: derived from lam0_j, so kept here
 
@@ -498,7 +499,7 @@ class DecisionClient:
         train_epochs(
             local,
             [(fit_part, loss)],
-            torch.optim.Adam(local.parameters(), lr=params.lr),  # the run's lr, not a calibrated one
+            Adam(local.parameters(), lr=params.lr),  # the run's lr, not a calibrated one
             epochs=params.interp_local_epochs,
             batch_size=params.batch_size,
             generator=self.gen(BATCHES, 2000),
@@ -519,7 +520,7 @@ class DecisionClient:
 
     @staticmethod
     def save_personal(
-        state: ClientState, model: torch.nn.Module, optimizer: torch.optim.Optimizer, sched: dict[str, Any]
+        state: ClientState, model: torch.nn.Module, optimizer: Adam, sched: dict[str, Any]
     ) -> None:
         """The personal model, its Adam state and the schedule, in the client's state."""
         state.set_arrays("personal", model.state_dict())
@@ -588,7 +589,7 @@ class LocalOnlyClient(DecisionClient):
         kept = state.round_arrays("local", rnd)
         model = self.model_of(kept) if kept is not None else self.new_model()
         val = decision_metrics(model, self.data.val, self.data.polytope)
-        train_loss = self.fit(model, torch.optim.Adam(model.parameters(), lr=lr), loss, epochs, rnd)
+        train_loss = self.fit(model, Adam(model.parameters(), lr=lr), loss, epochs, rnd)
         state.set_round_arrays("local", model.state_dict(), rnd)
         return RecordDict(
             {
@@ -628,7 +629,7 @@ class PooledClient(DecisionClient):
         cal = [step_sizes(d, self.params, loss) for d in data]  # (lam0_j, lr0_j), as each client trains
         lr = sum(lr_j for _, lr_j in cal) / n if LOSSES[loss].calibrated_lr else self.params.lr
         model = self.model(content.array_records["arrays"])
-        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        optimizer = Adam(model.parameters(), lr=lr)
         gen = batch_generator(self.cfg["seed"], POOLED)
         splits = [
             (d.train, make_loss(loss, d.train, d.polytope, self.params, lam, gen))

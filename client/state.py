@@ -35,6 +35,8 @@ from hetfed.records import to_numpy, to_record
 if TYPE_CHECKING:
     import torch
 
+    from hetfed.client.adam import Adam
+
 _ARRAYS = "arrays:"
 _VALUES = "values:"
 RUN_FILE = "run.json"
@@ -197,7 +199,7 @@ def list_states(state_dir: Path) -> list[StateFolder]:
     return out
 
 
-def optimizer_to_state(optimizer: torch.optim.Optimizer) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+def optimizer_to_state(optimizer: Adam) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Split an optimizer's state_dict into arrays (moments, steps) and JSON values (groups)."""
     import torch  # only clients with torch models call this; the LSA clients never import torch
 
@@ -211,7 +213,7 @@ def optimizer_to_state(optimizer: torch.optim.Optimizer) -> tuple[dict[str, np.n
 
 
 def optimizer_from_state(
-    optimizer: torch.optim.Optimizer, arrays: Mapping[str, np.ndarray], values: Mapping[str, Any]
+    optimizer: Adam, arrays: Mapping[str, np.ndarray], values: Mapping[str, Any]
 ) -> None:
     """Inverse of :func:`optimizer_to_state`: load the saved state into ``optimizer``."""
     import torch
