@@ -56,7 +56,8 @@ LAYERS = [
     ("+ Flower's ClientApp stack (the worker's imports)", "import hetfed.runtime.worker"),
     ("+ hetfed's ClientApp (client classes imported per message)", "import hetfed.client.app"),
     ("+ torch", "import torch"),
-    ("+ torch._dynamo (imported by every torch.optim step)", "import torch._dynamo"),
+    ("+ SciPy's linear algebra (the knapsack data's rotations)", "import scipy.linalg"),
+    ("+ torch._dynamo (what a torch.optim step imports; hetfed's clients do not)", "import torch._dynamo"),
 ]
 
 
@@ -248,6 +249,9 @@ def main() -> None:
         if over
         else "Every family is within its target. "
     )
+    from flwr.cli.build import build_fab_from_disk  # what every task carries to the worker
+
+    fab_mb = len(build_fab_from_disk(ROOT)) / 2**20
     body = f"""Silo 0 of a fresh 2-SuperNode federation on 127.0.0.1 per row, {ROUNDS}-round runs; RSS in MB \
 from /proc (VmRSS; "in the rounds" is the largest of samples every 0.1 s during the run). Machine: \
 {os.cpu_count()} cores; 1-minute load average {load_before[0]:.1f} before and {load_after[0]:.1f} after; \
@@ -277,10 +281,11 @@ next run, so a NumPy run after a torch run holds no torch either; until that mes
 torch run's memory. {misses_text}Before any task, a worker holds Flower's own ClientApp stack (the \
 `flwr` package imports gRPC, FastAPI and pydantic, httpx, requests and cryptography; each \
 `flwr-clientapp` process of the stock runtime imports the same), and a torch task adds torch itself \
-and `torch._dynamo`, which every `torch.optim` step imports (with SymPy) even though nothing is \
-compiled; the decision clients train with Adam, the constrained tasks take their own steps. The rest \
-is the run: its data and models, and each task's input, which carries the app's FAB (4.4 MB, most of \
-it `docs/results/*.json`; the worker drops it once that build is loaded)."""
+and, for the knapsack data, SciPy's linear algebra; hetfed's clients never import `torch._dynamo`, \
+which every `torch.optim` step imports (with SymPy) although nothing is compiled: the decision \
+clients step with hetfed's own Adam (client/adam.py, bit for bit with torch's), the constrained tasks \
+take their own steps. The rest is the run: its data and models, and each task's input, which \
+carries the app's FAB ({fab_mb:.1f} MB; the worker drops it once that build is loaded)."""
     print(body)
     write_section("silo_memory", "Per-silo memory by problem family", body)
 
