@@ -21,9 +21,10 @@ runs before it imported packages the app alone does not (torch): a run holds onl
 its own problem needs.
 
 With ``--wake-fd`` (started by :mod:`hetfed.runtime.supernode`) the worker waits on a
-pipe that the SuperNode writes to when a message arrives, and polls once per second
-(Flower's SuperExec interval) otherwise; without it (an executor in another container)
-it polls with a :class:`~hetfed.runtime.waits.Backoff`. ``--status-fd`` reports
+pipe that the SuperNode writes to once a message's task exists, and polls the Runtime API
+only every 5 s otherwise, as a safety net (Flower's SuperExec polls every second: a request
+per SuperNode per second that both processes pay for while the silo waits); without it (an
+executor in another container) it polls with a :class:`~hetfed.runtime.waits.Backoff`. ``--status-fd`` reports
 ``busy <task-id>`` / ``done <task-id>`` lines to the supervisor.
 """
 
@@ -61,7 +62,8 @@ from flwr.supernode.runtime.run_clientapp import pull_task_input, push_message, 
 from hetfed.runtime.pinning import AppRefused, reason_for, refused
 from hetfed.runtime.waits import Backoff, shorten_object_pull_backoff
 
-WAKE_POLL = 1.0  # s between polls when the SuperNode wakes us (Flower's SuperExec task poll interval)
+WAKE_POLL = 5.0  # s between polls when the SuperNode wakes us after creating a task (safety net only)
+UNREACHABLE_RETRY = 1.0  # s before asking a Runtime API that is not up (yet) again
 EXTERNAL_POLL = Backoff(fast=0.02, slow=1.0)  # without a wake pipe
 
 
@@ -134,7 +136,7 @@ class Worker:
             res = self.control.AcquireTask(request)
         except httpx.HTTPError as err:  # the SuperNode's Runtime API is not up (yet): try again later
             log(WARNING, "hetfed warm worker: Runtime API %s not reachable (%s)", self.address, err)
-            time.sleep(WAKE_POLL)
+            time.sleep(UNREACHABLE_RETRY)
             return None
         if res.HasField("task") and res.token:
             return res.token, int(res.task.task_id)
