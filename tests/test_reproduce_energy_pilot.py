@@ -75,3 +75,11 @@ def test_the_committed_pilot_report_is_what_its_json_renders() -> None:
     results = REPO / "docs" / "results"
     data = json.loads((results / "energy-pilot.json").read_text(encoding="utf-8"))
     assert (results / "energy-pilot.md").read_text(encoding="utf-8") == energy_pilot.markdown(data)
+
+
+def test_the_report_names_the_engine_its_runs_used() -> None:
+    """The committed runs predate the "engine" field and were inline; a simulation run says so."""
+    data = json.loads((REPO / "docs" / "results" / "energy-pilot.json").read_text(encoding="utf-8"))
+    assert "ERCOT zones as silos, inline engine;" in energy_pilot.markdown(data)
+    simulated = energy_pilot.markdown({**data, "engine": "simulation"})
+    assert "ERCOT zones as silos, simulation engine;" in simulated and "inline engine" not in simulated

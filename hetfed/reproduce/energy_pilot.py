@@ -251,6 +251,7 @@ def run(args: argparse.Namespace) -> int:
             "seeds": list(plan.seeds),
             "zones": list(plan.zones),
             "quick": args.quick,
+            "engine": args.engine,
             "runs": len(planned),
             "runs-wall-time-s": round(sum(float(s["wall-time-s"]) for s in summaries), 1),
             "wall-time-s": round(time.time() - started, 1),
