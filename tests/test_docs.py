@@ -635,9 +635,21 @@ def dp_claims() -> list[tuple[str, str]]:
     ]
 
 
+def superlink_claims() -> list[tuple[str, str]]:
+    """README.md's per-request SuperLink CPU by node key (docs/results/bench-superlink-asgi.json)."""
+    ms = results("bench-superlink-asgi")["per-request-ms"]
+    return [
+        (
+            "README.md",
+            f"a signed empty pull costs hetfed-superlink {ms['gated-secp256r1']:g} ms of CPU with a P-256 "
+            f"key against {ms['gated-secp384r1']:g} ms with a P-384 key.",
+        )
+    ]
+
+
 def all_claims() -> list[tuple[str, str]]:
     claims = knapsack_claims() + energy_claims() + shortest_path_claims() + switching_claims()
-    return claims + study_claims() + pilot_claims() + lp_pilot_claims() + dp_claims()
+    return claims + study_claims() + pilot_claims() + lp_pilot_claims() + dp_claims() + superlink_claims()
 
 
 # (document, first words of a passage, first words after it): every number in it must be claimed.
