@@ -53,12 +53,10 @@ class Adam:
         self.param_groups: list[dict[str, Any]] = [group]
         self.state: dict[torch.Tensor, dict[str, torch.Tensor]] = {}
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
+    def zero_grad(self) -> None:
+        """Drop the gradients (torch's default, ``set_to_none=True``)."""
         for p in self.param_groups[0]["params"]:
-            if set_to_none:
-                p.grad = None
-            elif p.grad is not None:
-                p.grad.detach_().zero_()
+            p.grad = None
 
     @torch.no_grad()
     def step(self) -> None:

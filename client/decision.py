@@ -70,7 +70,7 @@ def train_epochs(
             batches = [batches[k] for k in torch.randperm(len(batches), generator=generator).tolist()]
         total = 0.0
         for split, loss, idx in batches:
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad()
             value = loss(model(split.x[idx]), split.c[idx], idx)
             if penalty is not None:
                 value = value + penalty()

@@ -25,7 +25,7 @@ def train(model: torch.nn.Module, optimizer, steps: range, lrs: list[float]) -> 
         for group in optimizer.param_groups:
             group["lr"] = lrs[t]
         idx = torch.arange(t * 13, t * 13 + 32) % 200
-        optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad()
         loss = (model(x[idx]) - y[idx]).pow(2).mean()
         loss.backward()
         if t % 5 == 4:  # a parameter without a gradient is skipped (its state stays unborn)
