@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from hetfed.reproduce.common import completed_run, render
+from hetfed.reproduce.common import completed_run, pyplot, render
 from hetfed.reproduce.plan import Job, Plan, PlanError, run_jobs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -91,14 +91,8 @@ def grid(
         raise ValueError(f"--seeds: must be >= 1 and at most {len(plan.seeds)}, got {count}")
     if base.nodes is None:
         raise PlanError(f"plans/{base.name}.toml: nodes: missing (a switching experiment's clients)")
-    return Grid(
-        name,
-        base.nodes,
-        base.config(quick),
-        plan.axes[f"{q}{axes}settings"],
-        [method(spec) for spec in plan.axes[f"{q}{axes}methods"]],
-        plan.seeds[:count],
-    )
+    settings, methods = plan.axes[f"{q}{axes}settings"], [method(s) for s in plan.axes[f"{q}{axes}methods"]]
+    return Grid(name, base.nodes, base.config(quick), settings, methods, plan.seeds[:count])
 
 
 def report_order(methods: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -271,14 +265,12 @@ def pm(stats: Mapping[str, float]) -> str:
 def markdown(data: dict[str, Any]) -> str:
     """docs/results/<experiment>.md from <experiment>.json alone (templates/<experiment>.md)."""
     plan = Plan.load(data["experiment"])
-    tag = "-quick" if "--quick" in data["command"].split() else ""
     return render(
         f"{data['experiment']}.md",
         data=data,
         summary=summarize_runs(data, data["runs"]),
         nodes=plan.nodes,
         extra=plan.axes.get("extras", []),  # [aggregate, title]: a further table per setting
-        stem=data["experiment"] + tag,
         outputs=OUTPUTS,
         functions={f.__name__: f for f in (extras, verdict, pm, math.log)},
     )
@@ -287,25 +279,20 @@ def markdown(data: dict[str, Any]) -> str:
 def plot(data: Mapping[str, Any], plotted: list[str], out: Path, stem: str, title: str) -> list[Path]:
     """``<stem>-<setting>.png`` (F and G of the ``plotted`` methods, all if empty) and
     ``<stem>-alpha.png`` (the switching sweep)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     eps, settings, methods = data["eps"], [s["name"] for s in data["settings"]], report_order(data["methods"])
-    groups = [
+    figures = [
         (s, [s], [m["label"] for m in methods if not plotted or m["label"] in plotted]) for s in settings
     ]
-    groups.append(("alpha", settings, [m["label"] for m in methods if m["family"] == "switching"]))
+    figures.append(("alpha", settings, [m["label"] for m in methods if m["family"] == "switching"]))
     paths = []
-    for name, rows, labels in groups:
+    for name, rows, labels in figures:
         fig, axes = plt.subplots(len(rows), 2, figsize=(11, 3.6 * len(rows)), squeeze=False)
         for row, setting in enumerate(rows):
             for col, key in enumerate(("F", "G")):
                 ax = axes[row][col]
                 for label in labels:
-                    c = data["curves"].get(setting, {}).get(label)
-                    if c is None:
+                    if (c := data["curves"].get(setting, {}).get(label)) is None:
                         continue
                     (line,) = ax.plot(c["grad-evals"], c[key], label=label, lw=1.4)
                     ax.fill_between(
@@ -314,9 +301,8 @@ def plot(data: Mapping[str, Any], plotted: list[str], out: Path, stem: str, titl
                 if key == "G":
                     ax.axhline(eps, color="k", ls="--", lw=1, label=f"tolerance eps = {eps:g}")
                     ax.axhline(0.0, color="grey", ls=":", lw=0.8)
-                ax.set_xlabel("gradient evaluations")
-                ax.set_ylabel(f"{key}(w_k) = max_i {key.lower()}_i")
                 worst = "worst objective" if key == "F" else "worst constraint"
+                ax.set(xlabel="gradient evaluations", ylabel=f"{key}(w_k) = max_i {key.lower()}_i")
                 ax.set_title(f"{setting} participation: {worst}")
                 ax.grid(alpha=0.3)
             axes[row][1].legend(fontsize=7, loc="upper right")
@@ -328,13 +314,11 @@ def plot(data: Mapping[str, Any], plotted: list[str], out: Path, stem: str, titl
     return paths
 
 
-def add_grid_arguments(
-    parser: argparse.ArgumentParser, quick: str, seeds: str, workers: str, runs: str
-) -> None:
+def add_grid_arguments(parser: argparse.ArgumentParser, quick: str, seeds: str, runs: str) -> None:
     """--quick, --seeds, --workers, --out and --results-dir (default results/reproduce/``runs``)."""
     parser.add_argument("--quick", action="store_true", help=quick)
     parser.add_argument("--seeds", type=int, help=seeds)
-    parser.add_argument("--workers", type=int, default=2, help=workers)
+    parser.add_argument("--workers", type=int, default=2, help="runs in parallel (processes; default 2)")
     parser.add_argument(
         "--out", help="where the .md/.json/.png go (default docs/results; quick: results/reproduce)"
     )
@@ -348,7 +332,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         "a few rounds, 2 seeds, 2-4 methods (< 1 min)",
         "override the number of seeds (default 5; quick 2)",
-        "runs in parallel (processes)",
         "<experiment>[-quick]",
     )
     parser.add_argument(

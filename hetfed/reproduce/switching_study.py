@@ -1,13 +1,10 @@
 """Softmax switching's theory on NP classification (docs/algorithms.md 2); how fast each method gets feasible.
 
-Three sweeps of plans/switching-study.toml, real inline runs of switching on the task of
-plans/np-classification.toml: participation m of n clients (the measured G of the output fitted to
-the paper's sampling-error shape a + c / (|ln(1 - r)| n), r = m/n, and to the finite-population
-a + c sqrt((1 - r) / m)), local steps E at equal gradient evaluations, and alpha around the theory's
-2 ln(m)/eps. Then, from those runs and the committed np- and fair-classification.json (no new runs):
-the gradient evaluations each method needs to first reach G <= eps and to stay there, and fair
-classification's objective at a quarter, half and all of the budget. Writes
-``switching-study.{md,json,png}`` (templates/switching-study.md); a rerun resumes.
+Three sweeps of plans/switching-study.toml, inline runs of switching on plans/np-classification.toml's
+task: participation m of n clients, local steps E at equal gradient evaluations, and alpha around the
+theory's 2 ln(m)/eps; then, from those runs and the committed np- and fair-classification.json, the
+gradient evaluations to reach and to keep G <= eps. Writes ``switching-study.{md,json,png}``
+(templates/switching-study.md); a rerun resumes.
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from hetfed.reproduce.common import fit_line
+from hetfed.reproduce.common import fit_line, pyplot, save_figure, write_json
 from hetfed.reproduce.common import render as render_template
 from hetfed.reproduce.plan import Plan
 from hetfed.reproduce.switching import REPO, Grid, add_grid_arguments, grid, run_all, summarize_runs
@@ -65,6 +62,12 @@ def feasibility_times(runs: list[dict[str, Any]], eps: float, key: str) -> dict[
     return out
 
 
+def shapes(r: np.ndarray, m: np.ndarray) -> dict[str, np.ndarray]:
+    """G's shapes in r = m/n fitted as a + c x: the paper's sampling error x = 1 / (|ln(1 - r)| n) and
+    the finite-population x = sqrt((1 - r) / m)."""
+    return {"paper": 1.0 / (np.abs(np.log(1.0 - r)) * N), "finite-population": np.sqrt((1.0 - r) / m)}
+
+
 def participation_fit(table: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """The averaged model's G against r = m/n, fitted to the paper's and the finite-population shape
     (over r < 1: at r = 1 the paper's shape is 0)."""
@@ -76,11 +79,8 @@ def participation_fit(table: dict[str, dict[str, Any]]) -> dict[str, Any]:
     partial = [p for p in points if p["m"] < N]
     out: dict[str, Any] = {"points": points}
     if len(partial) >= 3:
-        y = np.array([p["G"] for p in partial])
-        paper = np.array([1.0 / (abs(math.log(1.0 - p["r"])) * N) for p in partial])
-        population = np.array([math.sqrt((1.0 - p["r"]) / p["m"]) for p in partial])
-        out["paper"] = fit_line(paper, y)
-        out["finite-population"] = fit_line(population, y)
+        r, sampled, y = (np.array([p[key] for p in partial]) for key in ("r", "m", "G"))
+        out.update({name: fit_line(x, y) for name, x in shapes(r, sampled).items()})
     return out
 
 
@@ -102,7 +102,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         "a few rounds, 1 seed, 2 values per sweep (CI)",
         "seeds per point (default 5; quick 1)",
-        "runs in parallel (processes; default 2)",
         "<sweep>",
     )
 
@@ -147,8 +146,7 @@ def run(args: argparse.Namespace) -> int:
         "studies": studies,
         "committed": committed,
     }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"switching-study{tag}.json").write_text(json.dumps(result, indent=1) + "\n")
+    write_json(out / f"switching-study{tag}.json", result)
     render(out, tag)
     print(f"wrote {out}/switching-study{tag}.md, .json, .png")
     return 0
@@ -162,23 +160,15 @@ def render(out: Path, tag: str = "") -> None:
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     studies = result["studies"]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = pyplot().subplots(1, 3, figsize=(15, 4.2))
     fit = studies["participation"]["fit"]
     pts = fit["points"]
     r = np.array([p["r"] for p in pts])
     axes[0].errorbar(r, [p["G"] for p in pts], [p["G-sd"] for p in pts], fmt="o", color="C0", label="runs")
     if "paper" in fit:
         grid = np.linspace(min(r), max(p["r"] for p in pts if p["m"] < N), 100)
-        for name, shape, color in (
-            ("paper", 1.0 / (np.abs(np.log(1.0 - grid)) * N), "C1"),
-            ("finite-population", np.sqrt((1.0 - grid) / (grid * N)), "C2"),
-        ):
+        for (name, shape), color in zip(shapes(grid, grid * N).items(), ("C1", "C2"), strict=True):
             f = fit[name]
             axes[0].plot(grid, f["a"] + f["c"] * shape, color=color, label=f"{name} fit, R^2 {f['r2']:.2f}")
     axes[0].axhline(result["eps"], color="k", ls=":", lw=0.8)
@@ -204,19 +194,15 @@ def plot(result: dict[str, Any], path: Path) -> None:
         ax.set(xlabel=xlabel, xscale=xscale, title=f"{key} (m = 5)")
         ax.legend(fontsize=7)
     axes[2].axvline(2 * math.log(5) / result["eps"], color="grey", ls="--", lw=0.8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def facts(result: dict[str, Any]) -> dict[str, Any]:
     """The numbers the findings state: the smallest alpha feasible in every seed, the rounds to
     feasibility per m, and E against E = 5 at the same rounds (the alpha sweep's point)."""
-    studies = result["studies"]
+    studies, alphas = result["studies"], result["studies"]["alpha"]["table"]["partial"]
     feasible = [
-        float(m.split("=")[1])
-        for m, row in studies["alpha"]["table"]["partial"].items()
-        if row["avg-feasible-seeds"] == row["seeds"]
+        float(m.split("=")[1]) for m, row in alphas.items() if row["avg-feasible-seeds"] == row["seeds"]
     ]
     part = {s["name"]: s for s in studies["participation"]["settings"]}
     rounds_to = sorted(
@@ -230,9 +216,9 @@ def facts(result: dict[str, Any]) -> dict[str, Any]:
         for s in studies["local-steps"]["settings"]
         if s["local_steps"] != 5 and s["rounds"] == alpha_rounds
     ]
-    reference = studies["alpha"]["table"]["partial"].get(f"switching alpha={result['alpha']:g}")
+    reference = alphas.get(f"switching alpha={result['alpha']:g}")
     return {
-        "smallest": min(feasible) if feasible else None,
+        "smallest": min(feasible, default=None),
         "rounds_to": rounds_to,
         "same_rounds": same_rounds[0] if same_rounds and reference else None,
         "reference": reference,
@@ -241,7 +227,4 @@ def facts(result: dict[str, Any]) -> dict[str, Any]:
 
 def markdown(data: dict[str, Any]) -> str:
     """docs/results/switching-study.md from switching-study.json alone (templates/switching-study.md)."""
-    tag = "-quick" if "--quick" in data["command"].split() else ""
-    return render_template(
-        "switching-study.md", **data, figure=f"switching-study{tag}.png", n=N, log=math.log, **facts(data)
-    )
+    return render_template("switching-study.md", **data, n=N, log=math.log, **facts(data))
