@@ -8,7 +8,7 @@ PNGs of ``F(w_k)``, ``G(w_k)`` against gradient evaluations. A method's output i
 model (switching and CRPO: over the rounds that stepped on the objective; the others: over all
 rounds); the last iterate is reported too. A baseline family's "best feasible" member is the one
 whose averaged model meets ``G <= eps`` in every seed with the lowest mean ``F``. Completed runs
-under ``--results-dir`` are reused; ``--replot`` rewrites the report from the saved JSON alone.
+under ``--results-dir`` are reused (a rerun rewrites the report and figures without new runs).
 """
 
 from __future__ import annotations
@@ -335,9 +335,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "<experiment>[-quick]",
     )
     parser.add_argument(
-        "--replot", action="store_true", help="rewrite the .md and figures from the saved .json, without runs"
-    )
-    parser.add_argument(
         "--available", action="store_true", help="report the runs already completed in --results-dir only"
     )
 
@@ -350,24 +347,18 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--workers: must be >= 1, got {args.workers}")
     out = Path(args.out) if args.out else REPO / ("results/reproduce" if args.quick else "docs/results")
     results_dir = Path(args.results_dir) if args.results_dir else REPO / f"results/reproduce/{name}{tag}"
-    out.mkdir(parents=True, exist_ok=True)
+    runs = run_all(g, results_dir, args.workers, available=args.available)
     command = f"hetfed reproduce {name}" + (" --quick" if args.quick else "")
-    json_path = out / f"{name}{tag}.json"
-    if args.replot:
-        if not json_path.exists():
-            raise FileNotFoundError(f"--replot: {json_path} does not exist; run the experiment first")
-        runs = json.loads(json_path.read_text())["runs"]
-    else:
-        runs = run_all(g, results_dir, args.workers, available=args.available)
-        command += " --available" if args.available else ""
+    command += " --available" if args.available else ""
     meta = {"experiment": name, "command": command, **g.meta()}
     exact = {**meta, **summarize_runs(meta, runs), "curves": curves(meta, runs), "runs": runs}
     # floats to 6 significant digits (the JSON keeps every run's curve); the figures use the exact ones
     data = json.loads(json.dumps(exact), parse_float=lambda x: float(f"{float(x):.6g}"))
-    json_path.write_text(json.dumps(data) + "\n")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}{tag}.json").write_text(json.dumps(data) + "\n")
     report = markdown(data)
     (out / f"{name}{tag}.md").write_text(report)
     title = report.splitlines()[0].removeprefix("# ")
     figures = plot(exact, plan.axes.get("plotted", []), out, f"{name}{tag}", title)
-    print(f"wrote {out / f'{name}{tag}.md'}, {json_path.name} and {len(figures)} figures")
+    print(f"wrote {out / f'{name}{tag}.md'}, {name}{tag}.json and {len(figures)} figures")
     return 0
