@@ -319,12 +319,8 @@ def add_grid_arguments(parser: argparse.ArgumentParser, quick: str, seeds: str, 
     parser.add_argument("--quick", action="store_true", help=quick)
     parser.add_argument("--seeds", type=int, help=seeds)
     parser.add_argument("--workers", type=int, default=2, help="runs in parallel (processes; default 2)")
-    parser.add_argument(
-        "--out", help="where the .md/.json/.png go (default docs/results; quick: results/reproduce)"
-    )
-    parser.add_argument(
-        "--results-dir", help=f"where the runs' folders go (default results/reproduce/{runs})"
-    )
+    parser.add_argument("--out", help="where the reports go (default docs/results; quick: results/reproduce)")
+    parser.add_argument("--results-dir", help=f"where the runs go (default results/reproduce/{runs})")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -334,9 +330,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "override the number of seeds (default 5; quick 2)",
         "<experiment>[-quick]",
     )
-    parser.add_argument(
-        "--available", action="store_true", help="report the runs already completed in --results-dir only"
-    )
+    parser.add_argument("--available", action="store_true", help="report the runs completed so far only")
 
 
 def run(args: argparse.Namespace) -> int:
