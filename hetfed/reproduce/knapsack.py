@@ -45,7 +45,6 @@ TABLE14 = {
     "SPO+ Fed+P": ("t3", "spo+", "per"),
     "RSPO+ centralized": ("t14", "centralized-rspo+", "per"),
 }
-NAMES = {"mse": "MSE", "pfyl": "PFYL", "dpo": "DPO", "spo+": "SPO+", "rspo+": "RSPO+"}
 LEVEL = 0.1  # points: two means closer than this are "level" ("about as good")
 FAR = 2.0  # a regret at least FAR times another is "far" behind it
 BIG = 0.5  # points: a Table 3 cell further than this from the paper is a "gap"
@@ -200,10 +199,10 @@ def facts_table3(tables: dict[str, Any], paper: dict[str, Any], diff: dict[str, 
     largest = [(max(cells[loss], key=lambda c: abs(c[0])), loss) for loss in LOSSES]
     largest.sort(key=lambda x: -abs(x[0][0]))  # the largest gap first
     return {
-        "within": [(NAMES[loss], up(bound[loss])) for loss in sorted(LOSSES, key=lambda loss: bound[loss])],
+        "within": [(loss.upper(), up(bound[loss])) for loss in sorted(LOSSES, key=lambda loss: bound[loss])],
         "big": len(big),
         "lower": sum(d < 0 for d in big),
-        "largest": [(NAMES[loss], *c[1:]) for c, loss in largest],  # (loss, row, stage, ours, paper)
+        "largest": [(loss.upper(), *c[1:]) for c, loss in largest],  # (loss, row, stage, ours, paper)
         "same-cell": len({(c[1], c[2]) for c, _ in largest}) == 1,
         "failed": list(dict.fromkeys(o["row"] for o in orderings({"t3": t}) if not o["holds"])),
         "unreported": len([row for row in t if row not in paper]),
@@ -277,7 +276,7 @@ def markdown(data: dict[str, Any]) -> str:
     defaults = {"grid": "", "clients": CLIENTS, "engine": "inline", "workers": 2, "studies": {}}
     return render("knapsack.md", **defaults | data, wall_time=data["wall-time-s"], default_grid=default_grid,
                   facts=facts, losses=losses, table4=table4, table9=table9(t), table14=table14(t),
-                  ablation_rows=ABLATION_ROWS, names=NAMES, bullet=bullet)
+                  ablation_rows=ABLATION_ROWS, bullet=bullet)
 
 
 # --- the studies' index (knapsack_study writes the studies) ------------------------------------------------

@@ -8,6 +8,7 @@ plans/shortest-path.toml. Writes shortest-path.md, .json and -*.png to ``--out``
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -46,13 +47,8 @@ def table8_run(
     """The run config of Table 8's settings (corner-to-corner clients) with ``over`` changed (it may
     change the grid); its name carries only what differs from Table 8, so a sweep point equal to
     Table 8 reuses its run."""
-    run = {
-        **PLAN.base,
-        **TABLE8,
-        **(PLAN.quick if quick else {}),
-        **ROWS["corners-t0"][1],
-        "grid-size": grid_size,
-    }
+    run = {**PLAN.base, **TABLE8, **(PLAN.quick if quick else {}), **ROWS["corners-t0"][1]}
+    run["grid-size"] = grid_size
     reference = {**defaults(), **run}
     # RSPO+ steps with lr0 = alpha lam0 / 4 and never reads `lr`: a point that changes only the lr
     # is, for RSPO+, the Table 8 run.
@@ -87,21 +83,11 @@ def part_jobs(part: str, seeds: tuple[int, ...], quick: bool) -> list[Job]:
             for s in seeds[:SWEEP_SEEDS]
             for loss in losses
         ]
-    rows = ("corners-t0", "random-t0.5") if quick else tuple(ROWS)
-    return [
-        Job(
-            (row, loss),
-            s,
-            PLAN.config(
-                quick,
-                **ROWS[row][1],
-                **{"grid-size": 5, "loss": loss, "seed": s, "run-name": f"k5-{row}-{loss}-s{s}"},
-            ),
-        )
-        for s in seeds
-        for row in rows
-        for loss in LOSSES
-    ]
+    jobs = []
+    for s, row, loss in itertools.product(seeds, ("corners-t0", "random-t0.5") if quick else ROWS, LOSSES):
+        run = {"grid-size": 5, "loss": loss, "seed": s, "run-name": f"k5-{row}-{loss}-s{s}"}
+        jobs.append(Job((row, loss), s, PLAN.config(quick, **ROWS[row][1], **run)))
+    return jobs
 
 
 def collect(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -201,11 +187,9 @@ def plot_sweep(d: dict[str, Any], path: Path) -> None:
         points = [p for p in dm if p.endswith(f"-{model}")]
         degrees = [int(p.split("-")[0][1:]) for p in points]
         for loss in ("spo+", "rspo+"):
-            for stage, style in (("fed", "--"), ("per", "-")):
+            for stage, style, name in (("fed", "--", "Fed"), ("per", "-", "+P")):
                 means = [dm[p][loss][stage]["mean"] for p in points]
-                ax.plot(
-                    degrees, means, style, marker="o", label=f"{loss} {'Fed' if stage == 'fed' else '+P'}"
-                )
+                ax.plot(degrees, means, style, marker="o", label=f"{loss} {name}")
         ax.set(title=model, xlabel="degree of the feature-to-cost law")
     axes[0].set(ylabel="optimality gap (%)")
     axes[0].legend(fontsize=7)
