@@ -67,9 +67,7 @@ def base_config(row: str, seed: int, quick: bool) -> dict[str, Any]:
     return PLAN.config(quick, **{"eta-o": eta_o, "eta-c": eta_c, "eta-d": eta_d, "seed": seed})
 
 
-def grid(
-    seeds: tuple[int, ...], rows: tuple[str, ...], quick: bool, losses: tuple[str, ...] = LOSSES
-) -> list[Job]:
+def grid(seeds: tuple[int, ...], rows: tuple[str, ...], quick: bool, losses: tuple[str, ...]) -> list[Job]:
     """Per seed and row, Table 3's ``losses``, then the plan's ``[[runs]]`` on that row."""
     jobs = []
     for seed in seeds:

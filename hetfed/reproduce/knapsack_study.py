@@ -23,7 +23,7 @@ from typing import Any
 from hetfed.config import SCHEMA, parse_assignments
 from hetfed.reproduce import knapsack
 from hetfed.reproduce.common import OUT, default_workers, publish, pyplot, render, save_figure, stat
-from hetfed.reproduce.knapsack import CLIENTS, LOSSES, base_config, ranking, row_etas, study_index
+from hetfed.reproduce.knapsack import CLIENTS, LOSSES, PAPER_ORDERINGS, base_config, ranking, row_etas
 from hetfed.reproduce.plan import Job, Plan, run_jobs
 from hetfed.reproduce.runs import cell, frozen_at
 
@@ -119,9 +119,7 @@ def orderings(cells: dict[str, Any], variants: list[str]) -> list[dict[str, Any]
     """Per variant, stage and pair of the paper's ordering: the rows where the means keep it, where
     not, and the smallest margin (the worse loss's mean minus the better one's)."""
     out = []
-    for variant, stage, (better, worse) in itertools.product(
-        variants, ("fed", "per"), (("rspo+", "spo+"), ("spo+", "mse"))
-    ):
+    for variant, stage, (better, worse, _) in itertools.product(variants, ("fed", "per"), PAPER_ORDERINGS):
         margins = {}
         for row, by_loss in cells.items():
             pair = [by_loss.get(x, {}).get(variant, {}).get(stage, {}).get("mean") for x in (better, worse)]
@@ -142,8 +140,7 @@ def paper_settings(study: Study, variant: Variant, fixed: dict[str, Any], quick:
 
 def markdown(data: dict[str, Any]) -> str:
     """knapsack-<study>.md from its JSON alone (templates/knapsack-study.md has the titles, questions)."""
-    labels = [v["label"] for v in data["variants"]]
-    return render("knapsack-study.md", **data, data=data, labels=labels, best=ranking(data["table"]))
+    return render("knapsack-study.md", **data, data=data, best=ranking(data["table"]))
 
 
 def plot(study: Study, data: dict[str, Any], title: str, out: Path) -> None:
@@ -228,5 +225,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"(no {index} yet: `hetfed reproduce knapsack` will index this study)")
     else:  # the main report indexes the studies beside it
         main = json.loads(index.read_text(encoding="utf-8"))
-        publish(out, "knapsack", main | {"studies": study_index(out)}, knapsack.markdown)
+        publish(out, "knapsack", main | {"studies": knapsack.study_index(out)}, knapsack.markdown)
     return 0

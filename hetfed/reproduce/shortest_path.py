@@ -41,9 +41,7 @@ SWEEP = {
 CLIENTS, QUICK_CLIENTS = 20, 8
 
 
-def table8_run(
-    grid_size: int, loss: str, seed: int, quick: bool, over: dict[str, Any] | None = None
-) -> dict[str, Any]:
+def table8_run(grid_size: int, loss: str, seed: int, quick: bool, over: dict[str, Any]) -> dict[str, Any]:
     """The run config of Table 8's settings (corner-to-corner clients) with ``over`` changed (it may
     change the grid); its name carries only what differs from Table 8, so a sweep point equal to
     Table 8 reuses its run."""
@@ -52,7 +50,7 @@ def table8_run(
     reference = {**defaults(), **run}
     # RSPO+ steps with lr0 = alpha lam0 / 4 and never reads `lr`: a point that changes only the lr
     # is, for RSPO+, the Table 8 run.
-    over = {k: v for k, v in (over or {}).items() if not (k == "lr" and loss == "rspo+")}
+    over = {k: v for k, v in over.items() if not (k == "lr" and loss == "rspo+")}
     changed = {k: v for k, v in over.items() if reference[k] != v}
     run |= changed
     tag = "".join(
@@ -70,10 +68,8 @@ def part_jobs(part: str, seeds: tuple[int, ...], quick: bool) -> list[Job]:
     if part == "table8":
         grids = PLAN.axes["quick-grids" if quick else "grids"]
         return [
-            Job((str(k), loss), s, table8_run(k, loss, s, quick))
-            for k in grids
-            for s in seeds
-            for loss in LOSSES
+            Job((str(k), loss), s, table8_run(k, loss, s, quick, {}))
+            for k, s, loss in itertools.product(grids, seeds, LOSSES)
         ]
     if part == "sweep":
         return [
@@ -115,13 +111,6 @@ def paired(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return {"values": diff, "mean": mean, "std": std, "positive": sum(d > 0 for d in diff)}
 
 
-def fmt_paired(a: dict[str, Any], b: dict[str, Any]) -> str:
-    """``mean [min, max], k/n > 0`` of the paired difference ``a - b``."""
-    d = paired(a, b)
-    v = d["values"]
-    return f"{d['mean']:+.2f} [{min(v):+.2f}, {max(v):+.2f}], {d['positive']}/{len(v)} > 0"
-
-
 def best(losses: dict[str, Any], stage: str) -> str:
     return min(losses, key=lambda loss: losses[loss][stage]["mean"])
 
@@ -152,13 +141,8 @@ def markdown(data: dict[str, Any]) -> str:
         losses=LOSSES,
         degree=PLAN.base["degree"],
         quick_clients=QUICK_CLIENTS,
-        best=best,
-        change=change,
-        paired=paired,
-        pp=fmt_paired,
         mean=np.mean,
-        leads=leads,
-        moves=moves,
+        **{f.__name__: f for f in (best, change, paired, leads, moves)},  # the template's functions
     )
 
 
