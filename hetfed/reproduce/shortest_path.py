@@ -212,7 +212,7 @@ def part_record(
     elif part == "sweep":
         record["points"] = {axis: {p: label for p, label, _ in points} for axis, (_, points) in SWEEP.items()}
     else:
-        record |= {"grid-size": 5, "rows": {row: ROWS[row][0] for row in collect(jobs, summaries)}}
+        record |= {"grid-size": 5, "rows": {row: ROWS[row][0] for row in record["tables"]}}
     return record
 
 
