@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hetfed.reproduce.common import add_run_arguments, mean_std, publish, render, stat
+from hetfed.reproduce.common import add_run_arguments, mean_std, publish, pyplot, render, save_figure, stat
 from hetfed.reproduce.plan import Job, Plan, run_jobs
-from hetfed.reproduce.runs import cell, curves, plot_warm_then_personal
+from hetfed.reproduce.runs import cell, curves, plot_rounds
 
 PLAN = Plan.load("knapsack")  # plans/knapsack.toml: the grid and the paper's numbers
 CLIENTS = 20
@@ -45,7 +45,6 @@ TABLE14 = {
     "SPO+ Fed+P": ("t3", "spo+", "per"),
     "RSPO+ centralized": ("t14", "centralized-rspo+", "per"),
 }
-NAMES = {"mse": "MSE", "pfyl": "PFYL", "dpo": "DPO", "spo+": "SPO+", "rspo+": "RSPO+"}
 LEVEL = 0.1  # points: two means closer than this are "level" ("about as good")
 FAR = 2.0  # a regret at least FAR times another is "far" behind it
 BIG = 0.5  # points: a Table 3 cell further than this from the paper is a "gap"
@@ -68,9 +67,7 @@ def base_config(row: str, seed: int, quick: bool) -> dict[str, Any]:
     return PLAN.config(quick, **{"eta-o": eta_o, "eta-c": eta_c, "eta-d": eta_d, "seed": seed})
 
 
-def grid(
-    seeds: tuple[int, ...], rows: tuple[str, ...], quick: bool, losses: tuple[str, ...] = LOSSES
-) -> list[Job]:
+def grid(seeds: tuple[int, ...], rows: tuple[str, ...], quick: bool, losses: tuple[str, ...]) -> list[Job]:
     """Per seed and row, Table 3's ``losses``, then the plan's ``[[runs]]`` on that row."""
     jobs = []
     for seed in seeds:
@@ -200,10 +197,10 @@ def facts_table3(tables: dict[str, Any], paper: dict[str, Any], diff: dict[str, 
     largest = [(max(cells[loss], key=lambda c: abs(c[0])), loss) for loss in LOSSES]
     largest.sort(key=lambda x: -abs(x[0][0]))  # the largest gap first
     return {
-        "within": [(NAMES[loss], up(bound[loss])) for loss in sorted(LOSSES, key=lambda loss: bound[loss])],
+        "within": [(loss.upper(), up(bound[loss])) for loss in sorted(LOSSES, key=lambda loss: bound[loss])],
         "big": len(big),
         "lower": sum(d < 0 for d in big),
-        "largest": [(NAMES[loss], *c[1:]) for c, loss in largest],  # (loss, row, stage, ours, paper)
+        "largest": [(loss.upper(), *c[1:]) for c, loss in largest],  # (loss, row, stage, ours, paper)
         "same-cell": len({(c[1], c[2]) for c, _ in largest}) == 1,
         "failed": list(dict.fromkeys(o["row"] for o in orderings({"t3": t}) if not o["holds"])),
         "unreported": len([row for row in t if row not in paper]),
@@ -277,7 +274,7 @@ def markdown(data: dict[str, Any]) -> str:
     defaults = {"grid": "", "clients": CLIENTS, "engine": "inline", "workers": 2, "studies": {}}
     return render("knapsack.md", **defaults | data, wall_time=data["wall-time-s"], default_grid=default_grid,
                   facts=facts, losses=losses, table4=table4, table9=table9(t), table14=table14(t),
-                  ablation_rows=ABLATION_ROWS, names=NAMES, bullet=bullet)
+                  ablation_rows=ABLATION_ROWS, bullet=bullet)
 
 
 # --- the studies' index (knapsack_study writes the studies) ------------------------------------------------
@@ -316,37 +313,16 @@ def study_index(out: Path) -> dict[str, Any]:
     return index
 
 
-def refresh_study_index(out: Path) -> bool:
-    """Re-index the studies in ``out``'s knapsack.json and knapsack.md; False without a knapsack.json."""
-    path = out / "knapsack.json"
-    if not path.exists():
-        return False
-    data = json.loads(path.read_text(encoding="utf-8"))
-    publish(out, "knapsack", data | {"studies": study_index(out)}, markdown)
-    return True
-
-
 def plot(results_dir: Path, jobs: list[Job], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     first = {job.key: job for job in reversed(jobs)}  # the first seed's run of each cell
     rows = [key[1] for key in first if key[0] == "t3"]
     row = "(0,0,0)" if "(0,0,0)" in rows else rows[0]  # a custom grid may not have (0,0,0)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for loss in LOSSES:
-        if (job := first.get(("t3", row, loss))) is not None:
-            plot_warm_then_personal(ax, results_dir / job.config["run-name"], loss)
-    ax.set(xlabel="round (warm start, then personalization)", ylabel="validation relative regret (%)",
-           title=f"{row}, first seed", yscale="log")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "knapsack-regret-per-round.png", dpi=110)
-    plt.close(fig)
+    t3 = [first[("t3", row, loss)] for loss in LOSSES if ("t3", row, loss) in first]
+    runs = [(results_dir / job.config["run-name"], job.key[2]) for job in t3]
+    title = f"{row}, first seed"
+    plot_rounds(out / "knapsack-regret-per-round.png", runs, "validation relative regret (%)", title)
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = pyplot().subplots(1, 2, figsize=(10, 4))
     for ax, row in zip(axes, ("(0,0,0)", "(0,1,0)"), strict=True):
         if (job := first.get(("t3", row, "rspo+"))) is None:
             continue
@@ -356,9 +332,7 @@ def plot(results_dir: Path, jobs: list[Job], out: Path) -> None:
         ax.set(yscale="log", xlabel="personalization round t", ylabel="freeze statistic U_t (QP-LP gap)",
                title=f"RSPO+ {row}: one line per client")
         ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "knapsack-freeze.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / "knapsack-freeze.png")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -388,7 +362,6 @@ def run(args: argparse.Namespace) -> int:
     jobs = grid(seeds, rows, args.quick, tuple(args.losses or LOSSES))
     res = collect(jobs, run_jobs(jobs, args, nodes=args.clients))
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     data = {
         "seeds": list(seeds), "wall-time-s": round(time.time() - started, 1), "quick": args.quick,
         "grid": custom, "clients": args.clients, "engine": args.engine,  # grid: '' for the paper's

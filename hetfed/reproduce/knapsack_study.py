@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import math
 import re
 import time
@@ -20,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from hetfed.config import SCHEMA, parse_assignments
-from hetfed.reproduce.common import OUT, default_workers, publish, render, stat
-from hetfed.reproduce.knapsack import CLIENTS, LOSSES, base_config, ranking, refresh_study_index, row_etas
-from hetfed.reproduce.knapsack import PLAN as KNAPSACK
+from hetfed.reproduce import knapsack
+from hetfed.reproduce.common import OUT, default_workers, publish, pyplot, render, save_figure, stat
+from hetfed.reproduce.knapsack import CLIENTS, LOSSES, PAPER_ORDERINGS, base_config, ranking, row_etas
 from hetfed.reproduce.plan import Job, Plan, run_jobs
 from hetfed.reproduce.runs import cell, frozen_at
 
@@ -78,13 +79,16 @@ def jobs(study: Study, quick: bool, fixed: dict[str, Any]) -> list[Job]:
 
 
 def table(all_jobs: list[Job], summaries: list[dict[str, Any]], results_dir: Path) -> dict[str, Any]:
-    """``{row: {loss: {variant: {"fed", "per", "per/fed", "frozen-share", "frozen-round": stat}}}}``."""
+    """``{row: {loss: {variant: {"fed", "per", "per/fed", "frozen-share", "frozen-round": stat}}}}``; the
+    pooled model of a ``centralized`` run stands in the +P column (it has no Fed)."""
     cells: dict[tuple[str, ...], dict[str, list[float]]] = {}
     seeds: dict[tuple[str, ...], list[int]] = {}
     for job, summary in zip(all_jobs, summaries, strict=True):
         fed, per = cell(summary, "fed"), cell(summary, "per")
+        if pooled := job.config.get("strategy") == "centralized":  # one model, every client's
+            fed, per = math.nan, fed
         values = {"fed": fed, "per": per, "per/fed": per / fed if fed else math.nan}
-        if job.key[1] == "rspo+" and job.config.get("personal-rounds", 1):  # RSPO+'s QP-LP gap diagnostics
+        if job.key[1] == "rspo+" and job.config.get("personal-rounds", 1) and not pooled:  # QP-LP gap
             frozen = list(frozen_at(results_dir / job.config["run-name"]).values())  # 0: never froze
             at = [t for t in frozen if t > 0]
             values["frozen-share"] = len(at) / len(frozen) if frozen else math.nan
@@ -111,29 +115,11 @@ def centralized_jobs(planned: list[Job], reference: str) -> list[Job]:
     ]
 
 
-def add_centralized(cells: dict[str, Any], pooled: list[Job], summaries: list[dict[str, Any]]) -> bool:
-    """Add the ``centralized`` cell to every row and loss from the runs of :func:`centralized_jobs`
-    (the pooled model's regret stands in the +P column)."""
-    for row, by_loss in cells.items():
-        for loss, by_variant in by_loss.items():
-            runs = [(j, s) for j, s in zip(pooled, summaries, strict=True) if j.key[:2] == (row, loss)]
-            seeds = [j.seed for j, _ in runs]
-            none = [float("nan")] * len(runs)
-            by_variant["centralized"] = {
-                "fed": stat(none, seeds),
-                "per": stat([cell(s, "fed") for _, s in runs], seeds),
-                "per/fed": stat(none, seeds),
-            }
-    return True
-
-
 def orderings(cells: dict[str, Any], variants: list[str]) -> list[dict[str, Any]]:
     """Per variant, stage and pair of the paper's ordering: the rows where the means keep it, where
     not, and the smallest margin (the worse loss's mean minus the better one's)."""
     out = []
-    for variant, stage, (better, worse) in itertools.product(
-        variants, ("fed", "per"), (("rspo+", "spo+"), ("spo+", "mse"))
-    ):
+    for variant, stage, (better, worse, _) in itertools.product(variants, ("fed", "per"), PAPER_ORDERINGS):
         margins = {}
         for row, by_loss in cells.items():
             pair = [by_loss.get(x, {}).get(variant, {}).get(stage, {}).get("mean") for x in (better, worse)]
@@ -154,23 +140,18 @@ def paper_settings(study: Study, variant: Variant, fixed: dict[str, Any], quick:
 
 def markdown(data: dict[str, Any]) -> str:
     """knapsack-<study>.md from its JSON alone (templates/knapsack-study.md has the titles, questions)."""
-    labels = [v["label"] for v in data["variants"]]
-    return render("knapsack-study.md", **data, data=data, labels=labels, best=ranking(data["table"]))
+    return render("knapsack-study.md", **data, data=data, best=ranking(data["table"]))
 
 
 def plot(study: Study, data: dict[str, Any], title: str, out: Path) -> None:
     """For a sweep (one row): +P relative regret against the variant, per loss, with a ±std band."""
     if len(study.rows) != 1 or len(study.variants) < 3:
         return
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
     row = data["table"][study.rows[0]]
     labels = [v["label"] for v in data["variants"]]
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = pyplot().subplots(figsize=(8, 4))
     for loss, by_variant in row.items():
         for stage, style in (("fed", "--"), ("per", "-")):
             xs = [i for i, v in enumerate(labels) if v in by_variant]
@@ -181,9 +162,7 @@ def plot(study: Study, data: dict[str, Any], title: str, out: Path) -> None:
     ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=8)
     ax.set(ylabel="relative regret (%)", title=title, yscale="log")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / f"knapsack-{study.name}.png", dpi=110)
-    plt.close(fig)
+    save_figure(fig, out / f"knapsack-{study.name}.png")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -222,27 +201,29 @@ def run(args: argparse.Namespace) -> int:
     planned = jobs(study, args.quick, fixed)
     pooled = centralized_jobs(planned, study.variants[0].label) if study.centralized else []
     inline = argparse.Namespace(**(vars(args) | {"results_dir": results_dir, "engine": "inline"}))
-    done = run_jobs(planned + pooled, inline)
-    summaries, pooled_summaries = done[: len(planned)], done[len(planned) :]
+    summaries = run_jobs(planned + pooled, inline)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     data = {
         "study": study.name, "seeds": list(PLAN.seeds[: study.seeds]), "clients": study.clients,
         "quick": args.quick, "set": fixed, "workers": args.workers,
         "wall-time-s": round(time.time() - started, 1), "runs": len(planned),
-        "runs-wall-time-s": round(sum(float(x.get("wall-time-s", 0.0)) for x in summaries), 1),
+        "runs-wall-time-s": round(
+            sum(float(x.get("wall-time-s", 0.0)) for x in summaries[: len(planned)]), 1),
         "unit": "relative regret %",
         "variants": [asdict(v) for v in study.variants + ((Variant("centralized", {}),) if pooled else ())],
-        "table": (cells := table(planned, summaries, results_dir)),
-        "centralized": study.centralized and add_centralized(cells, pooled, pooled_summaries),
+        "table": (cells := table(planned + pooled, summaries, results_dir)),
+        "centralized": study.centralized,
         "orderings": orderings(cells, [v.label for v in study.variants]),
         "paper-settings": [v.label for v in study.variants if paper_settings(study, v, fixed, args.quick)],
-        "paper-t3": KNAPSACK.paper["t3"],
+        "paper-t3": knapsack.PLAN.paper["t3"],
     }
     publish(out, f"knapsack-{study.name}", data, markdown)
     text = (out / f"knapsack-{study.name}.md").read_text(encoding="utf-8")
     plot(study, data, text.splitlines()[0].removeprefix("# Knapsack study: "), out)  # the report's title
     print(text)
-    if not refresh_study_index(out):
-        print(f"(no {out / 'knapsack.json'} yet: `hetfed reproduce knapsack` will index this study)")
+    if not (index := out / "knapsack.json").exists():
+        print(f"(no {index} yet: `hetfed reproduce knapsack` will index this study)")
+    else:  # the main report indexes the studies beside it
+        main = json.loads(index.read_text(encoding="utf-8"))
+        publish(out, "knapsack", main | {"studies": knapsack.study_index(out)}, knapsack.markdown)
     return 0

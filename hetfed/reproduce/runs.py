@@ -1,6 +1,6 @@
 """Reading hetfed runs back for the reproductions: a stage's regret from a summary, the per-round
 validation curves and freeze rounds (from the run's rounds, hetfed.server.store.RunResult), and
-one run's curves as a plot."""
+runs' curves as plots."""
 
 from __future__ import annotations
 
@@ -51,3 +51,15 @@ def plot_warm_then_personal(ax: Any, run_dir: Path, label: str) -> None:
     xs, ys = zip(*(warm + per), strict=True)
     ax.plot(xs, ys, marker=".", label=label)
     ax.axvline(len(warm) + 0.5, color="grey", ls=":", lw=1)
+
+
+def plot_rounds(path: Path, runs: list[tuple[Path, str]], ylabel: str, title: str) -> None:
+    """A figure (log scale) of :func:`plot_warm_then_personal` for each ``(run_dir, label)`` of ``runs``."""
+    from hetfed.reproduce.common import pyplot, save_figure
+
+    fig, ax = pyplot().subplots(figsize=(7, 4))
+    for run_dir, label in runs:
+        plot_warm_then_personal(ax, run_dir, label)
+    ax.set(xlabel="round (warm start, then personalization)", ylabel=ylabel, title=title, yscale="log")
+    ax.legend()
+    save_figure(fig, path)

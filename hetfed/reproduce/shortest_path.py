@@ -8,6 +8,7 @@ plans/shortest-path.toml. Writes shortest-path.md, .json and -*.png to ``--out``
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -15,19 +16,15 @@ from typing import Any
 import numpy as np
 
 from hetfed.config import defaults
-from hetfed.reproduce.common import add_run_arguments, mean_std, pyplot, render, save_figure, write_json
+from hetfed.reproduce.common import add_run_arguments, mean_std, publish, pyplot, render, save_figure
 from hetfed.reproduce.plan import Job, Plan, run_jobs
-from hetfed.reproduce.runs import plot_warm_then_personal
+from hetfed.reproduce.runs import cell, plot_rounds
 
 PLAN = Plan.load("shortest-path")  # plans/shortest-path.toml
 LOSSES = tuple(PLAN.axes["losses"])
 PARTS = ("table8", "sweep", "heterogeneity")
 SWEEP_SEEDS = 3
-# The paper's Table 8 as issue 17 quotes it. kappa_lam is not quoted, so the synthetic 1.0 stays
-# (the sweep shows what it changes); everything else is the knapsack's, as the method's specification
-# gives them.
-TABLE8 = {"fraction": 0.5, "personal-epochs": 2, "fixed-lam0": 2.0, "kappa-lam": 1.0}
-PAPER_TABLE6 = PLAN.paper["table6"]
+TABLE8 = next(r["config"] for r in PLAN.runs if r["table"] == "table8")  # the paper's settings (plan)
 
 
 def points(table: str) -> list[tuple[str, str, dict[str, Any]]]:
@@ -44,23 +41,16 @@ SWEEP = {
 CLIENTS, QUICK_CLIENTS = 20, 8
 
 
-def table8_run(
-    grid_size: int, loss: str, seed: int, quick: bool, over: dict[str, Any] | None = None
-) -> dict[str, Any]:
+def table8_run(grid_size: int, loss: str, seed: int, quick: bool, over: dict[str, Any]) -> dict[str, Any]:
     """The run config of Table 8's settings (corner-to-corner clients) with ``over`` changed (it may
     change the grid); its name carries only what differs from Table 8, so a sweep point equal to
     Table 8 reuses its run."""
-    run = {
-        **PLAN.base,
-        **TABLE8,
-        **(PLAN.quick if quick else {}),
-        **ROWS["corners-t0"][1],
-        "grid-size": grid_size,
-    }
+    run = {**PLAN.base, **TABLE8, **(PLAN.quick if quick else {}), **ROWS["corners-t0"][1]}
+    run["grid-size"] = grid_size
     reference = {**defaults(), **run}
     # RSPO+ steps with lr0 = alpha lam0 / 4 and never reads `lr`: a point that changes only the lr
     # is, for RSPO+, the Table 8 run.
-    over = {k: v for k, v in (over or {}).items() if not (k == "lr" and loss == "rspo+")}
+    over = {k: v for k, v in over.items() if not (k == "lr" and loss == "rspo+")}
     changed = {k: v for k, v in over.items() if reference[k] != v}
     run |= changed
     tag = "".join(
@@ -78,10 +68,8 @@ def part_jobs(part: str, seeds: tuple[int, ...], quick: bool) -> list[Job]:
     if part == "table8":
         grids = PLAN.axes["quick-grids" if quick else "grids"]
         return [
-            Job((str(k), loss), s, table8_run(k, loss, s, quick))
-            for k in grids
-            for s in seeds
-            for loss in LOSSES
+            Job((str(k), loss), s, table8_run(k, loss, s, quick, {}))
+            for k, s, loss in itertools.product(grids, seeds, LOSSES)
         ]
     if part == "sweep":
         return [
@@ -91,21 +79,11 @@ def part_jobs(part: str, seeds: tuple[int, ...], quick: bool) -> list[Job]:
             for s in seeds[:SWEEP_SEEDS]
             for loss in losses
         ]
-    rows = ("corners-t0", "random-t0.5") if quick else tuple(ROWS)
-    return [
-        Job(
-            (row, loss),
-            s,
-            PLAN.config(
-                quick,
-                **ROWS[row][1],
-                **{"grid-size": 5, "loss": loss, "seed": s, "run-name": f"k5-{row}-{loss}-s{s}"},
-            ),
-        )
-        for s in seeds
-        for row in rows
-        for loss in LOSSES
-    ]
+    jobs = []
+    for s, row, loss in itertools.product(seeds, ("corners-t0", "random-t0.5") if quick else ROWS, LOSSES):
+        run = {"grid-size": 5, "loss": loss, "seed": s, "run-name": f"k5-{row}-{loss}-s{s}"}
+        jobs.append(Job((row, loss), s, PLAN.config(quick, **ROWS[row][1], **run)))
+    return jobs
 
 
 def collect(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
@@ -116,21 +94,12 @@ def collect(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
         node = out
         for key in job.key:
             node = node.setdefault(key, {})
-        agg = summary["aggregate"]
         for stage in ("fed", "per"):
             entry = node.setdefault(stage, {"values": [], "seeds": [], "pooled": []})
-            entry["values"].append(100 * agg[f"{stage}-relative-regret"])
-            entry["pooled"].append(100 * agg[f"{stage}-pooled-relative-regret"])
+            entry["values"].append(cell(summary, stage))
+            entry["pooled"].append(cell(summary, f"{stage}-pooled"))
             entry["seeds"].append(job.seed)
-
-    def finish(node: dict[str, Any]) -> None:
-        if "values" in node:
-            node["mean"], node["std"] = mean_std(node["values"])
-        else:
-            for child in node.values():
-                finish(child)
-
-    finish(out)
+            entry["mean"], entry["std"] = mean_std(entry["values"])  # the last run's update is the final one
     return out
 
 
@@ -140,13 +109,6 @@ def paired(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     diff = [x - y for x, y in zip(a["values"], b["values"], strict=True)]
     mean, std = mean_std(diff)
     return {"values": diff, "mean": mean, "std": std, "positive": sum(d > 0 for d in diff)}
-
-
-def fmt_paired(a: dict[str, Any], b: dict[str, Any]) -> str:
-    """``mean [min, max], k/n > 0`` of the paired difference ``a - b``."""
-    d = paired(a, b)
-    v = d["values"]
-    return f"{d['mean']:+.2f} [{min(v):+.2f}, {max(v):+.2f}], {d['positive']}/{len(v)} > 0"
 
 
 def best(losses: dict[str, Any], stage: str) -> str:
@@ -179,23 +141,16 @@ def markdown(data: dict[str, Any]) -> str:
         losses=LOSSES,
         degree=PLAN.base["degree"],
         quick_clients=QUICK_CLIENTS,
-        best=best,
-        change=change,
-        paired=paired,
-        pp=fmt_paired,
         mean=np.mean,
-        leads=leads,
-        moves=moves,
+        **{f.__name__: f for f in (best, change, paired, leads, moves)},  # the template's functions
     )
 
 
 def plot_bars(tables: dict[str, Any], titles: dict[str, str], path: Path) -> None:
     """Fed and +P gap per loss, one panel per table row (a grid or a heterogeneity row)."""
-    plt = pyplot()
-
-    rows = list(tables)
-    fig, axes = plt.subplots(1, len(rows), figsize=(3.6 * len(rows), 3.8), sharey=True)
-    for ax, row in zip(np.atleast_1d(axes), rows, strict=True):
+    panels = len(tables)
+    fig, axes = pyplot().subplots(1, panels, figsize=(3.6 * panels, 3.8), sharey=True, squeeze=False)
+    for ax, row in zip(axes[0], tables, strict=True):
         x = np.arange(len(LOSSES))
         for i, (stage, label) in enumerate((("fed", "Fed"), ("per", "+P"))):
             means = [tables[row][m][stage]["mean"] for m in LOSSES]
@@ -203,45 +158,22 @@ def plot_bars(tables: dict[str, Any], titles: dict[str, str], path: Path) -> Non
             ax.bar(x + (i - 0.5) * 0.38, means, 0.38, yerr=stds, capsize=2, label=label)
         ax.set_xticks(x, LOSSES)
         ax.set_title(titles[row], fontsize=8)
-    np.atleast_1d(axes)[0].set(ylabel="optimality gap (%)")
-    np.atleast_1d(axes)[0].legend()
-    save_figure(fig, path)
-
-
-def plot_rounds(results_dir: Path, jobs: list[Job], path: Path) -> None:
-    """Validation gap per round of every loss, largest grid, first seed."""
-    plt = pyplot()
-
-    grid, seed = jobs[0].key[0], jobs[0].seed
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for job in jobs:
-        if job.key[0] == grid and job.seed == seed:
-            plot_warm_then_personal(ax, results_dir / job.config["run-name"], job.config["loss"])
-    ax.set(
-        xlabel="round (warm start, then personalization)",
-        ylabel="validation optimality gap (%)",
-        title=f"{grid} x {grid}, Table 8's settings, seed {seed}",
-        yscale="log",
-    )
-    ax.legend()
+    axes[0][0].set(ylabel="optimality gap (%)")
+    axes[0][0].legend()
     save_figure(fig, path)
 
 
 def plot_sweep(d: dict[str, Any], path: Path) -> None:
     """SPO+ and RSPO+ +P gap against the degree, linear and MLP models."""
-    plt = pyplot()
-
     dm = d["tables"]["degree-model"]
-    fig, axes = plt.subplots(1, 2, figsize=(8, 3.6), sharey=True)
+    fig, axes = pyplot().subplots(1, 2, figsize=(8, 3.6), sharey=True)
     for ax, model in zip(axes, ("linear", "mlp"), strict=True):
         points = [p for p in dm if p.endswith(f"-{model}")]
         degrees = [int(p.split("-")[0][1:]) for p in points]
         for loss in ("spo+", "rspo+"):
-            for stage, style in (("fed", "--"), ("per", "-")):
+            for stage, style, name in (("fed", "--", "Fed"), ("per", "-", "+P")):
                 means = [dm[p][loss][stage]["mean"] for p in points]
-                ax.plot(
-                    degrees, means, style, marker="o", label=f"{loss} {'Fed' if stage == 'fed' else '+P'}"
-                )
+                ax.plot(degrees, means, style, marker="o", label=f"{loss} {name}")
         ax.set(title=model, xlabel="degree of the feature-to-cost law")
     axes[0].set(ylabel="optimality gap (%)")
     axes[0].legend(fontsize=7)
@@ -276,11 +208,11 @@ def part_record(
         "tables": collect(jobs, summaries),
     }
     if part == "table8":
-        record |= {"settings": TABLE8, "paper-table6": PAPER_TABLE6}
+        record |= {"settings": TABLE8, "paper-table6": PLAN.paper["table6"]}
     elif part == "sweep":
         record["points"] = {axis: {p: label for p, label, _ in points} for axis, (_, points) in SWEEP.items()}
     else:
-        record |= {"grid-size": 5, "rows": {row: ROWS[row][0] for row in collect(jobs, summaries)}}
+        record |= {"grid-size": 5, "rows": {row: ROWS[row][0] for row in record["tables"]}}
     return record
 
 
@@ -288,23 +220,25 @@ def run(args: argparse.Namespace) -> int:
     seeds = PLAN.chosen_seeds(args.seeds, args.quick)
     parts = tuple(p for p in PARTS if p in (args.part or PARTS))
     out, results_dir = Path(args.out), Path(args.results_dir)
-    out.mkdir(parents=True, exist_ok=True)
     path = out / "shortest-path.json"
     data = json.loads(path.read_text()) if path.exists() else {}
     for part in parts:
         jobs = part_jobs(part, seeds, args.quick)
         summaries = run_jobs(jobs, args, nodes=QUICK_CLIENTS if args.quick else CLIENTS)
         data[part] = part_record(part, seeds, args.quick, jobs, summaries)
-        write_json(path, data)  # each part lands as soon as it is done
+        publish(out, "shortest-path", data, markdown)  # each part lands as soon as it is done
         if part == "table8":
             t = data[part]["tables"]
             plot_bars(t, {k: f"{k} x {k}, Table 8's settings" for k in t}, out / "shortest-path-gap.png")
-            plot_rounds(results_dir, jobs, out / "shortest-path-regret-per-round.png")
+            grid, seed = jobs[0].key[0], jobs[0].seed  # part_jobs: the largest grid's first seed, every loss
+            runs = [(results_dir / j.config["run-name"], j.config["loss"]) for j in jobs[: len(LOSSES)]]
+            title = f"{grid} x {grid}, Table 8's settings, seed {seed}"
+            plot_rounds(
+                out / "shortest-path-regret-per-round.png", runs, "validation optimality gap (%)", title
+            )
         elif part == "sweep":
             plot_sweep(data[part], out / "shortest-path-sweep.png")
         else:
             plot_bars(data[part]["tables"], data[part]["rows"], out / "shortest-path-heterogeneity.png")
-    # The report is rendered from the JSON as written, so that it can be re-rendered from it alone.
-    (out / "shortest-path.md").write_text(markdown(json.loads(path.read_text())))
     print((out / "shortest-path.md").read_text())
     return 0
