@@ -31,12 +31,8 @@ def run(args: argparse.Namespace) -> int:
     fetch_ercot()  # once, before the clients read it (a no-op when cached)
     plan = Plan.make(args.seeds, args.quick)
     results_dir, zones = Path(args.results_dir), len(plan.zones)
-    ablation, fed, local, more = (
-        split_jobs(plan, "ablation"),
-        cold_fed_jobs(plan),
-        cold_local_jobs(plan),
-        split_jobs(plan, "more"),
-    )
+    ablation, more = split_jobs(plan, "ablation"), split_jobs(plan, "more")
+    fed, local = cold_fed_jobs(plan), cold_local_jobs(plan)
     ablation_runs = run_jobs(ablation, args, nodes=zones)
     fed_runs = run_jobs(fed, args, nodes=zones - 1)  # every zone but the target
     local_runs = run_jobs(local, args, nodes=1)
@@ -61,11 +57,11 @@ def run(args: argparse.Namespace) -> int:
             "ladder-steps": a.ladder_steps(table),
             "learning": a.learning_check(results_dir, ablation),
             "cold-start": cold,
-            "more": a.more_tables(plan, more, more_runs, table, cold, cold_p),
+            "more": a.more_tables(plan, ablation + more, ablation_runs + more_runs, cold, cold_p),
             "storm": a.storm_evidence(plan),
             "similarity": a.zone_similarity(plan),
             "predictions": a.predictions(plan, results_dir, ablation),
-            "personalization-trace": a.personalization_trace(plan, results_dir, ablation),
+            "personalization-trace": a.personalization_trace(results_dir, ablation),
             "paper-pjm": {"market": "PJM (a different market)", "ablation": PAPER_PJM},
         },
         markdown,

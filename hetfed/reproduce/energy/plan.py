@@ -20,20 +20,8 @@ def table_runs(table: str) -> dict[str, dict[str, Any]]:
 
 
 RUNS, MORE = table_runs("ablation"), table_runs("more")
-# Table 5 rows: label -> (run key, stage); then rows the paper's table does not have.
-ABLATION = {
-    "MSE": ("mse", "fed"),
-    "SPO+": ("spo+", "fed"),
-    "RSPO+ fed-only, shared lam": ("rspo+-shared", "fed"),
-    "+ personalization": ("rspo+-shared", "per"),
-    "+ per-client lam/eta": ("rspo+-per-client", "per"),
-    "full (annealing and freezing)": ("rspo+-full", "per"),
-}
-EXTRA = {
-    "MSE +P": ("mse", "per"),
-    "SPO+ +P": ("spo+", "per"),
-    "RSPO+ fed-only, per-client lam": ("rspo+-full", "fed"),
-}
+# Table 5's rows, label -> (run, stage), then rows the paper's table does not have.
+ABLATION, EXTRA = PLAN.budget["table-5"], PLAN.budget["table-5-extra"]
 PAPER_PJM: dict[str, float] = PLAN.paper["pjm"]
 OPTNET_MULTS = tuple(c["optnet-mult"] for c in MORE.values() if "optnet-mult" in c)
 EQUAL_QUOTA = MORE["equal-rspo+"]["energy-quota"]  # Table 13's equal demands
