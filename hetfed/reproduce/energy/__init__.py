@@ -13,8 +13,7 @@ from pathlib import Path
 from hetfed.reproduce.common import add_run_arguments, publish
 from hetfed.reproduce.energy import analysis as a
 from hetfed.reproduce.energy.plan import PAPER_PJM, Plan, cold_fed_jobs, cold_local_jobs, split_jobs
-from hetfed.reproduce.energy.plots import plot, plot_personalization
-from hetfed.reproduce.energy.report import markdown
+from hetfed.reproduce.energy.report import markdown, plot, plot_personalization
 from hetfed.reproduce.plan import run_jobs
 
 
