@@ -15,7 +15,7 @@ import numpy as np
 
 from hetfed.reproduce.common import add_run_arguments, publish, pyplot, render, save_figure, stat
 from hetfed.reproduce.energy.analysis import grouped, mean_by_round, paired, zone_data
-from hetfed.reproduce.energy.plan import PLAN, VARIANT_LABELS, VARIANTS, Job, Plan, split_jobs, table_runs
+from hetfed.reproduce.energy.plan import PLAN, VARIANT_LABELS, VARIANTS, Job, Plan, table_runs
 from hetfed.reproduce.plan import run_jobs
 from hetfed.reproduce.runs import curves, frozen_at
 
@@ -30,10 +30,10 @@ def regret(summary: dict[str, Any], stage: str) -> float:
     return float(summary["aggregate"].get(f"{stage}-absolute-regret", math.nan))
 
 
-def tables(all_jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
+def tables(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """``{split: {run: {stage: stat of the mean absolute regret over zones}}}`` and the paired steps
     ``{split: {step: stat of the per-seed differences, with "negative": seeds where a < b}}``."""
-    by, seeds = grouped(all_jobs, summaries), sorted({job.seed for job in all_jobs})
+    by, seeds = grouped(jobs, summaries), sorted({job.seed for job in jobs})
 
     def values(split: str, run: str, stage: str) -> list[float]:
         return [regret(by[(split, run)][s], stage) for s in seeds]
@@ -50,31 +50,30 @@ def tables(all_jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, An
     return out
 
 
-def zones(all_jobs: list[Job], summaries: list[dict[str, Any]], results_dir: Path) -> dict[str, Any]:
+def zones(jobs: list[Job], summaries: list[dict[str, Any]], results_dir: Path) -> dict[str, Any]:
     """Per split, FedRSPO+ run and zone, over seeds: the Fed, +P and deployed test regret (mean),
     the share of seeds in which the silo deployed its personal model, the personal model's gain
     over the federated one on validation (relative regret, points) and on test ($), the freeze
     round (share of seeds frozen; mean round where frozen), and whether the deployed model was ever
     worse than the federated one on validation."""
     out: dict[str, Any] = {}
-    for job, summary in zip(all_jobs, summaries, strict=True):
+    for job, summary in zip(jobs, summaries, strict=True):
         split, label = job.key[1], job.key[2]
         if RUNS[label]["loss"] != "rspo+":
             continue
         frozen = frozen_at(results_dir / job.config["run-name"])
         for zone, m in summary["clients"].items():
+            row = {
+                "seed": job.seed,
+                **{stage: m[f"{stage}-absolute-regret"] for stage in STAGES},
+                "personal": m["dep-personal"],
+                "val-gain": 100 * (m["fed-val-relative-regret"] - m["per-val-relative-regret"]),
+                "test-gain": m["fed-absolute-regret"] - m["per-absolute-regret"],
+                "dep-val-minus-fed-val": m["dep-val-relative-regret"] - m["fed-val-relative-regret"],
+                "frozen-at": frozen.get(zone, 0),
+            }
             entry = out.setdefault(split, {}).setdefault(label, {}).setdefault(zone, {"seeds": []})
-            entry["seeds"].append(
-                {
-                    "seed": job.seed,
-                    **{stage: m[f"{stage}-absolute-regret"] for stage in STAGES},
-                    "personal": m["dep-personal"],
-                    "val-gain": 100 * (m["fed-val-relative-regret"] - m["per-val-relative-regret"]),
-                    "test-gain": m["fed-absolute-regret"] - m["per-absolute-regret"],
-                    "dep-val-minus-fed-val": m["dep-val-relative-regret"] - m["fed-val-relative-regret"],
-                    "frozen-at": frozen.get(zone, 0),
-                }
-            )
+            entry["seeds"].append(row)
     for entry in (e for by_run in out.values() for by_zone in by_run.values() for e in by_zone.values()):
         rows = entry["seeds"]
         for key in (*STAGES, "personal", "val-gain", "test-gain"):
@@ -96,11 +95,8 @@ def diagnosis(zone_table: dict[str, Any]) -> dict[str, Any]:
             rows = [r for entry in by_zone.values() for r in entry["seeds"]]
             val = np.array([r["val-gain"] for r in rows])
             test = np.array([r["test-gain"] for r in rows])
-            corr = (
-                float(np.corrcoef(val, test)[0, 1])
-                if len(rows) > 2 and val.std() and test.std()
-                else math.nan
-            )
+            defined = len(rows) > 2 and val.std() and test.std()
+            corr = float(np.corrcoef(val, test)[0, 1]) if defined else math.nan
             out.setdefault(split, {})[label] = {
                 "cases": len(rows),
                 "val-test-gain-correlation": corr,
@@ -111,14 +107,12 @@ def diagnosis(zone_table: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def personal_curves(
-    all_jobs: list[Job], summaries: list[dict[str, Any]], results_dir: Path
-) -> dict[str, Any]:
+def personal_curves(jobs: list[Job], summaries: list[dict[str, Any]], results_dir: Path) -> dict[str, Any]:
     """Per split and run, mean over seeds: the federated model's validation regret (%) and the
     personal models' per personalization round (mean over the zones still training; RSPO+ stops a
     zone 3 rounds after it froze)."""
     by: dict[tuple[str, str], list[tuple[float, dict[int, float]]]] = {}
-    for job, summary in zip(all_jobs, summaries, strict=True):
+    for job, summary in zip(jobs, summaries, strict=True):
         fed = 100 * summary["aggregate"]["fed-val-relative-regret"]
         personal = curves(results_dir / job.config["run-name"])["personal"]
         by.setdefault((job.key[1], job.key[2]), []).append((fed, personal))
@@ -210,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.time()
     plan = Plan.make(args.seeds, args.quick)
     results_dir = Path(args.results_dir)
-    planned = split_jobs(plan, "pilot")
+    planned = plan.split_jobs("pilot")
     summaries = run_jobs(planned, args, nodes=len(plan.zones))
     zone_table = zones(planned, summaries, results_dir)
     out = Path(args.out)

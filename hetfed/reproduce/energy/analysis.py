@@ -8,11 +8,16 @@ from typing import Any
 import numpy as np
 
 from hetfed.reproduce.common import stat
-from hetfed.reproduce.energy.plan import ABLATION, ENERGY, EXTRA, OPTNET_MULTS, RUNS, VARIANTS, Job, Plan
+from hetfed.reproduce.energy.plan import ABLATION, EXTRA, OPTNET_MULTS, PLAN, RUNS, VARIANTS, Job, Plan
 from hetfed.reproduce.runs import curves
 
 # Each loss's Table 5 run (its fed stage: Fed, its per stage: Fed+P); the predictions' runs too.
 LOSS_RUNS = {"mse": "mse", "spo+": "spo+", "rspo+": "rspo+-full"}
+COMPOSITIONS = {
+    "FedRSPO+": "rspo+-full",
+    "FedRSPO+ with FedProx mu=0.01": "fedprox",
+    "Ditto mu=0.1 (RSPO+)": "ditto",
+}
 
 
 def grouped(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[tuple[str, str], dict[int, Any]]:
@@ -154,7 +159,7 @@ def storm_evidence(plan: Plan) -> dict[str, Any]:
     from hetfed.methods.decision import CalibratedParams
     from hetfed.problems.energy import STORM_DAYS
 
-    params = CalibratedParams.from_config(ENERGY)
+    params = CalibratedParams.from_config(PLAN.base)
     out: dict[str, Any] = {"storm-days": [str(d) for d in STORM_DAYS], "zones": {}}
     for zone in plan.zones:
         full, clean = (zone_data(zone, **extra) for extra in VARIANTS.values())
@@ -227,11 +232,8 @@ def predictions(plan: Plan, results_dir: Path, jobs: list[Job]) -> dict[str, Any
 def more_tables(
     plan: Plan, jobs: list[Job], summaries: list[dict[str, Any]], cold: dict[str, Any], cold_p: dict[str, Any]
 ) -> dict[str, Any]:
-    """The paper's other energy tables per training split, from the runs of Table 5 and the more
-    table (mean absolute regret, stats over seeds): t4 (baselines; OptNet-style's multiplier per seed
-    by validation), compositions (FedProx, Ditto), t11 (cold start: local, Fed, Fed+P per budget K),
-    t12 (zones where Fed beats local, reduction quartiles), t13 (equal demands), t15 (centralized
-    and local-only beside Fed and Fed+P)."""
+    """The paper's other energy tables per training split from the runs of Table 5 and "more" and the
+    cold start (mean absolute regret, stats over seeds): Tables 4, 11, 12, 13, 15 and compositions."""
     by, seeds = grouped(jobs, summaries), list(plan.seeds)
 
     def cell(variant: str, run: str, stage: str) -> dict[str, Any]:
@@ -267,11 +269,9 @@ def more_tables(
         }
 
     def t12(variant: str, days: str) -> dict[str, Any]:
-        fed_zone = cold["federated"][variant]["absolute"]["per-zone"]
-        local_zone = cold["local"][days]["absolute"]["per-zone"]
-        reduction = [
-            100 * (local_zone[z]["mean"] - fed_zone[z]["mean"]) / local_zone[z]["mean"] for z in fed_zone
-        ]
+        fed = cold["federated"][variant]["absolute"]["per-zone"]
+        local = cold["local"][days]["absolute"]["per-zone"]
+        reduction = [100 * (local[z]["mean"] - fed[z]["mean"]) / local[z]["mean"] for z in fed]
         q1, median, q3 = np.percentile(reduction, [25, 50, 75])
         return {
             "zones": len(reduction),
@@ -280,11 +280,6 @@ def more_tables(
             "iqr-%": [float(q1), float(q3)],
         }
 
-    compositions = {
-        "FedRSPO+": "rspo+-full",
-        "FedRSPO+ with FedProx mu=0.01": "fedprox",
-        "Ditto mu=0.1 (RSPO+)": "ditto",
-    }
     short_days = [days for days in cold["local"] if days != "0"]
     return {
         "t4": {
@@ -296,7 +291,7 @@ def more_tables(
             for v in VARIANTS
         },
         "compositions": {
-            v: {label: fed_per(v, run) for label, run in compositions.items()} for v in VARIANTS
+            v: {label: fed_per(v, run) for label, run in COMPOSITIONS.items()} for v in VARIANTS
         },
         "t11": {v: {days: t11(v, days) for days in cold_p[v]} for v in VARIANTS},
         "t12": {v: {days: t12(v, days) for days in short_days} for v in VARIANTS},
