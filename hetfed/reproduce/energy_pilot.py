@@ -25,18 +25,15 @@ STAGES = {"fed": "Fed", "per": "+P", "dep": "deployed"}
 STEPS: dict[str, list[list[str]]] = PLAN.budget["pilot-steps"]
 
 
-def regret(summary: dict[str, Any], stage: str) -> float:
-    """A run's mean absolute regret of a stage; SPO+ has no deployed model of its own choosing."""
-    return float(summary["aggregate"].get(f"{stage}-absolute-regret", math.nan))
-
-
 def tables(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """``{split: {run: {stage: stat of the mean absolute regret over zones}}}`` and the paired steps
     ``{split: {step: stat of the per-seed differences, with "negative": seeds where a < b}}``."""
     by, seeds = grouped(jobs, summaries), sorted({job.seed for job in jobs})
 
-    def values(split: str, run: str, stage: str) -> list[float]:
-        return [regret(by[(split, run)][s], stage) for s in seeds]
+    def values(split: str, run: str, stage: str) -> list[float]:  # nan: SPO+ deploys no model of its own
+        return [
+            float(by[(split, run)][s]["aggregate"].get(f"{stage}-absolute-regret", math.nan)) for s in seeds
+        ]
 
     out: dict[str, Any] = {"regret": {}, "steps": {}}
     for split in VARIANTS:
@@ -51,11 +48,9 @@ def tables(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def zones(jobs: list[Job], summaries: list[dict[str, Any]], results_dir: Path) -> dict[str, Any]:
-    """Per split, FedRSPO+ run and zone, over seeds: the Fed, +P and deployed test regret (mean),
-    the share of seeds in which the silo deployed its personal model, the personal model's gain
-    over the federated one on validation (relative regret, points) and on test ($), the freeze
-    round (share of seeds frozen; mean round where frozen), and whether the deployed model was ever
-    worse than the federated one on validation."""
+    """Per split, FedRSPO+ run and zone: each seed's row and their means; the personal model's gains
+    over the federated one on validation (relative regret, points) and test ($), the share of seeds
+    frozen (mean round where frozen), and whether the deployed model was ever worse on validation."""
     out: dict[str, Any] = {}
     for job, summary in zip(jobs, summaries, strict=True):
         split, label = job.key[1], job.key[2]
