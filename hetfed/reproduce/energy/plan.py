@@ -80,16 +80,12 @@ class Plan:
 
     def cold_local_jobs(self) -> list[Job]:
         """The target zone alone (local-only FedRSPO+ protocol) on its last K training days."""
+        alone = {"strategy": "local-only", "loss": "rspo+"}
         return [
             self.job(
                 ("cold-local", target, str(days)),
                 seed,
-                {
-                    "strategy": "local-only",
-                    "loss": "rspo+",
-                    "energy-zones": target,
-                    "energy-train-days": days,
-                },
+                {**alone, "energy-zones": target, "energy-train-days": days},
                 *("cold-local", target, f"d{days}"),
             )
             for seed in self.seeds
