@@ -13,11 +13,6 @@ from hetfed.reproduce.runs import curves
 
 # Each loss's Table 5 run (its fed stage: Fed, its per stage: Fed+P); the predictions' runs too.
 LOSS_RUNS = {"mse": "mse", "spo+": "spo+", "rspo+": "rspo+-full"}
-COMPOSITIONS = {
-    "FedRSPO+": "rspo+-full",
-    "FedRSPO+ with FedProx mu=0.01": "fedprox",
-    "Ditto mu=0.1 (RSPO+)": "ditto",
-}
 
 
 def grouped(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[tuple[str, str], dict[int, Any]]:
@@ -280,6 +275,11 @@ def more_tables(
             "iqr-%": [float(q1), float(q3)],
         }
 
+    compositions = {
+        "FedRSPO+": "rspo+-full",
+        "FedRSPO+ with FedProx mu=0.01": "fedprox",
+        "Ditto mu=0.1 (RSPO+)": "ditto",
+    }
     short_days = [days for days in cold["local"] if days != "0"]
     return {
         "t4": {
@@ -291,7 +291,7 @@ def more_tables(
             for v in VARIANTS
         },
         "compositions": {
-            v: {label: fed_per(v, run) for label, run in COMPOSITIONS.items()} for v in VARIANTS
+            v: {label: fed_per(v, run) for label, run in compositions.items()} for v in VARIANTS
         },
         "t11": {v: {days: t11(v, days) for days in cold_p[v]} for v in VARIANTS},
         "t12": {v: {days: t12(v, days) for days in short_days} for v in VARIANTS},
