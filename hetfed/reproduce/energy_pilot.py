@@ -14,92 +14,69 @@ from typing import Any
 import numpy as np
 
 from hetfed.reproduce.common import add_run_arguments, publish, pyplot, render, save_figure, stat
-from hetfed.reproduce.energy.analysis import grouped, zone_data
-from hetfed.reproduce.energy.plan import ENERGY, VARIANT_LABELS, VARIANTS, Job, Plan, split_jobs, table_runs
+from hetfed.reproduce.energy.analysis import grouped, mean_by_round, paired, zone_data
+from hetfed.reproduce.energy.plan import PLAN, VARIANT_LABELS, VARIANTS, Job, Plan, table_runs
 from hetfed.reproduce.plan import run_jobs
 from hetfed.reproduce.runs import curves, frozen_at
 
 RUNS = table_runs("pilot")  # plans/energy.toml
 STAGES = {"fed": "Fed", "per": "+P", "dep": "deployed"}
 # Paired-by-seed differences (a - b): label -> ((run, stage), (run, stage)).
-STEPS = {
-    "personalization (+P - Fed), mean calibration": (("rspo+ mean", "per"), ("rspo+ mean", "fed")),
-    "per-silo choice (deployed - Fed), mean calibration": (("rspo+ mean", "dep"), ("rspo+ mean", "fed")),
-    "personalization (+P - Fed), median calibration": (("rspo+ median", "per"), ("rspo+ median", "fed")),
-    "per-silo choice (deployed - Fed), median calibration": (
-        ("rspo+ median", "dep"),
-        ("rspo+ median", "fed"),
-    ),
-    "median - mean calibration, Fed": (("rspo+ median", "fed"), ("rspo+ mean", "fed")),
-    "median - mean calibration, deployed": (("rspo+ median", "dep"), ("rspo+ mean", "dep")),
-    "FedRSPO+ median deployed - SPO+ Fed": (("rspo+ median", "dep"), ("spo+", "fed")),
-    "FedRSPO+ mean deployed - SPO+ Fed": (("rspo+ mean", "dep"), ("spo+", "fed")),
-}
+STEPS: dict[str, list[list[str]]] = PLAN.budget["pilot-steps"]
 
 
-def _metric(summary: dict[str, Any], stage: str, key: str = "absolute-regret") -> float:
-    """An aggregate of a run; SPO+ has no deployed model of its own choosing (its +P is SPO+'s)."""
-    return float(summary["aggregate"].get(f"{stage}-{key}", math.nan))
-
-
-def tables(all_jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
+def tables(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """``{split: {run: {stage: stat of the mean absolute regret over zones}}}`` and the paired steps
     ``{split: {step: stat of the per-seed differences, with "negative": seeds where a < b}}``."""
-    by = grouped(all_jobs, summaries)
+    by, seeds = grouped(jobs, summaries), sorted({job.seed for job in jobs})
+
+    def values(split: str, run: str, stage: str) -> list[float]:  # nan: SPO+ deploys no model of its own
+        return [
+            float(by[(split, run)][s]["aggregate"].get(f"{stage}-absolute-regret", math.nan)) for s in seeds
+        ]
+
     out: dict[str, Any] = {"regret": {}, "steps": {}}
     for split in VARIANTS:
-        for label in RUNS:
-            runs = by.get((split, label), {})
-            seeds = sorted(runs)
-            out["regret"].setdefault(split, {})[label] = {
-                stage: stat([_metric(runs[s], stage) for s in seeds], seeds) for stage in STAGES
-            }
-        for step, ((run_a, stage_a), (run_b, stage_b)) in STEPS.items():
-            a, b = by.get((split, run_a), {}), by.get((split, run_b), {})
-            seeds = sorted(set(a) & set(b))
-            diffs = [_metric(a[s], stage_a) - _metric(b[s], stage_b) for s in seeds]
-            out["steps"].setdefault(split, {})[step] = {
-                **stat(diffs, seeds),
-                "negative": sum(d < 0 for d in diffs),
-            }
+        out["regret"][split] = {
+            label: {stage: stat(values(split, label, stage), seeds) for stage in STAGES} for label in RUNS
+        }
+        out["steps"][split] = {
+            step: paired(values(split, *a), values(split, *b), seeds, "negative")
+            for step, (a, b) in STEPS.items()
+        }
     return out
 
 
-def zones(all_jobs: list[Job], summaries: list[dict[str, Any]], results_dir: Path) -> dict[str, Any]:
-    """Per split, FedRSPO+ run and zone, over seeds: the Fed, +P and deployed test regret (mean),
-    the share of seeds in which the silo deployed its personal model, the personal model's gain
-    over the federated one on validation (relative regret, points) and on test ($), the freeze
-    round (share of seeds frozen; mean round where frozen), and whether the deployed model was ever
-    worse than the federated one on validation."""
+def zones(jobs: list[Job], summaries: list[dict[str, Any]], results_dir: Path) -> dict[str, Any]:
+    """Per split, FedRSPO+ run and zone: each seed's row and their means; the personal model's gains
+    over the federated one on validation (relative regret, points) and test ($), the share of seeds
+    frozen (mean round where frozen), and whether the deployed model was ever worse on validation."""
     out: dict[str, Any] = {}
-    for job, summary in zip(all_jobs, summaries, strict=True):
+    for job, summary in zip(jobs, summaries, strict=True):
         split, label = job.key[1], job.key[2]
         if RUNS[label]["loss"] != "rspo+":
             continue
         frozen = frozen_at(results_dir / job.config["run-name"])
         for zone, m in summary["clients"].items():
+            row = {
+                "seed": job.seed,
+                **{stage: m[f"{stage}-absolute-regret"] for stage in STAGES},
+                "personal": m["dep-personal"],
+                "val-gain": 100 * (m["fed-val-relative-regret"] - m["per-val-relative-regret"]),
+                "test-gain": m["fed-absolute-regret"] - m["per-absolute-regret"],
+                "dep-val-minus-fed-val": m["dep-val-relative-regret"] - m["fed-val-relative-regret"],
+                "frozen-at": frozen.get(zone, 0),
+            }
             entry = out.setdefault(split, {}).setdefault(label, {}).setdefault(zone, {"seeds": []})
-            entry["seeds"].append(
-                {
-                    "seed": job.seed,
-                    **{stage: m[f"{stage}-absolute-regret"] for stage in STAGES},
-                    "personal": m["dep-personal"],
-                    "val-gain": 100 * (m["fed-val-relative-regret"] - m["per-val-relative-regret"]),
-                    "test-gain": m["fed-absolute-regret"] - m["per-absolute-regret"],
-                    "dep-val-minus-fed-val": m["dep-val-relative-regret"] - m["fed-val-relative-regret"],
-                    "frozen-at": frozen.get(zone, 0),
-                }
-            )
-    for by_run in out.values():
-        for by_zone in by_run.values():
-            for entry in by_zone.values():
-                rows = entry["seeds"]
-                for key in (*STAGES, "personal", "val-gain", "test-gain"):
-                    entry[key] = float(np.mean([r[key] for r in rows]))
-                rounds = [r["frozen-at"] for r in rows if r["frozen-at"] > 0]
-                entry["frozen"] = len(rounds) / len(rows)  # share of seeds in which it froze
-                entry["freeze-round"] = float(np.mean(rounds)) if rounds else math.nan
-                entry["never-worse-on-validation"] = all(r["dep-val-minus-fed-val"] <= 0 for r in rows)
+            entry["seeds"].append(row)
+    for entry in (e for by_run in out.values() for by_zone in by_run.values() for e in by_zone.values()):
+        rows = entry["seeds"]
+        for key in (*STAGES, "personal", "val-gain", "test-gain"):
+            entry[key] = float(np.mean([r[key] for r in rows]))
+        rounds = [r["frozen-at"] for r in rows if r["frozen-at"] > 0]
+        entry["frozen"] = len(rounds) / len(rows)  # share of seeds in which it froze
+        entry["freeze-round"] = float(np.mean(rounds)) if rounds else math.nan
+        entry["never-worse-on-validation"] = all(r["dep-val-minus-fed-val"] <= 0 for r in rows)
     return out
 
 
@@ -113,11 +90,8 @@ def diagnosis(zone_table: dict[str, Any]) -> dict[str, Any]:
             rows = [r for entry in by_zone.values() for r in entry["seeds"]]
             val = np.array([r["val-gain"] for r in rows])
             test = np.array([r["test-gain"] for r in rows])
-            corr = (
-                float(np.corrcoef(val, test)[0, 1])
-                if len(rows) > 2 and val.std() and test.std()
-                else math.nan
-            )
+            defined = len(rows) > 2 and val.std() and test.std()
+            corr = float(np.corrcoef(val, test)[0, 1]) if defined else math.nan
             out.setdefault(split, {})[label] = {
                 "cases": len(rows),
                 "val-test-gain-correlation": corr,
@@ -128,29 +102,28 @@ def diagnosis(zone_table: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def personal_curves(
-    all_jobs: list[Job], summaries: list[dict[str, Any]], results_dir: Path
-) -> dict[str, Any]:
+def personal_curves(jobs: list[Job], summaries: list[dict[str, Any]], results_dir: Path) -> dict[str, Any]:
     """Per split and run, mean over seeds: the federated model's validation regret (%) and the
     personal models' per personalization round (mean over the zones still training; RSPO+ stops a
     zone 3 rounds after it froze)."""
-    by: dict[tuple[str, str], list[tuple[dict[str, Any], dict[int, float]]]] = {}
-    for job, summary in zip(all_jobs, summaries, strict=True):
+    by: dict[tuple[str, str], list[tuple[float, dict[int, float]]]] = {}
+    for job, summary in zip(jobs, summaries, strict=True):
+        fed = 100 * summary["aggregate"]["fed-val-relative-regret"]
         personal = curves(results_dir / job.config["run-name"])["personal"]
-        by.setdefault((job.key[1], job.key[2]), []).append((summary, personal))
+        by.setdefault((job.key[1], job.key[2]), []).append((fed, personal))
     out: dict[str, Any] = {}
     for (split, label), runs in by.items():
-        rounds = sorted({t for _, c in runs for t in c})
         out.setdefault(split, {})[label] = {
-            "fed-val": float(np.mean([100 * s["aggregate"]["fed-val-relative-regret"] for s, _ in runs])),
-            "personal": {t: float(np.mean([c[t] for _, c in runs if t in c])) for t in rounds},
+            "fed-val": float(np.mean([fed for fed, _ in runs])),
+            "personal": mean_by_round([personal for _, personal in runs]),
         }
     return out
 
 
-def _color(split: str, label: str) -> str:
-    """One colour per (split, run), the same in both panels."""
-    return f"C{list(VARIANTS).index(split) * len(RUNS) + list(RUNS).index(label)}"
+def style(split: str, label: str) -> dict[str, str]:
+    """One colour and legend label per (split, run), the same in both panels."""
+    color = f"C{list(VARIANTS).index(split) * len(RUNS) + list(RUNS).index(label)}"
+    return {"color": color, "label": f"{label}, {VARIANT_LABELS[split]}"}
 
 
 def plot(data: dict[str, Any], out: Path) -> None:
@@ -162,16 +135,9 @@ def plot(data: dict[str, Any], out: Path) -> None:
     for split, by_run in data["per-zone"].items():
         for label, by_zone in by_run.items():
             rows = [r for entry in by_zone.values() for r in entry["seeds"]]
-            name = f"{label}, {VARIANT_LABELS[split]}"
-            left.scatter(
-                [r["val-gain"] for r in rows],
-                [r["test-gain"] for r in rows],
-                s=12,
-                label=name,
-                marker="o" if split == "as-is" else "^",
-                color=_color(split, label),
-                alpha=0.7,
-            )
+            gains = ([r["val-gain"] for r in rows], [r["test-gain"] for r in rows])
+            marker = "o" if split == "as-is" else "^"
+            left.scatter(*gains, s=12, marker=marker, alpha=0.7, **style(split, label))
     left.axhline(0, color="k", lw=0.8)
     left.axvline(0, color="k", lw=0.8)
     left.set(
@@ -182,16 +148,9 @@ def plot(data: dict[str, Any], out: Path) -> None:
     left.legend(fontsize=7)
     for split, by_run in data["curves"].items():
         for label, c in by_run.items():
-            color = _color(split, label)
             rounds = [int(t) for t in c["personal"]]
-            right.plot(
-                rounds,
-                list(c["personal"].values()),
-                color=color,
-                marker=".",
-                label=f"{label}, {VARIANT_LABELS[split]}",
-            )
-            right.axhline(c["fed-val"], color=color, ls="--", lw=0.8)
+            right.plot(rounds, list(c["personal"].values()), marker=".", **style(split, label))
+            right.axhline(c["fed-val"], color=style(split, label)["color"], ls="--", lw=0.8)
     right.set(
         xlabel="personalization round",
         ylabel="validation relative regret (%)",
@@ -207,7 +166,7 @@ def calibration(plan: Plan) -> dict[str, Any]:
     from hetfed.methods.decision import CalibratedParams
 
     norms = {
-        norm: CalibratedParams.from_config({**ENERGY, "calibration-norm": norm})
+        norm: CalibratedParams.from_config({**PLAN.base, "calibration-norm": norm})
         for norm in ("mean", "median")
     }
     out: dict[str, Any] = {}
@@ -240,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.time()
     plan = Plan.make(args.seeds, args.quick)
     results_dir = Path(args.results_dir)
-    planned = split_jobs(plan, "pilot")
+    planned = plan.split_jobs("pilot")
     summaries = run_jobs(planned, args, nodes=len(plan.zones))
     zone_table = zones(planned, summaries, results_dir)
     out = Path(args.out)

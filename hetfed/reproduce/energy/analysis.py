@@ -8,8 +8,11 @@ from typing import Any
 import numpy as np
 
 from hetfed.reproduce.common import stat
-from hetfed.reproduce.energy.plan import ABLATION, ENERGY, EXTRA, OPTNET_MULTS, RUNS, VARIANTS, Job, Plan
+from hetfed.reproduce.energy.plan import ABLATION, EXTRA, OPTNET_MULTS, PLAN, RUNS, VARIANTS, Job, Plan
 from hetfed.reproduce.runs import curves
+
+# Each loss's Table 5 run (its fed stage: Fed, its per stage: Fed+P); the predictions' runs too.
+LOSS_RUNS = {"mse": "mse", "spo+": "spo+", "rspo+": "rspo+-full"}
 
 
 def grouped(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[tuple[str, str], dict[int, Any]]:
@@ -20,14 +23,25 @@ def grouped(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[tuple[str,
     return out
 
 
+def paired(a: list[float], b: list[float], seeds: list[int], count: str) -> dict[str, Any]:
+    """The per-seed differences ``a - b`` (stat) and, as ``count``, in how many seeds ``a < b``."""
+    diffs = [x - y for x, y in zip(a, b, strict=True)]
+    return {**stat(diffs, seeds), count: sum(d < 0 for d in diffs)}
+
+
+def mean_by_round(by_round: list[dict[int, float]]) -> dict[int, float]:
+    """Per round, the mean over the curves that reach it."""
+    rounds = sorted({t for c in by_round for t in c})
+    return {t: float(np.mean([c[t] for c in by_round if t in c])) for t in rounds}
+
+
 def ablation_table(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """``{variant: {label: {"absolute": stat, "relative-%": stat, "per-zone": {zone: mean}}}}``."""
     runs_of = grouped(jobs, summaries)
     out: dict[str, Any] = {}
     for variant in VARIANTS:
         for label, (run, stage) in {**ABLATION, **EXTRA}.items():
-            runs = runs_of.get((variant, run), {})
-            seeds, rs = list(runs), list(runs.values())
+            seeds, rs = list(runs_of[(variant, run)]), list(runs_of[(variant, run)].values())
             out.setdefault(variant, {})[label] = {
                 "run": run,
                 "stage": stage,
@@ -35,7 +49,7 @@ def ablation_table(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str
                 "relative-%": stat([100 * r["aggregate"][f"{stage}-relative-regret"] for r in rs], seeds),
                 "per-zone": {
                     z: float(np.mean([r["clients"][z][f"{stage}-absolute-regret"] for r in rs]))
-                    for z in (sorted(rs[0]["clients"]) if rs else [])
+                    for z in sorted(rs[0]["clients"])
                 },
             }
     return out
@@ -43,19 +57,14 @@ def ablation_table(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str
 
 def ladder_steps(table: dict[str, Any]) -> dict[str, Any]:
     """Each step of Table 5's ladder, paired by seed: per split, row k minus row k - 1 per seed
-    (stat) and in how many seeds the step lowered the regret."""
+    and in how many seeds the step lowered the regret."""
     labels = list(ABLATION)
     out: dict[str, Any] = {}
     for variant, rows in table.items():
+        steps = out.setdefault(variant, {})
         for before, after in zip(labels, labels[1:], strict=False):
             a, b = rows[after]["absolute"], rows[before]["absolute"]
-            if a["seeds"] != b["seeds"]:
-                raise ValueError(f"{variant}: {after!r} and {before!r} ran other seeds")
-            diffs = [x - y for x, y in zip(a["values"], b["values"], strict=True)]
-            out.setdefault(variant, {})[f"{before} -> {after}"] = {
-                **stat(diffs, a["seeds"]),
-                "lower": sum(d < 0 for d in diffs),
-            }
+            steps[f"{before} -> {after}"] = paired(a["values"], b["values"], a["seeds"], "lower")
     return out
 
 
@@ -66,15 +75,10 @@ def learning_check(results_dir: Path, jobs: list[Job]) -> dict[str, Any]:
     for variant in VARIANTS:
         for run in RUNS:
             runs = [curves(results_dir / j.config["run-name"]) for j in jobs if j.key[1:] == (variant, run)]
-            warm = sorted({t for c in runs for t in c["warm"]})
-            personal = sorted({t for c in runs for t in c["personal"]})
             late = [[v for t, v in c["warm"].items() if t > len(c["warm"]) // 2] for c in runs]
             out.setdefault(variant, {})[run] = {
-                "warm": {t: float(np.mean([c["warm"][t] for c in runs if t in c["warm"]])) for t in warm},
-                "personal": {
-                    t: float(np.mean([c["personal"][t] for c in runs if t in c["personal"]]))
-                    for t in personal
-                },
+                "warm": mean_by_round([c["warm"] for c in runs]),
+                "personal": mean_by_round([c["personal"] for c in runs]),
                 "late-swing": float(np.mean([max(v) - min(v) for v in late if v])),
             }
     return out
@@ -107,8 +111,7 @@ def cold_start_table(
     for job in fed:
         _, variant, target = job.key
         model, data = final_model(results_dir / job.config["run-name"]), zone_data(target)
-        test = decision_metrics(model, data.test, data.polytope)
-        val = decision_metrics(model, data.val, data.polytope)
+        test, val = (decision_metrics(model, days, data.polytope) for days in (data.test, data.val))
         metrics = (test["absolute-regret"], val["relative-regret"], test["relative-regret"])
         put(("federated", variant), target, job.seed, metrics)
     for job, summary in zip(local, local_summaries, strict=True):
@@ -151,23 +154,20 @@ def storm_evidence(plan: Plan) -> dict[str, Any]:
     from hetfed.methods.decision import CalibratedParams
     from hetfed.problems.energy import STORM_DAYS
 
-    params = CalibratedParams.from_config(ENERGY)
-
+    params = CalibratedParams.from_config(PLAN.base)
     out: dict[str, Any] = {"storm-days": [str(d) for d in STORM_DAYS], "zones": {}}
     for zone in plan.zones:
         full, clean = (zone_data(zone, **extra) for extra in VARIANTS.values())
-        norms = full.train.c.norm(dim=1)
-        clean_norms = clean.train.c.norm(dim=1)
-        storm_sum = float(norms.sum() - clean_norms.sum())
-        storm_sq = float((norms**2).sum() - (clean_norms**2).sum())
+        norms, clean_norms = full.train.c.norm(dim=1), clean.train.c.norm(dim=1)
+        sq, clean_sq = (norms**2).sum(), (clean_norms**2).sum()
         lam0, lam0_clean = (own_calibration(d, params)["lam0"] for d in (full, clean))
         out["zones"][zone] = {
             "storm-days-in-train": len(full.train) - len(clean.train),
             "train-days": len(full.train),
             "lam0": lam0,
             "lam0-no-storm": lam0_clean,
-            "share-sum-norm-%": 100 * storm_sum / float(norms.sum()),
-            "share-sum-sq-norm-%": 100 * storm_sq / float((norms**2).sum()),
+            "share-sum-norm-%": 100 * float(norms.sum() - clean_norms.sum()) / float(norms.sum()),
+            "share-sum-sq-norm-%": 100 * float(sq - clean_sq) / float(sq),
             "decisiveness": decisiveness(clean, lam0),
             "decisiveness-no-storm": decisiveness(clean, lam0_clean),
             "max-train-price": float(full.train.c.max()),
@@ -205,10 +205,7 @@ def predictions(plan: Plan, results_dir: Path, jobs: list[Job]) -> dict[str, Any
     import torch
 
     out: dict[str, Any] = {}
-    for job in jobs:
-        _, variant, run = job.key
-        if job.seed != plan.seeds[0] or run not in ("mse", "spo+", "rspo+-full"):
-            continue
+    for job in (j for j in jobs if j.seed == plan.seeds[0] and j.key[2] in LOSS_RUNS.values()):
         model = final_model(results_dir / job.config["run-name"])
         predicted, true, corr = [], [], []
         for zone in plan.zones:
@@ -219,7 +216,7 @@ def predictions(plan: Plan, results_dir: Path, jobs: list[Job]) -> dict[str, Any
             predicted.append(c_hat.mean())
             true.append(c.mean())
             corr.append(np.mean([np.corrcoef(a, b)[0, 1] for a, b in zip(c_hat, c, strict=True)]))
-        out.setdefault(variant, {})[run] = {
+        out.setdefault(job.key[1], {})[job.key[2]] = {
             "mean-predicted-price": float(np.mean(predicted)),
             "mean-true-price": float(np.mean(true)),
             "within-day-corr": float(np.mean(corr)),
@@ -228,92 +225,79 @@ def predictions(plan: Plan, results_dir: Path, jobs: list[Job]) -> dict[str, Any
 
 
 def more_tables(
-    plan: Plan,
-    jobs: list[Job],
-    summaries: list[dict[str, Any]],
-    ablation: dict[str, Any],
-    cold: dict[str, Any],
-    cold_p: dict[str, Any],
+    plan: Plan, jobs: list[Job], summaries: list[dict[str, Any]], cold: dict[str, Any], cold_p: dict[str, Any]
 ) -> dict[str, Any]:
-    """The paper's other energy tables per training split (mean absolute regret, stats over seeds):
-    t4 (baselines; OptNet-style's multiplier per seed by validation), compositions (FedProx, Ditto),
-    t11 (cold start: local, Fed, Fed+P per budget K), t12 (zones where Fed beats local, reduction
-    quartiles), t13 (equal demands), t15 (centralized and local-only beside Fed and Fed+P)."""
+    """The paper's other energy tables per training split from the runs of Table 5 and "more" and the
+    cold start (mean absolute regret, stats over seeds): Tables 4, 11, 12, 13, 15 and compositions."""
     by, seeds = grouped(jobs, summaries), list(plan.seeds)
 
     def cell(variant: str, run: str, stage: str) -> dict[str, Any]:
-        runs = by[(variant, run)]
-        return stat([runs[s]["aggregate"][f"{stage}-absolute-regret"] for s in seeds], seeds)
+        return stat([by[(variant, run)][s]["aggregate"][f"{stage}-absolute-regret"] for s in seeds], seeds)
 
     def fed_per(variant: str, run: str) -> dict[str, Any]:
         return {"fed": cell(variant, run, "fed"), "per": cell(variant, run, "per")}
 
-    def row(label: str, variant: str) -> dict[str, Any]:
-        return ablation[variant][label]["absolute"]
-
-    out: dict[str, Any] = {"t4": {}, "compositions": {}, "t11": {}, "t12": {}, "t13": {}, "t15": {}}
-    for variant in VARIANTS:
+    def optnet(variant: str) -> dict[str, Any]:
         options = {m: by[(variant, f"optnet-{m:g}")] for m in OPTNET_MULTS}
         picked = [
             min(OPTNET_MULTS, key=lambda m: options[m][s]["aggregate"]["per-val-relative-regret"])
             for s in seeds
         ]
-        optnet = [
+        regret = [
             options[m][s]["aggregate"]["per-absolute-regret"] for s, m in zip(seeds, picked, strict=True)
         ]
-        out["t4"][variant] = {
-            "Interp-DFFL": cell(variant, "interp-dffl", "interp"),
-            "OptNet-style": {**stat(optnet, seeds), "multipliers": picked},
-            "FedRSPO+": row("full (annealing and freezing)", variant),
+        return {**stat(regret, seeds), "multipliers": picked}
+
+    def t15(variant: str, loss: str) -> dict[str, Any]:
+        return {
+            "centralized": cell(variant, f"centralized-{loss}", "fed"),  # the one pooled model
+            "local-only": cell(variant, f"local-{loss}", "per"),
+            "Fed": cell(variant, LOSS_RUNS[loss], "fed"),
+            "Fed+P": cell(variant, LOSS_RUNS[loss], "per"),
         }
-        out["compositions"][variant] = {
-            "FedRSPO+": {
-                "fed": row("RSPO+ fed-only, per-client lam", variant),
-                "per": row("full (annealing and freezing)", variant),
-            },
-            "FedRSPO+ with FedProx mu=0.01": fed_per(variant, "fedprox"),
-            "Ditto mu=0.1 (RSPO+)": fed_per(variant, "ditto"),
+
+    def t11(variant: str, days: str) -> dict[str, Any]:
+        return {
+            "local": cold["local"][days]["absolute"]["mean"],
+            "Fed": cold["federated"][variant]["absolute"]["mean"],
+            "Fed+P": cold_p[variant][days]["mean"],
         }
-        out["t13"][variant] = {loss: fed_per(variant, f"equal-{loss}") for loss in ("mse", "spo+", "rspo+")}
-        fed_rows = {
-            "mse": ("MSE", "MSE +P"),
-            "spo+": ("SPO+", "SPO+ +P"),
-            "rspo+": ("RSPO+ fed-only, per-client lam", "full (annealing and freezing)"),
+
+    def t12(variant: str, days: str) -> dict[str, Any]:
+        fed = cold["federated"][variant]["absolute"]["per-zone"]
+        local = cold["local"][days]["absolute"]["per-zone"]
+        reduction = [100 * (local[z]["mean"] - fed[z]["mean"]) / local[z]["mean"] for z in fed]
+        q1, median, q3 = np.percentile(reduction, [25, 50, 75])
+        return {
+            "zones": len(reduction),
+            "federated-better": sum(r > 0 for r in reduction),
+            "median-reduction-%": float(median),
+            "iqr-%": [float(q1), float(q3)],
         }
-        t15: dict[str, Any] = {}
-        for loss, (fed, per) in fed_rows.items():
-            t15[loss] = {
-                "centralized": cell(variant, f"centralized-{loss}", "fed"),  # the one pooled model
-                "local-only": cell(variant, f"local-{loss}", "per"),
-                "Fed": row(fed, variant),
-                "Fed+P": row(per, variant),
+
+    compositions = {
+        "FedRSPO+": "rspo+-full",
+        "FedRSPO+ with FedProx mu=0.01": "fedprox",
+        "Ditto mu=0.1 (RSPO+)": "ditto",
+    }
+    short_days = [days for days in cold["local"] if days != "0"]
+    return {
+        "t4": {
+            v: {
+                "Interp-DFFL": cell(v, "interp-dffl", "interp"),
+                "OptNet-style": optnet(v),
+                "FedRSPO+": cell(v, "rspo+-full", "per"),
             }
-        out["t15"][variant] = t15
-        out["t11"][variant] = {
-            days: {
-                "local": cold["local"][days]["absolute"]["mean"],
-                "Fed": cold["federated"][variant]["absolute"]["mean"],
-                "Fed+P": cold_p[variant][days]["absolute"]["mean"],
-            }
-            for days in cold_p[variant]
-        }
-        fed_zone = cold["federated"][variant]["absolute"]["per-zone"]
-        out["t12"][variant] = {}
-        for days, block in cold["local"].items():
-            if days == "0":
-                continue
-            local_zone = block["absolute"]["per-zone"]
-            reduction = [
-                100 * (local_zone[z]["mean"] - fed_zone[z]["mean"]) / local_zone[z]["mean"] for z in fed_zone
-            ]
-            q1, median, q3 = np.percentile(reduction, [25, 50, 75])
-            out["t12"][variant][days] = {
-                "zones": len(reduction),
-                "federated-better": sum(r > 0 for r in reduction),
-                "median-reduction-%": float(median),
-                "iqr-%": [float(q1), float(q3)],
-            }
-    return out
+            for v in VARIANTS
+        },
+        "compositions": {
+            v: {label: fed_per(v, run) for label, run in compositions.items()} for v in VARIANTS
+        },
+        "t11": {v: {days: t11(v, days) for days in cold_p[v]} for v in VARIANTS},
+        "t12": {v: {days: t12(v, days) for days in short_days} for v in VARIANTS},
+        "t13": {v: {loss: fed_per(v, f"equal-{loss}") for loss in LOSS_RUNS} for v in VARIANTS},
+        "t15": {v: {loss: t15(v, loss) for loss in LOSS_RUNS} for v in VARIANTS},
+    }
 
 
 def personalized_on_target(run_dir: Path, config: dict[str, Any], target: str, days: int) -> dict[str, float]:
@@ -333,24 +317,23 @@ def personalized_on_target(run_dir: Path, config: dict[str, Any], target: str, d
 
 
 def cold_personalized(plan: Plan, results_dir: Path, fed: list[Job]) -> dict[str, Any]:
-    """Table 11's Fed+P: ``{variant: {K: {"absolute": target_stats}}}`` of the federated model
+    """Table 11's Fed+P: ``{variant: {K: target_stats}}`` of the federated model's absolute regret
     (trained without the target) personalized on the target's last K days."""
-    values: dict[tuple[str, str], dict[str, dict[int, float]]] = {}
+    values: dict[str, dict[str, dict[str, dict[int, float]]]] = {}
     for job in fed:
         _, variant, target = job.key
         config = {**job.config, "personal-rounds": plan.schedule.get("personal-rounds", 10)}
         for days in plan.days:
             metrics = personalized_on_target(results_dir / job.config["run-name"], config, target, days)
-            values.setdefault((variant, str(days)), {}).setdefault(target, {})[job.seed] = float(
-                metrics["per-absolute-regret"]
-            )
-    out: dict[str, Any] = {}
-    for (variant, budget), by_zone in values.items():
-        out.setdefault(variant, {})[budget] = {"absolute": target_stats(plan, by_zone)}
-    return out
+            by_zone = values.setdefault(variant, {}).setdefault(str(days), {})
+            by_zone.setdefault(target, {})[job.seed] = float(metrics["per-absolute-regret"])
+    return {
+        variant: {days: target_stats(plan, by_zone) for days, by_zone in by_days.items()}
+        for variant, by_days in values.items()
+    }
 
 
-def personalization_trace(plan: Plan, results_dir: Path, jobs: list[Job]) -> dict[str, Any]:
+def personalization_trace(results_dir: Path, jobs: list[Job]) -> dict[str, Any]:
     """Why personalization hurts, from the full FedRSPO+ runs (``personal-trace``): per zone and seed
     the federated and per-round personal regrets (validation relative %, test $), the freeze round
     and the lam_t, lr_t path (the client's schedule replayed with its U_t); ``{variant: {"cases":
@@ -369,20 +352,20 @@ def personalization_trace(plan: Plan, results_dir: Path, jobs: list[Job]) -> dic
             freeze, val = run.local_rounds("freeze-stat"), run.local_rounds("val-relative-regret")
             test = run.local_rounds("test-absolute-regret")
             frozen = run.by_client("frozen-at", "train.personalize")
-            for zone, trained_rounds in run.by_client("rounds-trained", "train.personalize").items():
-                m, trained = run.summary["clients"][zone], int(trained_rounds)
+            for zone, trained in run.by_client("rounds-trained", "train.personalize").items():
+                m, local_rounds = run.summary["clients"][zone], range(1, int(trained) + 1)
                 sched = personal_schedule(zone_data(zone, **extra), params)  # as the client's own
-                path = sched.replay({t: freeze[zone][t] for t in range(1, trained + 1)})
+                path = sched.replay({t: freeze[zone][t] for t in local_rounds})
                 cases.setdefault(zone, {})[str(job.seed)] = {
                     "fed-val-%": 100 * m["fed-val-relative-regret"],
                     "fed-test": m["fed-absolute-regret"],
                     "per-test": m["per-absolute-regret"],
                     "frozen-at": int(frozen[zone]),
-                    "rounds-trained": trained,
-                    "val-%": [100 * val[zone][t] for t in range(1, trained + 1)],
-                    "test": [test[zone][t] for t in range(1, trained + 1)],
-                    "lam": [path[t][0] for t in range(1, trained + 1)],
-                    "lr": [path[t][1] for t in range(1, trained + 1)],
+                    "rounds-trained": int(trained),
+                    "val-%": [100 * val[zone][t] for t in local_rounds],
+                    "test": [test[zone][t] for t in local_rounds],
+                    "lam": [path[t][0] for t in local_rounds],
+                    "lr": [path[t][1] for t in local_rounds],
                 }
         flat = [c for by_seed in cases.values() for c in by_seed.values()]
         rounds = {}
@@ -394,20 +377,18 @@ def personalization_trace(plan: Plan, results_dir: Path, jobs: list[Job]) -> dic
                 "val-minus-fed-points": float(np.mean([c["val-%"][t - 1] - c["fed-val-%"] for c in live])),
                 "worse-on-test": sum(c["test"][t - 1] > c["fed-test"] for c in live),
             }
-        zones = {
-            zone: {
-                "fed-test": float(np.mean([c["fed-test"] for c in by_seed.values()])),
-                "per-test": float(np.mean([c["per-test"] for c in by_seed.values()])),
-                "first-round-test": float(np.mean([c["test"][0] for c in by_seed.values()])),
-                "val-change-points": float(
-                    np.mean([c["val-%"][-1] - c["fed-val-%"] for c in by_seed.values()])
-                ),
-                "frozen-at": [c["frozen-at"] for c in by_seed.values()],
-                "lam0": by_seed[next(iter(by_seed))]["lam"][0],
-                "lr0": by_seed[next(iter(by_seed))]["lr"][0],
-                "lam-last": float(np.mean([c["lam"][-1] for c in by_seed.values()])),
+        zones = {}
+        for zone, by_seed in cases.items():
+            seeds = list(by_seed.values())
+            zones[zone] = {
+                "fed-test": float(np.mean([c["fed-test"] for c in seeds])),
+                "per-test": float(np.mean([c["per-test"] for c in seeds])),
+                "first-round-test": float(np.mean([c["test"][0] for c in seeds])),
+                "val-change-points": float(np.mean([c["val-%"][-1] - c["fed-val-%"] for c in seeds])),
+                "frozen-at": [c["frozen-at"] for c in seeds],
+                "lam0": seeds[0]["lam"][0],
+                "lr0": seeds[0]["lr"][0],
+                "lam-last": float(np.mean([c["lam"][-1] for c in seeds])),
             }
-            for zone, by_seed in cases.items()
-        }
         out[variant] = {"cases": cases, "rounds": rounds, "zones": zones}
     return out

@@ -9,7 +9,6 @@ from hetfed.reproduce.plan import Job
 from hetfed.reproduce.plan import Plan as RunPlan
 
 PLAN = RunPlan.load("energy")
-ENERGY: dict[str, Any] = PLAN.base
 VARIANTS = {"as-is": {}, "no-storm": {"energy-exclude-storm": True}}
 VARIANT_LABELS = {"as-is": "training split as is", "no-storm": "storm days excluded from training"}
 
@@ -20,21 +19,8 @@ def table_runs(table: str) -> dict[str, dict[str, Any]]:
 
 
 RUNS, MORE = table_runs("ablation"), table_runs("more")
-# Table 5 rows: label -> (run key, stage); then rows the paper's table does not have.
-ABLATION = {
-    "MSE": ("mse", "fed"),
-    "SPO+": ("spo+", "fed"),
-    "RSPO+ fed-only, shared lam": ("rspo+-shared", "fed"),
-    "+ personalization": ("rspo+-shared", "per"),
-    "+ per-client lam/eta": ("rspo+-per-client", "per"),
-    "full (annealing and freezing)": ("rspo+-full", "per"),
-}
-EXTRA = {
-    "MSE +P": ("mse", "per"),
-    "SPO+ +P": ("spo+", "per"),
-    "RSPO+ fed-only, per-client lam": ("rspo+-full", "fed"),
-}
-PAPER_PJM: dict[str, float] = PLAN.paper["pjm"]
+# Table 5's rows, label -> (run, stage), then rows the paper's table does not have.
+ABLATION, EXTRA = PLAN.budget["table-5"], PLAN.budget["table-5-extra"]
 OPTNET_MULTS = tuple(c["optnet-mult"] for c in MORE.values() if "optnet-mult" in c)
 EQUAL_QUOTA = MORE["equal-rspo+"]["energy-quota"]  # Table 13's equal demands
 
@@ -63,48 +49,46 @@ class Plan:
         """A run of ``key``: the base config, the schedule, then ``overrides``; its name is ``name``
         (default: ``key``) and the seed."""
         run_name = "-".join([*(name or key), f"s{seed}"]).replace(" ", "-")
-        return Job(key, seed, {**ENERGY, **self.schedule, **overrides, "seed": seed, "run-name": run_name})
+        return Job(key, seed, {**PLAN.base, **self.schedule, **overrides, "seed": seed, "run-name": run_name})
 
+    def split_jobs(self, kind: str) -> list[Job]:
+        """Every run of the plan's table ``kind`` on both training splits, all zones, each seed:
+        keys ``(kind, split, label)``."""
+        return [
+            self.job((kind, variant, run), seed, {**extra, **overrides})
+            for seed in self.seeds
+            for variant, extra in VARIANTS.items()
+            for run, overrides in table_runs(kind).items()
+        ]
 
-def split_jobs(plan: Plan, kind: str) -> list[Job]:
-    """Every run of the plan's table ``kind`` on both training splits, all zones, each seed:
-    keys ``(kind, split, label)``."""
-    return [
-        plan.job((kind, variant, run), seed, {**extra, **overrides})
-        for seed in plan.seeds
-        for variant, extra in VARIANTS.items()
-        for run, overrides in table_runs(kind).items()
-    ]
+    def others(self, target: str) -> str:
+        """Every zone but ``target`` (``energy-zones``)."""
+        return ",".join(z for z in self.zones if z != target)
 
+    def cold_fed_jobs(self) -> list[Job]:
+        """FedRSPO+ warm starts without the target zone (personal-rounds 0: the federated model only)."""
+        return [
+            self.job(
+                ("cold-fed", variant, target),
+                seed,
+                {**extra, "loss": "rspo+", "personal-rounds": 0, "energy-zones": self.others(target)},
+            )
+            for seed in self.seeds
+            for variant, extra in VARIANTS.items()
+            for target in self.targets
+        ]
 
-def others(plan: Plan, target: str) -> list[str]:
-    return [z for z in plan.zones if z != target]
-
-
-def cold_fed_jobs(plan: Plan) -> list[Job]:
-    """FedRSPO+ warm starts without the target zone (personal-rounds 0: the federated model only)."""
-    return [
-        plan.job(
-            ("cold-fed", variant, target),
-            seed,
-            {**extra, "loss": "rspo+", "personal-rounds": 0, "energy-zones": ",".join(others(plan, target))},
-        )
-        for seed in plan.seeds
-        for variant, extra in VARIANTS.items()
-        for target in plan.targets
-    ]
-
-
-def cold_local_jobs(plan: Plan) -> list[Job]:
-    """The target zone alone (local-only FedRSPO+ protocol) on its last K training days."""
-    return [
-        plan.job(
-            ("cold-local", target, str(days)),
-            seed,
-            {"strategy": "local-only", "loss": "rspo+", "energy-zones": target, "energy-train-days": days},
-            *("cold-local", target, f"d{days}"),
-        )
-        for seed in plan.seeds
-        for target in plan.targets
-        for days in plan.days
-    ]
+    def cold_local_jobs(self) -> list[Job]:
+        """The target zone alone (local-only FedRSPO+ protocol) on its last K training days."""
+        alone = {"strategy": "local-only", "loss": "rspo+"}
+        return [
+            self.job(
+                ("cold-local", target, str(days)),
+                seed,
+                {**alone, "energy-zones": target, "energy-train-days": days},
+                *("cold-local", target, f"d{days}"),
+            )
+            for seed in self.seeds
+            for target in self.targets
+            for days in self.days
+        ]
