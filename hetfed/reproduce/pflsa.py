@@ -55,8 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_lsa_arguments(parser: argparse.ArgumentParser, quick: str, runs: str) -> None:
-    """The options of the PF-LSA reproductions: --quick and --runs (helps ``quick``, ``runs``), --seed,
-    --out and --results-dir."""
+    """The options every PF-LSA reproduction takes (``quick``, ``runs``: the help of --quick, --runs)."""
     parser.add_argument("--quick", action="store_true", help=quick)
     parser.add_argument("--runs", type=int, help=runs)
     parser.add_argument("--seed", type=int, default=42, help="seed of the Garnet MDPs (default 42)")
@@ -82,15 +81,14 @@ def run(args: argparse.Namespace) -> int:
         fig1 = figure1(runner, b)
         fig2 = figure2(runner, b)
     wall = time.time() - started
-    args.out.mkdir(parents=True, exist_ok=True)
-    plot_fig1(fig1, args.out / "pflsa-fig1.png")
-    plot_fig2(fig2, args.out / "pflsa-fig2.png")
     skip = ("threshold", "eta_single", "fig1_N")
     settings = {"seed": args.seed, "quick": bool(args.quick), "gamma": 0.95, "threshold": THRESHOLD}
     settings |= {"runs": runner.runs, "messages": runner.messages}
     settings |= {k: v for k, v in b.items() if k not in skip}
     result = {"settings": settings, "fig1": fig1, "fig2": fig2["table"], "spec": PLAN.paper}
     publish(args.out, "pflsa", {**result, "wall-time-s": round(wall, 1)}, markdown)
+    plot_fig1(fig1, args.out / "pflsa-fig1.png")
+    plot_fig2(fig2, args.out / "pflsa-fig2.png")
     print(f"wrote {args.out}/pflsa.md, pflsa.json, pflsa-fig1.png, pflsa-fig2.png")
     print(f"wall time {wall:.1f} s ({runner.runs} runs, {runner.messages} client messages)")
     return 0

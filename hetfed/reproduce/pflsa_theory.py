@@ -19,16 +19,10 @@ import numpy as np
 from hetfed.problems.garnet import make_agents
 from hetfed.reproduce import common
 from hetfed.reproduce import pflsa as pf
-from hetfed.reproduce.common import fit_line
 from hetfed.reproduce.lsa_moments import LSAMoments
 from hetfed.reproduce.plan import Plan
 
 PLAN = Plan.load("pflsa-theory")
-
-
-def betas_of(n: int) -> list[float]:
-    """The floor grid's beta values for N agents: the recommended 1/N, 0.25, 0.5 and 1."""
-    return sorted({1.0 / n, 0.25, 0.5, 1.0})
 
 
 def time_constant(rho: float) -> float:
@@ -41,7 +35,7 @@ def fit_floor(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     of each in log space, and the range of y / (k x) (``ratio-min``, ``ratio-max``)."""
     lx, ly = np.log(x), np.log(y)
     total = float(np.sum((ly - ly.mean()) ** 2))
-    free = fit_line(lx, ly)
+    free = common.fit_line(lx, ly)
     log_k = float(np.mean(ly - lx))
     prop_r2 = 1.0 - float(np.sum((ly - log_k - lx) ** 2)) / total
     ratio = y / (np.exp(log_k) * x)
@@ -67,7 +61,7 @@ def floor_study(runner: pf.Runner, b: dict[str, Any]) -> dict[str, Any]:
     for zetas in map(tuple, b["floor_levels"]):
         for n in b["floor_sizes"]:
             agents = make_agents(n, runner.seed, *zetas)
-            for beta in betas_of(n):
+            for beta in sorted({1.0 / n, 0.25, 0.5, 1.0}):  # the recommended 1/N, and more
                 for eta in b["floor_etas"]:
                     moments = LSAMoments(agents, eta, beta)
                     rho = moments.spectral_radius()
@@ -204,14 +198,11 @@ def plot(result: dict[str, Any], path: Path) -> None:
     """The exact floors against eta (beta + 1/N) with the runs (x), and the beta sweep's curves."""
     fig, (ax1, ax2) = pf.log_panels(2, (6, 4.4), "(1/N) E sum_c ||theta_c - theta_c*||^2")
     floor = result["floor"]
-    level = list(floor["fits"])[-1]
-    fit = floor["fits"][level]
+    level, fit = list(floor["fits"].items())[-1]
     points = [p for p in floor["grid"] if pf.level_name(p) == level and p["floor"]]
     for i, n in enumerate(sorted({p["N"] for p in points})):
-        sel = [p for p in points if p["N"] == n]
-        ax1.scatter(
-            [p["theory"] for p in sel], [p["floor"] for p in sel], color=f"C{i}", s=14, label=f"N = {n}"
-        )
+        theory, floors = zip(*[(p["theory"], p["floor"]) for p in points if p["N"] == n], strict=True)
+        ax1.scatter(theory, floors, color=f"C{i}", s=14, label=f"N = {n}")
     x = np.array(sorted(p["theory"] for p in points))
     ax1.plot(x, fit["k"] * x, "k--", lw=0.9, label=f"{fit['k']:.3g} eta (beta + 1/N)")
     for c in floor["checks"]:
