@@ -74,18 +74,16 @@ def floor_study(runner: pf.Runner, b: dict[str, Any]) -> dict[str, Any]:
         x = np.array([p["theory"] for p in stable])
         fits[f"({zetas[0]:g}, {zetas[1]:g})"] = fit_floor(x, np.array([p["floor"] for p in stable]))
     checks = []
-    level = b["floor_levels"][-1]
+    level, T = b["floor_levels"][-1], b["floor_iterations"]
     for n, beta, eta in b["floor_checks"]:
         moments = LSAMoments(make_agents(n, runner.seed, *level), eta, beta)
-        exact = moments.curve(b["floor_iterations"], b["cadence"])
-        curve = runner.curve("pflsa", n, b["floor_iterations"], level, eta, b["runs"], b["cadence"], beta)
+        exact = moments.curve(T, b["cadence"])
+        curve = runner.curve("pflsa", n, T, level, eta, b["runs"], b["cadence"], beta)
         per_run = [float(tail_window(r).mean()) for r in curve.per_run]
         point = {"zeta_ker": level[0], "zeta_rew": level[1], "N": n, "beta": beta, "eta": eta}
         point |= {"tau": time_constant(moments.spectral_radius()), "floor": moments.floor()}
         point |= {"expected-tail": float(tail_window(exact).mean()), "runs-tail": per_run}
-        checks.append(
-            {**point, "runs-tail-mean": float(np.mean(per_run)), "iterations": b["floor_iterations"]}
-        )
+        checks.append({**point, "runs-tail-mean": float(np.mean(per_run)), "iterations": T})
     return {"grid": grid, "fits": fits, "checks": checks}
 
 
