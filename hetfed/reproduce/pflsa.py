@@ -150,11 +150,9 @@ def read_errors(run_dir: Path, local_steps: int, nodes: int) -> tuple[np.ndarray
 
     by_iteration: dict[int, dict[int, float]] = {}
     for row in RunResult.read(run_dir).rows:
-        if row["exchange"] not in ("train", "evaluate") or "sq-error" not in row:
-            continue
-        r = int(row["round"])
-        it = (r - 1) * local_steps if row["exchange"] == "train" else r * local_steps
-        by_iteration.setdefault(it, {})[int(row["partition-id"])] = float(row["sq-error"])
+        if row["exchange"] in ("train", "evaluate") and "sq-error" in row:
+            r = int(row["round"]) - 1 if row["exchange"] == "train" else int(row["round"])
+            by_iteration.setdefault(r * local_steps, {})[int(row["partition-id"])] = float(row["sq-error"])
     its = sorted(by_iteration)
     if any(len(by_iteration[i]) != nodes for i in its):
         raise RuntimeError(f"{run_dir}: some iterations lack a client's error")
