@@ -60,14 +60,10 @@ class LSAMoments:
         moduli = self._moduli()
         return float(moduli[moduli < 1.0 - 1e-9].max())
 
-    def _diag_blocks(self, s: np.ndarray) -> np.ndarray:
-        n, d = self.n, self.d
-        return s.reshape(n, d, n, d)[np.arange(n), :, np.arange(n), :]  # [N, d, d]
-
     def noise(self, s: np.ndarray, m: np.ndarray) -> np.ndarray:
         """``blockdiag_c(V_c)`` for second moment ``s`` [N d, N d] and mean ``m`` [N, d]."""
         n, d = self.n, self.d
-        blocks = self._diag_blocks(s)
+        blocks = s.reshape(n, d, n, d)[np.arange(n), :, np.arange(n), :]  # the S_cc, [N, d, d]
         cross = np.einsum("cijl,cj->cil", self.X, m)
         v = (
             np.einsum("cab,cb->ca", self.K, blocks.reshape(n, d * d)).reshape(n, d, d)
@@ -86,11 +82,9 @@ class LSAMoments:
         m_next = m - eta * (big_m @ m.ravel()).reshape(self.n, self.d)
         return m_next, s_next
 
-    def curve(self, iterations: int, every: int = 1, theta0: np.ndarray | None = None) -> np.ndarray:
-        """Expected error ``trace(S_t)/N`` at t = 0, every, ..., ``iterations`` from ``theta0`` [N, d]
-        (default 0 for every agent, as hetfed's runs)."""
-        theta0 = np.zeros((self.n, self.d)) if theta0 is None else np.asarray(theta0, dtype=float)
-        m = theta0 - self.theta_star
+    def curve(self, iterations: int, every: int = 1) -> np.ndarray:
+        """Expected error ``trace(S_t)/N`` at t = 0, every, ..., ``iterations`` from theta^0 = 0 (as runs)."""
+        m = -self.theta_star
         s = np.outer(m.ravel(), m.ravel())
         out = [np.trace(s) / self.n]
         for t in range(1, iterations + 1):

@@ -19,12 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from hetfed.reproduce.common import OUT, publish, render
+from hetfed.reproduce.common import OUT, publish, pyplot, render, save_figure
 from hetfed.reproduce.plan import Job, Plan, run_jobs
 
 PLAN = Plan.load("pflsa")
 THRESHOLD, ETA_SINGLE = PLAN.budget["threshold"], PLAN.budget["eta_single"]
 PLOT_POINTS = 200  # points per curve kept in the JSON for the figure
+ERROR = "(1/N) sum_c ||theta_c - theta_c*||^2"  # the figures' y axis
 FIG1_METHODS = {  # method -> (strategy, eta for N agents, beta: 1/N for PF-LSA; beta of LSAMoments)
     "single": ("single-lsa", lambda n: ETA_SINGLE, lambda n: 1.0),
     "pflsa": ("pflsa", lambda n: ETA_SINGLE * n / 2, lambda n: 1.0 / n),
@@ -54,8 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_lsa_arguments(parser: argparse.ArgumentParser, quick: str, runs: str) -> None:
-    """The options of the PF-LSA reproductions: --quick and --runs (helps ``quick``, ``runs``), --seed,
-    --out and --results-dir."""
+    """The options every PF-LSA reproduction takes (``quick``, ``runs``: the help of --quick, --runs)."""
     parser.add_argument("--quick", action="store_true", help=quick)
     parser.add_argument("--runs", type=int, help=runs)
     parser.add_argument("--seed", type=int, default=42, help="seed of the Garnet MDPs (default 42)")
@@ -81,15 +81,14 @@ def run(args: argparse.Namespace) -> int:
         fig1 = figure1(runner, b)
         fig2 = figure2(runner, b)
     wall = time.time() - started
-    args.out.mkdir(parents=True, exist_ok=True)
-    plot_fig1(fig1, args.out / "pflsa-fig1.png")
-    plot_fig2(fig2, b, args.out / "pflsa-fig2.png")
     skip = ("threshold", "eta_single", "fig1_N")
     settings = {"seed": args.seed, "quick": bool(args.quick), "gamma": 0.95, "threshold": THRESHOLD}
     settings |= {"runs": runner.runs, "messages": runner.messages}
     settings |= {k: v for k, v in b.items() if k not in skip}
     result = {"settings": settings, "fig1": fig1, "fig2": fig2["table"], "spec": PLAN.paper}
     publish(args.out, "pflsa", {**result, "wall-time-s": round(wall, 1)}, markdown)
+    plot_fig1(fig1, args.out / "pflsa-fig1.png")
+    plot_fig2(fig2, args.out / "pflsa-fig2.png")
     print(f"wrote {args.out}/pflsa.md, pflsa.json, pflsa-fig1.png, pflsa-fig2.png")
     print(f"wall time {wall:.1f} s ({runner.runs} runs, {runner.messages} client messages)")
     return 0
@@ -151,11 +150,9 @@ def read_errors(run_dir: Path, local_steps: int, nodes: int) -> tuple[np.ndarray
 
     by_iteration: dict[int, dict[int, float]] = {}
     for row in RunResult.read(run_dir).rows:
-        if row["exchange"] not in ("train", "evaluate") or "sq-error" not in row:
-            continue
-        r = int(row["round"])
-        it = (r - 1) * local_steps if row["exchange"] == "train" else r * local_steps
-        by_iteration.setdefault(it, {})[int(row["partition-id"])] = float(row["sq-error"])
+        if row["exchange"] in ("train", "evaluate") and "sq-error" in row:
+            r = int(row["round"]) - 1 if row["exchange"] == "train" else int(row["round"])
+            by_iteration.setdefault(r * local_steps, {})[int(row["partition-id"])] = float(row["sq-error"])
     its = sorted(by_iteration)
     if any(len(by_iteration[i]) != nodes for i in its):
         raise RuntimeError(f"{run_dir}: some iterations lack a client's error")
@@ -246,63 +243,41 @@ def figure2(runner: Runner, b: dict[str, Any]) -> dict[str, Any]:
         single = runner.curve(
             "single-lsa", max(sizes), b["fig2_single_iterations"], zetas, ETA_SINGLE, runs, cadence
         )
-        curves[zetas] = {"single": single}
+        curves[zetas] = {"single-agent LSA": single}
         row: dict[str, Any] = {"zeta_ker": zetas[0], "zeta_rew": zetas[1], "N": {}}
         for n in sizes:
-            pf = curves[zetas][f"pflsa-{n}"] = runner.curve(
+            pf = curves[zetas][f"PF-LSA, N = {n}"] = runner.curve(
                 "pflsa", n, b["fig2_iterations"][str(n)], zetas, 0.1 * n, runs, 1, 1.0 / n
             )
             it_single = iterations_to(single.iterations, single.mean(n))
             it_pf = iterations_to(pf.iterations, pf.mean())
-            speed_up = it_single / it_pf if it_single and it_pf else None
-            cell = {
+            row["N"][str(n)] = {
                 "eta": 0.1 * n,
                 "beta": 1.0 / n,
                 "single-iterations": it_single,
                 "pflsa-iterations": it_pf,
+                "speed-up": it_single / it_pf if it_single and it_pf else None,
             }
-            row["N"][str(n)] = {**cell, "speed-up": speed_up}
         table.append(row)
     return {"curves": curves, "table": {"runs": b["fig2_runs"], "levels": table}}
 
 
-def panels(
-    count: int,
-    size: tuple[float, float] = (4.2, 3.6),
-    sharey: bool = True,
-    xlabel: str = "iteration t",
-    ylabel: str = "(1/N) sum_c ||theta_c - theta_c*||^2",
-    grid: bool = True,
+def log_panels(
+    count: int, size: tuple[float, float], ylabel: str, xlabel: str = "iteration t", sharey: bool = False
 ) -> tuple[Any, Any]:
-    """A figure (Agg backend) of ``count`` log-scale panels side by side, ``size`` each, and its axes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(1, count, figsize=(size[0] * count, size[1]), sharey=sharey, squeeze=False)
+    """A figure of ``count`` log-scale panels side by side, ``size`` each, and its axes."""
+    figure, axes = pyplot().subplots(
+        1, count, figsize=(size[0] * count, size[1]), sharey=sharey, squeeze=False
+    )
     for ax in axes[0]:
-        ax.set(yscale="log", xlabel=xlabel)
-        if ax is axes[0][0] or not sharey:
-            ax.set_ylabel(ylabel)
-        if grid:
-            ax.grid(alpha=0.3, which="both")
+        ax.set(yscale="log", xlabel=xlabel, ylabel=ylabel)
+        ax.grid(alpha=0.3, which="both")
     return figure, axes[0]
-
-
-def save(figure: Any, path: Path, title: str | None = None) -> None:
-    import matplotlib.pyplot as plt
-
-    if title:
-        figure.suptitle(title)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
 
 
 def plot_fig1(fig: dict[str, Any], path: Path) -> None:
     """Each method's mean over runs, the band of the runs, and the exact expected curve (dotted)."""
-    figure, axes = panels(len(fig["levels"]))
+    figure, axes = log_panels(len(fig["levels"]), (4.2, 3.6), ERROR, sharey=True)
     labels = {"single": "single-agent LSA", "pflsa": "PF-LSA", "fedlsa": "FedLSA"}
     for ax, row in zip(axes, fig["levels"], strict=True):
         for i, (m, v) in enumerate(row["methods"].items()):
@@ -312,29 +287,26 @@ def plot_fig1(fig: dict[str, Any], path: Path) -> None:
             ax.plot(c["iterations"], c["expected"], color="k", ls=":", lw=0.9)
         ax.set_title(f"(zeta_ker, zeta_rew) = {level_name(row)}")
     axes[0].legend()
-    save(
-        figure,
-        path,
-        f"Fig. 1: N = {fig['N']} agents, mean and range of {fig['runs']} run(s); dotted: exact expectation",
+    figure.suptitle(
+        f"Fig. 1: N = {fig['N']} agents, mean and range of {fig['runs']} run(s); dotted: exact expectation"
     )
+    save_figure(figure, path)
 
 
-def plot_fig2(fig: dict[str, Any], b: dict[str, Any], path: Path) -> None:
-    figure, axes = panels(len(fig["curves"]))
+def plot_fig2(fig: dict[str, Any], path: Path) -> None:
+    figure, axes = log_panels(len(fig["curves"]), (4.2, 3.6), ERROR, sharey=True)
     for ax, (zetas, curves) in zip(axes, fig["curves"].items(), strict=True):
-        single = curves["single"]
-        ax.plot(single.iterations, single.mean(), "k--", lw=1.2, label="single-agent LSA")
-        for name, c in curves.items():
-            if name != "single":
-                ax.plot(c.iterations, c.mean(), lw=1.2, label=f"PF-LSA, N = {name.split('-')[1]}")
-        ax.axhline(THRESHOLD * single.mean()[0], color="grey", lw=0.8, ls=":")
+        for label, c in curves.items():
+            ax.plot(
+                c.iterations, c.mean(), "k--" if label == "single-agent LSA" else "-", lw=1.2, label=label
+            )
+        ax.axhline(THRESHOLD * curves["single-agent LSA"].mean()[0], color="grey", lw=0.8, ls=":")
         ax.set_title(f"(zeta_ker, zeta_rew) = ({zetas[0]:g}, {zetas[1]:g})")
     axes[0].legend(fontsize=8)
-    save(
-        figure,
-        path,
-        f"Fig. 2: eta = 0.1 N, beta = 1/N, mean of {fig['table']['runs']} run(s); dotted: 1e-2 x start",
+    figure.suptitle(
+        f"Fig. 2: eta = 0.1 N, beta = 1/N, mean of {fig['table']['runs']} run(s); dotted: 1e-2 x start"
     )
+    save_figure(figure, path)
 
 
 def level_name(row: dict[str, Any]) -> str:
@@ -355,10 +327,11 @@ def spread(values: list[float]) -> str:
     return f"{fmt(float(np.mean(values)))} ± {float(np.std(values, ddof=1)):.2g}"
 
 
+HELPERS = {"level": level_name, "g": fmt, "spread": spread}  # the PF-LSA templates' formatting
+
+
 def markdown(result: dict[str, Any]) -> str:
     """The results page (templates/pflsa.md): Fig. 1's and Fig. 2's tables, the comparison with the spec."""
     levels = {level_name(r): r for r in result["fig1"]["levels"]}
     s, f1, f2 = result["settings"], result["fig1"], result["fig2"]
-    return render(
-        "pflsa.md", r=result, s=s, f1=f1, f2=f2, levels=levels, level=level_name, g=fmt, spread=spread
-    )
+    return render("pflsa.md", r=result, s=s, f1=f1, f2=f2, levels=levels, **HELPERS)

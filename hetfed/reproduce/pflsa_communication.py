@@ -16,46 +16,39 @@ from typing import Any
 
 import numpy as np
 
-from hetfed.reproduce.common import publish, render
-from hetfed.reproduce.pflsa import ETA_SINGLE, THRESHOLD, Curve, Runner, add_lsa_arguments, panels, save
+from hetfed.reproduce import pflsa as pf
+from hetfed.reproduce.common import publish, render, save_figure
 from hetfed.reproduce.plan import Plan
 
 PLAN = Plan.load("pflsa-communication")
 N = PLAN.budget["N"]
 METHODS: dict[str, tuple[str, float, float, int]] = {  # label -> (strategy, eta, beta, H)
-    "PF-LSA": ("pflsa", ETA_SINGLE * N / 2, 1.0 / N, 1),
-    **{f"FedLSA H={h}": ("fedlsa", ETA_SINGLE, 0.0, h) for h in PLAN.axes["local-steps"]},
-    **{f"SCAFFLSA H={h}": ("scafflsa", ETA_SINGLE, 0.0, h) for h in PLAN.axes["local-steps"]},
+    "PF-LSA": ("pflsa", pf.ETA_SINGLE * N / 2, 1.0 / N, 1),
+    **{f"FedLSA H={h}": ("fedlsa", pf.ETA_SINGLE, 0.0, h) for h in PLAN.axes["local-steps"]},
+    **{f"SCAFFLSA H={h}": ("scafflsa", pf.ETA_SINGLE, 0.0, h) for h in PLAN.axes["local-steps"]},
 }
 
 
-def summarize(curve: Curve, local_steps: int) -> dict[str, Any]:
+def summarize(curve: pf.Curve, local_steps: int) -> dict[str, Any]:
     """The curve against messages (N per round of H iterations), and what the table reports."""
     messages = curve.iterations // local_steps * N
     mean = curve.per_run.mean(axis=0)
     std = curve.per_run.std(axis=0, ddof=1) if len(curve.per_run) > 1 else np.zeros_like(mean)
-    tail = messages >= 0.9 * messages[-1]
-    hits = np.flatnonzero(mean <= THRESHOLD * mean[0])
     return {
         "messages": messages.tolist(),
         "error-mean": mean.tolist(),
         "error-std": std.tolist(),
         "error-runs": curve.per_run.tolist(),
         "initial-error": float(mean[0]),
-        "final-error": float(mean[tail].mean()),
-        "final-error-runs": [float(run[tail].mean()) for run in curve.per_run],
-        "messages-to-threshold": int(messages[hits[0]]) if hits.size else None,
+        "final-error": pf.tail_mean(messages, mean),
+        "final-error-runs": [pf.tail_mean(messages, run) for run in curve.per_run],
+        "messages-to-threshold": pf.iterations_to(messages, mean),
     }
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
-    figure, axes = panels(
-        len(result["levels"]),
-        (6, 4.2),
-        False,
-        "messages sent by the agents",
-        "(1/N) sum ||theta_c - theta_c*||^2",
-        False,
+    figure, axes = pf.log_panels(
+        len(result["levels"]), (6, 4.2), "(1/N) sum ||theta_c - theta_c*||^2", "messages sent by the agents"
     )
     for ax, (level, methods) in zip(axes, result["levels"].items(), strict=True):
         for i, (label, m) in enumerate(methods.items()):
@@ -65,7 +58,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
             ax.fill_between(x, runs.min(axis=0), runs.max(axis=0), color=f"C{i}", alpha=0.15)
         ax.set_title(f"zeta_ker = zeta_rew = {level}")
         ax.legend(fontsize=7)
-    save(figure, path)
+    save_figure(figure, path)
 
 
 def findings(result: dict[str, Any]) -> dict[str, Any]:
@@ -85,7 +78,9 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_lsa_arguments(parser, "1 run, 60 rounds, zeta 0.5 only (CI)", "runs per curve (default 5; quick 1)")
+    pf.add_lsa_arguments(
+        parser, "1 run, 60 rounds, zeta 0.5 only (CI)", "runs per curve (default 5; quick 1)"
+    )
     parser.add_argument("--rounds", type=int, help="rounds per run (default 600; quick 60)")
 
 
@@ -97,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.time()
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="hetfed-pflsa-comm-") as scratch:
-        runner = Runner(PLAN, args.seed, args.results_dir or Path(scratch))
+        runner = pf.Runner(PLAN, args.seed, args.results_dir or Path(scratch))
         for level in b["levels"]:
             for label, (strategy, eta, beta, h) in METHODS.items():
                 curve = runner.curve(

@@ -9,7 +9,6 @@ runs (inline engine) at points where they reach what is checked, against the exa
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -20,16 +19,10 @@ import numpy as np
 from hetfed.problems.garnet import make_agents
 from hetfed.reproduce import common
 from hetfed.reproduce import pflsa as pf
-from hetfed.reproduce.common import fit_line
 from hetfed.reproduce.lsa_moments import LSAMoments
 from hetfed.reproduce.plan import Plan
 
 PLAN = Plan.load("pflsa-theory")
-
-
-def betas_of(n: int) -> list[float]:
-    """The floor grid's beta values for N agents: the recommended 1/N, 0.25, 0.5 and 1."""
-    return sorted({1.0 / n, 0.25, 0.5, 1.0})
 
 
 def time_constant(rho: float) -> float:
@@ -42,7 +35,7 @@ def fit_floor(x: np.ndarray, y: np.ndarray) -> dict[str, float]:
     of each in log space, and the range of y / (k x) (``ratio-min``, ``ratio-max``)."""
     lx, ly = np.log(x), np.log(y)
     total = float(np.sum((ly - ly.mean()) ** 2))
-    free = fit_line(lx, ly)
+    free = common.fit_line(lx, ly)
     log_k = float(np.mean(ly - lx))
     prop_r2 = 1.0 - float(np.sum((ly - log_k - lx) ** 2)) / total
     ratio = y / (np.exp(log_k) * x)
@@ -68,7 +61,7 @@ def floor_study(runner: pf.Runner, b: dict[str, Any]) -> dict[str, Any]:
     for zetas in map(tuple, b["floor_levels"]):
         for n in b["floor_sizes"]:
             agents = make_agents(n, runner.seed, *zetas)
-            for beta in betas_of(n):
+            for beta in sorted({1.0 / n, 0.25, 0.5, 1.0}):  # the recommended 1/N, and more
                 for eta in b["floor_etas"]:
                     moments = LSAMoments(agents, eta, beta)
                     rho = moments.spectral_radius()
@@ -81,18 +74,16 @@ def floor_study(runner: pf.Runner, b: dict[str, Any]) -> dict[str, Any]:
         x = np.array([p["theory"] for p in stable])
         fits[f"({zetas[0]:g}, {zetas[1]:g})"] = fit_floor(x, np.array([p["floor"] for p in stable]))
     checks = []
-    level = b["floor_levels"][-1]
+    level, T = b["floor_levels"][-1], b["floor_iterations"]
     for n, beta, eta in b["floor_checks"]:
         moments = LSAMoments(make_agents(n, runner.seed, *level), eta, beta)
-        exact = moments.curve(b["floor_iterations"], b["cadence"])
-        curve = runner.curve("pflsa", n, b["floor_iterations"], level, eta, b["runs"], b["cadence"], beta)
+        exact = moments.curve(T, b["cadence"])
+        curve = runner.curve("pflsa", n, T, level, eta, b["runs"], b["cadence"], beta)
         per_run = [float(tail_window(r).mean()) for r in curve.per_run]
         point = {"zeta_ker": level[0], "zeta_rew": level[1], "N": n, "beta": beta, "eta": eta}
         point |= {"tau": time_constant(moments.spectral_radius()), "floor": moments.floor()}
         point |= {"expected-tail": float(tail_window(exact).mean()), "runs-tail": per_run}
-        checks.append(
-            {**point, "runs-tail-mean": float(np.mean(per_run)), "iterations": b["floor_iterations"]}
-        )
+        checks.append({**point, "runs-tail-mean": float(np.mean(per_run)), "iterations": T})
     return {"grid": grid, "fits": fits, "checks": checks}
 
 
@@ -104,31 +95,27 @@ def beta_study(runner: pf.Runner, b: dict[str, Any]) -> dict[str, Any]:
     agents = make_agents(n, runner.seed, *level)
     theta_lim = pf.shared_limit(agents)
     star = np.array([a.theta_star for a in agents])
-    horizon = max(b["beta_horizons"])
-    every = b["beta_every"]
+    horizons, every = b["beta_horizons"], b["beta_every"]
     rows = []
     for beta in b["beta_values"]:
         moments = LSAMoments(agents, eta, beta)
         rho = moments.contraction()  # at beta = 0 the mean keeps its consensus directions
-        curve = moments.curve(horizon, every)
+        curve = moments.curve(max(horizons), every)
         # The limit of E theta_c^t, computed (not assumed): the mean after 50 time constants.
         limit = moments.mean_path(int(50 * time_constant(rho)))
+        means = {str(t): moments.mean_path(t) for t in horizons}
         row: dict[str, Any] = {
             "beta": beta,
             "rho": rho,
             "tau": time_constant(rho),
             "floor": moments.floor() if beta > 0 else None,
-            "expected": {str(t): float(curve[t // every]) for t in b["beta_horizons"]},
-            "mean-to-own": {},
-            "mean-to-shared": {},
+            "expected": {str(t): float(curve[t // every]) for t in horizons},
+            "mean-to-own": {t: pf.mean_sq_distance(mean, star) for t, mean in means.items()},
+            "mean-to-shared": {t: pf.mean_sq_distance(mean, theta_lim) for t, mean in means.items()},
             "limit-to-own": pf.mean_sq_distance(limit, star),
             "limit-to-shared": pf.mean_sq_distance(limit, theta_lim),
             "curve": curve.tolist(),
         }
-        for t in b["beta_horizons"]:
-            mean = moments.mean_path(t)
-            row["mean-to-own"][str(t)] = pf.mean_sq_distance(mean, star)
-            row["mean-to-shared"][str(t)] = pf.mean_sq_distance(mean, theta_lim)
         if beta in b["beta_checks"]:
             strategy = "fedlsa" if beta == 0 else "pflsa"
             runs = runner.curve(strategy, n, b["beta_iterations"], level, eta, b["runs"], b["cadence"], beta)
@@ -197,35 +184,23 @@ def run(args: argparse.Namespace) -> int:
     settings = {"seed": args.seed, "quick": bool(args.quick), "gamma": 0.95, "runs": b["runs"]}
     settings |= {"inline-runs": runner.runs, "messages": runner.messages}
     result = {"settings": settings, "floor": floors, "beta": betas, "fig2": fig2}
-    common.write_json(
-        args.out / "pflsa-theory.json", {**result, "wall-time-s": round(time.time() - started, 1)}
+    data = common.publish(
+        args.out, "pflsa-theory", {**result, "wall-time-s": round(time.time() - started, 1)}, markdown
     )
-    render(args.out)
+    plot(data, args.out / "pflsa-theory.png")
     print(f"wrote {args.out}/pflsa-theory.md, pflsa-theory.json, pflsa-theory.png")
     return 0
 
 
-def render(out: Path) -> None:
-    """pflsa-theory.md and .png from pflsa-theory.json (rerun after a change of wording or figure)."""
-    result = json.loads((out / "pflsa-theory.json").read_text())
-    plot(result, out / "pflsa-theory.png")
-    (out / "pflsa-theory.md").write_text(markdown(result))
-
-
 def plot(result: dict[str, Any], path: Path) -> None:
     """The exact floors against eta (beta + 1/N) with the runs (x), and the beta sweep's curves."""
-    fig, (ax1, ax2) = pf.panels(
-        2, (6, 4.4), False, "iteration t", "(1/N) E sum_c ||theta_c - theta_c*||^2", False
-    )
+    fig, (ax1, ax2) = pf.log_panels(2, (6, 4.4), "(1/N) E sum_c ||theta_c - theta_c*||^2")
     floor = result["floor"]
-    level = list(floor["fits"])[-1]
-    fit = floor["fits"][level]
+    level, fit = list(floor["fits"].items())[-1]
     points = [p for p in floor["grid"] if pf.level_name(p) == level and p["floor"]]
     for i, n in enumerate(sorted({p["N"] for p in points})):
-        sel = [p for p in points if p["N"] == n]
-        ax1.scatter(
-            [p["theory"] for p in sel], [p["floor"] for p in sel], color=f"C{i}", s=14, label=f"N = {n}"
-        )
+        theory, floors = zip(*[(p["theory"], p["floor"]) for p in points if p["N"] == n], strict=True)
+        ax1.scatter(theory, floors, color=f"C{i}", s=14, label=f"N = {n}")
     x = np.array(sorted(p["theory"] for p in points))
     ax1.plot(x, fit["k"] * x, "k--", lw=0.9, label=f"{fit['k']:.3g} eta (beta + 1/N)")
     for c in floor["checks"]:
@@ -238,28 +213,24 @@ def plot(result: dict[str, Any], path: Path) -> None:
     t = np.arange(len(beta["rows"][0]["curve"])) * beta["every"]
     for i, row in enumerate(beta["rows"]):
         ax2.plot(t[1:], row["curve"][1:], color=f"C{i}", lw=1.1, label=f"beta = {row['beta']:g}")
-        if "check" in row:
-            ax2.plot(
-                row["check"]["iterations"][1:],
-                row["check"]["runs-mean"][1:],
-                color=f"C{i}",
-                lw=0.6,
-                alpha=0.6,
-            )
+        if check := row.get("check"):
+            ax2.plot(check["iterations"][1:], check["runs-mean"][1:], color=f"C{i}", lw=0.6, alpha=0.6)
     ax2.axhline(beta["dispersion"], color="grey", ls=":", lw=0.9)
-    ax2.set(
-        xscale="log",
-        title=f"beta sweep: N = {beta['N']}, eta = {beta['eta']:g}; thin: runs; dotted: dispersion",
-    )
+    ax2.set_xscale("log")
+    ax2.set_title(f"beta sweep: N = {beta['N']}, eta = {beta['eta']:g}; thin: runs; dotted: dispersion")
     ax2.legend(fontsize=7)
-    pf.save(fig, path)
+    common.save_figure(fig, path)
 
 
 def facts(result: dict[str, Any]) -> dict[str, Any]:
     """What the report's tables and findings read off the JSON beyond its values."""
     floor, beta, fig2 = result["floor"], result["beta"], result["fig2"]
     grid, last = floor["grid"], list(floor["fits"])[-1]
-    at = {(p["N"], p["beta"], p["eta"]): p for p in grid if pf.level_name(p) == last}
+    ratio = {  # floor / theory at the last level
+        (p["N"], p["beta"], p["eta"]): p["floor"] / p["theory"] if p["floor"] else None
+        for p in grid
+        if pf.level_name(p) == last
+    }
     etas = sorted({p["eta"] for p in grid})
     positive = [r for r in beta["rows"] if r["beta"] > 0]
     largest = max(fig2["levels"][0]["N"], key=int)
@@ -269,17 +240,8 @@ def facts(result: dict[str, Any]) -> dict[str, Any]:
         },
         "unstable": [p for p in grid if p["floor"] is None],
         "etas": etas,
-        "ratios": [  # (N, beta, floor / theory per eta) at the last level
-            (
-                n,
-                b,
-                [
-                    at[n, b, e]["floor"] / at[n, b, e]["theory"] if at[n, b, e]["floor"] else None
-                    for e in etas
-                ],
-            )
-            for n in sorted({p["N"] for p in grid})
-            for b in sorted({p["beta"] for p in grid if p["N"] == n})
+        "ratios": [
+            (n, b, [ratio[n, b, e] for e in etas]) for n, b in sorted({(p["N"], p["beta"]) for p in grid})
         ],
         "check_ratios": [c["runs-tail-mean"] / c["expected-tail"] for c in floor["checks"]],
         "checks": [r for r in beta["rows"] if "check" in r],
@@ -295,21 +257,7 @@ def facts(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def spread(values: list[float]) -> str:
-    """`` ± std`` of per-run values (nothing for one run)."""
-    return f" ± {np.std(values, ddof=1):.2g}" if len(values) > 1 else ""
-
-
 def markdown(result: dict[str, Any]) -> str:
     """The report (templates/pflsa-theory.md) from the JSON alone."""
     parts = {k: result[k] for k in ("settings", "floor", "beta", "fig2")}
-    return common.render(
-        "pflsa-theory.md",
-        r=result,
-        **parts,
-        **facts(result),
-        g=pf.fmt,
-        level=pf.level_name,
-        spread=spread,
-        mean=np.mean,
-    )
+    return common.render("pflsa-theory.md", r=result, **parts, **facts(result), **pf.HELPERS, mean=np.mean)
