@@ -56,3 +56,13 @@ def test_the_committed_report_is_what_its_json_renders() -> None:
     data = json.loads((results / "pflsa-communication.json").read_text())
     assert (results / "pflsa-communication.md").read_text() == markdown(data)
     assert {len(m["error-runs"]) for level in data["levels"].values() for m in level.values()} == {5}
+
+
+@pytest.mark.parametrize("option", ["--runs", "--rounds"])
+def test_a_zero_budget_is_refused_not_replaced_by_the_default(
+    option: str, tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["reproduce", "pflsa-communication", "--quick", option, "0", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--runs must be >= 1 and --rounds >=" in err and err.count("\n") == 1, err
+    assert not any(tmp_path.iterdir())

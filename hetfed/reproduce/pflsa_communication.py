@@ -86,7 +86,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     b = PLAN.budget_for(args.quick)
-    runs, rounds, every = args.runs or b["runs"], args.rounds or b["rounds"], b["report-rounds"]
+    runs = b["runs"] if args.runs is None else args.runs  # --runs 0 is refused, not the default
+    rounds = b["rounds"] if args.rounds is None else args.rounds
+    every = b["report-rounds"]
     if runs < 1 or rounds < 2 * every:
         raise ValueError(f"--runs must be >= 1 and --rounds >= {2 * every}; got {runs}, {rounds}")
     started = time.time()
