@@ -175,6 +175,23 @@ def test_quick_np_classification_writes_tables_and_figures(tmp_path: Path) -> No
     assert table["full"]["switching alpha=100"]["avg-feasible-seeds"] == 2
     text = (docs / "np-classification-quick.md").read_text()
     assert "| switching alpha=100 |" in text and "![np-classification-quick-full]" in text
+    # --available reports the completed runs without running any: the same tables
+    args = (
+        "reproduce",
+        "np-classification",
+        "--quick",
+        "--available",
+        "--results-dir",
+        str(tmp_path / "runs"),
+    )
+    again = hetfed_cli(*args, "--out", str(tmp_path / "again"), timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((tmp_path / "again" / "np-classification-quick.json").read_text())["table"] == table
+    # ... and with no completed run it says so in one line (the report of nothing used to be a traceback)
+    args = (*args[:4], "--results-dir", str(tmp_path / "none"), "--out", str(tmp_path / "nothing"))
+    empty = hetfed_cli(*args, timeout=120)
+    assert empty.returncode == 2 and empty.stderr.count("\n") == 1, empty.stderr
+    assert f"--available: no completed run of np-classification in {tmp_path / 'none'}" in empty.stderr
 
 
 def test_the_trpo_safe_rl_experiment_runs_valid_configs_with_trust_region_steps_and_the_fall_cost() -> None:

@@ -342,6 +342,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else REPO / ("results/reproduce" if args.quick else "docs/results")
     results_dir = Path(args.results_dir) if args.results_dir else REPO / f"results/reproduce/{name}{tag}"
     runs = run_all(g, results_dir, args.workers, available=args.available)
+    if not runs:  # only --available finds none: a report of no runs has no tables to show
+        raise ValueError(f"--available: no completed run of {name} in {results_dir}")
     command = f"hetfed reproduce {name}" + (" --quick" if args.quick else "")
     command += " --available" if args.available else ""
     meta = {"experiment": name, "command": command, **g.meta()}
