@@ -319,10 +319,13 @@ def personalized_on_target(run_dir: Path, config: dict[str, Any], target: str, d
 def cold_personalized(plan: Plan, results_dir: Path, fed: list[Job]) -> dict[str, Any]:
     """Table 11's Fed+P: ``{variant: {K: target_stats}}`` of the federated model's absolute regret
     (trained without the target) personalized on the target's last K days."""
+    from hetfed.config import defaults
+
     values: dict[str, dict[str, dict[str, dict[int, float]]]] = {}
     for job in fed:
         _, variant, target = job.key
-        config = {**job.config, "personal-rounds": plan.schedule.get("personal-rounds", 10)}
+        rounds = plan.schedule.get("personal-rounds", defaults()["personal-rounds"])  # the Fed run had 0
+        config = {**job.config, "personal-rounds": rounds}
         for days in plan.days:
             metrics = personalized_on_target(results_dir / job.config["run-name"], config, target, days)
             by_zone = values.setdefault(variant, {}).setdefault(str(days), {})
