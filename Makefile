@@ -2,8 +2,8 @@
 #   make demo  - create .venv, install, start a local deployment of 4 SuperNodes (warm ClientApp
 #                runtime), run FedRSPO+ (RSPO+ loss) on the knapsack task: 5 federated rounds and
 #                personalization, print the per-client table, stop the federation
-#   make test  - create .venv if needed, lint (ruff, mypy), install the tools the tests need where it
-#                can (.ci/test-deps), run the test suite
+#   make test  - create .venv if needed, lint (ruff check and format, mypy), install the tools the
+#                tests need where it can (.ci/test-deps), run the test suite
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -32,6 +32,7 @@ demo: install
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy hetfed bench
 
 # .ci/test-deps installs the system tools the tests need (ip, nginx) where it can (root, apt-get) and

@@ -45,27 +45,62 @@ SPLIT = (0.5, 0.1)  # train and validation shares; the test set takes the rest (
 
 # The 13 silos in a fixed order. HB_BUSAVG and HB_HUBAVG (averages of other points) are not silos.
 ERCOT_ZONES: tuple[str, ...] = (
-    "HB_HOUSTON", "HB_NORTH", "HB_PAN", "HB_SOUTH", "HB_WEST",
-    "LZ_AEN", "LZ_CPS", "LZ_HOUSTON", "LZ_LCRA", "LZ_NORTH", "LZ_RAYBN", "LZ_SOUTH", "LZ_WEST",
+    "HB_HOUSTON",
+    "HB_NORTH",
+    "HB_PAN",
+    "HB_SOUTH",
+    "HB_WEST",
+    "LZ_AEN",
+    "LZ_CPS",
+    "LZ_HOUSTON",
+    "LZ_LCRA",
+    "LZ_NORTH",
+    "LZ_RAYBN",
+    "LZ_SOUTH",
+    "LZ_WEST",
 )
 
 _PRICE_HOURS = (4, 8, 12, 16, 20, 24)  # hours ending whose previous-day prices are features
 FEATURE_NAMES: tuple[str, ...] = (
-    "prev_mean", "prev_max", "prev_min", "prev_std",
+    "prev_mean",
+    "prev_max",
+    "prev_min",
+    "prev_std",
     *(f"prev_he{h:02d}" for h in _PRICE_HOURS),
-    "week_mean", "week_max", "week_min", "week_std", "last_week_same_day_mean",
-    "dow_sin", "dow_cos", "month_sin", "month_cos", "off_peak_day", "gas_last",
+    "week_mean",
+    "week_max",
+    "week_min",
+    "week_std",
+    "last_week_same_day_mean",
+    "dow_sin",
+    "dow_cos",
+    "month_sin",
+    "month_cos",
+    "off_peak_day",
+    "gas_last",
 )
 _SQUASH_SCALE = 10.0  # $/MWh: asinh(p / 10) is linear within +-$10 and logarithmic beyond
 
 PJM_FEATURES: tuple[str, ...] = (
-    "temp_c_mean", "temp_c_min", "temp_c_max", "humidity_mean", "wind_speed_mean",
-    "solar_irradiance_mean", "solar_irradiance_max", "day_of_week",
+    "temp_c_mean",
+    "temp_c_min",
+    "temp_c_max",
+    "humidity_mean",
+    "wind_speed_mean",
+    "solar_irradiance_mean",
+    "solar_irradiance_max",
+    "day_of_week",
 )
 _PJM_LMP = tuple(f"total_lmp_{h}" for h in range(HOURS))
 _PJM_CONGESTION = tuple(f"congestion_{h}" for h in range(HOURS))
 PJM_COLUMNS: tuple[str, ...] = (
-    "client_id", "date", *_PJM_LMP, *_PJM_CONGESTION, *PJM_FEATURES, "bess", "client_name",
+    "client_id",
+    "date",
+    *_PJM_LMP,
+    *_PJM_CONGESTION,
+    *PJM_FEATURES,
+    "bess",
+    "client_name",
 )
 _PJM_REQUIRED = ("client_id", "date", *_PJM_LMP, *PJM_FEATURES, "bess", "client_name")  # 36 columns read
 
@@ -83,8 +118,10 @@ class ClientSamples:
     def __post_init__(self) -> None:
         n = len(self.dates)
         if self.x.ndim != 2 or len(self.x) != n or self.c.shape != (n, HOURS):
-            raise ValueError(f"ClientSamples needs x [n, p] and c [n, {HOURS}] for n = {n} dates; "
-                             f"got {self.x.shape} and {self.c.shape}")
+            raise ValueError(
+                f"ClientSamples needs x [n, p] and c [n, {HOURS}] for n = {n} dates; "
+                f"got {self.x.shape} and {self.c.shape}"
+            )
 
     def to_client_data(self, partition_id: int, dtype: torch.dtype = torch.float64) -> DecisionClientData:
         """Chronological 50/10/40 splits (x z-scored on train) and the polytope {0<=w<=1, sum w = quota}."""
@@ -113,6 +150,7 @@ def nerc_holidays(year: int) -> list[date]:
 
     A fixed-date holiday on a Sunday moves to Monday; on a Saturday it stays (NERC rule).
     """
+
     def observed(day: date) -> date:
         return day + timedelta(days=1) if day.weekday() == 6 else day
 
@@ -122,8 +160,12 @@ def nerc_holidays(year: int) -> list[date]:
 
     last_monday_may = date(year, 5, 31) - timedelta(days=date(year, 5, 31).weekday())
     return [
-        observed(date(year, 1, 1)), last_monday_may, observed(date(year, 7, 4)),
-        nth_weekday(9, 0, 1), nth_weekday(11, 3, 4), observed(date(year, 12, 25)),
+        observed(date(year, 1, 1)),
+        last_monday_may,
+        observed(date(year, 7, 4)),
+        nth_weekday(9, 0, 1),
+        nth_weekday(11, 3, 4),
+        observed(date(year, 12, 25)),
     ]
 
 
@@ -166,15 +208,19 @@ def daily_prices(data: ErcotData, zone: str) -> tuple[np.ndarray, np.ndarray]:
     if twice.any():
         d, h = np.argwhere(twice)[0]
         where = _rows_of(data.source, line, (day == d) & (hour == h), " and ")
-        raise DataFileError(f"{where}zone {zone!r} has duplicated hours on {dates[d]} "
-                            f"(hour ending {h + 1:02d}){_more(twice.any(axis=1).sum())}")
+        raise DataFileError(
+            f"{where}zone {zone!r} has duplicated hours on {dates[d]} "
+            f"(hour ending {h + 1:02d}){_more(twice.any(axis=1).sum())}"
+        )
     missing = count == 0
     short = missing.sum(axis=1) > 1
     if short.any():
         d = int(np.flatnonzero(short)[0])
         where = _rows_of(data.source, line, day == d, "-")
-        raise DataFileError(f"{where}zone {zone!r} misses more than one hour on {dates[d]}: "
-                            f"{HOURS - int(missing[d].sum())} of {HOURS} hours{_more(short.sum())}")
+        raise DataFileError(
+            f"{where}zone {zone!r} misses more than one hour on {dates[d]}: "
+            f"{HOURS - int(missing[d].sum())} of {HOURS} hours{_more(short.sum())}"
+        )
     prices = np.divide(total, count, out=np.zeros_like(total), where=~missing)
     hours = np.arange(HOURS)
     for d in np.flatnonzero(missing.any(axis=1)):
@@ -219,20 +265,33 @@ def day_ahead_features(
     prev = prices[HISTORY_DAYS - 1 : -1]
     week = np.lib.stride_tricks.sliding_window_view(prices[:-1], HISTORY_DAYS, axis=0)  # [m, 24, 7]
     week = week.reshape(len(targets), -1)
-    price_stats = np.column_stack([
-        prev.mean(1), prev.max(1), prev.min(1), prev.std(1),
-        prev[:, [h - 1 for h in _PRICE_HOURS]],
-        week.mean(1), week.max(1), week.min(1), week.std(1),
-        prices[: -HISTORY_DAYS].mean(1),
-    ])
+    price_stats = np.column_stack(
+        [
+            prev.mean(1),
+            prev.max(1),
+            prev.min(1),
+            prev.std(1),
+            prev[:, [h - 1 for h in _PRICE_HOURS]],
+            week.mean(1),
+            week.max(1),
+            week.min(1),
+            week.std(1),
+            prices[:-HISTORY_DAYS].mean(1),
+        ]
+    )
     gas_index = np.searchsorted(gas_date, targets, side="left") - 1
     if (gas_index < 0).any():
         raise ValueError(f"no gas price before {targets[gas_index < 0][0]}")
     dow, month = _weekday(targets), targets.astype("datetime64[M]").astype(np.int64) % 12
-    calendar = np.column_stack([
-        np.sin(2 * np.pi * dow / 7), np.cos(2 * np.pi * dow / 7),
-        np.sin(2 * np.pi * month / 12), np.cos(2 * np.pi * month / 12), off_peak_day(targets),
-    ])
+    calendar = np.column_stack(
+        [
+            np.sin(2 * np.pi * dow / 7),
+            np.cos(2 * np.pi * dow / 7),
+            np.sin(2 * np.pi * month / 12),
+            np.cos(2 * np.pi * month / 12),
+            off_peak_day(targets),
+        ]
+    )
     return np.column_stack([np.arcsinh(price_stats / _SQUASH_SCALE), calendar, gas_price[gas_index]])
 
 
@@ -354,8 +413,10 @@ def pjm_samples(path: str | Path, partition_id: int, num_partitions: int | None 
         bess.add(finite(rec["bess"], path, row, "bess"))
         names.add(rec["client_name"])
     if len(bess) != 1 or len(names) != 1:
-        raise DataFileError(f"{path}: client_id {client!r} must have one bess and one client_name; "
-                            f"got bess {sorted(bess)}, names {sorted(names)}")
+        raise DataFileError(
+            f"{path}: client_id {client!r} must have one bess and one client_name; "
+            f"got bess {sorted(bess)}, names {sorted(names)}"
+        )
     (quota,), (name,) = bess, names
     if not 0 < quota <= HOURS:
         raise DataFileError(f"{path}: bess of client_id {client!r} must be in (0, {HOURS}]; got {quota}")
@@ -437,13 +498,21 @@ def generate_pjm_like_csv(
     dow = _weekday(dates)
     gas = np.exp(np.cumsum(rng.normal(0, 0.02, n_days)))  # shared fuel-cost random walk
     degree = np.abs(temp_mean - 18)
-    level = (rng.uniform(25, 45, (n_zones, 1)) * gas * (1 + 0.03 * degree + 0.0015 * degree**2)
-             * (1 - 0.015 * wind) * np.where(dow >= 5, 0.85, 1.0))
+    level = (
+        rng.uniform(25, 45, (n_zones, 1))
+        * gas
+        * (1 + 0.03 * degree + 0.0015 * degree**2)
+        * (1 - 0.015 * wind)
+        * np.where(dow >= 5, 0.85, 1.0)
+    )
     hours = np.arange(HOURS)
     evening = rng.uniform(16, 19, (n_zones, 1, 1))
-    shape = (0.75 + rng.uniform(0.15, 0.35, (n_zones, 1, 1)) * _bump(hours, 8, 2.0)
-             + rng.uniform(0.4, 0.9, (n_zones, 1, 1)) * _bump(hours, evening, 2.5)
-             - 0.2 * (solar_mean / 300)[..., None] * _bump(hours, 13, 2.5))
+    shape = (
+        0.75
+        + rng.uniform(0.15, 0.35, (n_zones, 1, 1)) * _bump(hours, 8, 2.0)
+        + rng.uniform(0.4, 0.9, (n_zones, 1, 1)) * _bump(hours, evening, 2.5)
+        - 0.2 * (solar_mean / 300)[..., None] * _bump(hours, 13, 2.5)
+    )
     energy = level[..., None] * shape * (1 + rng.normal(0, 0.04, (n_zones, n_days, HOURS)))
     spike_days = rng.random(n_days) < 0.01 + 0.002 * np.maximum(degree.mean(0) - 8, 0) ** 2
     for day in np.flatnonzero(spike_days):
@@ -461,10 +530,27 @@ def generate_pjm_like_csv(
         for d in range(n_days):
             for z in range(n_zones):
                 t, half = temp_mean[z, d], spread[z, d] / 2
-                numbers = (*total[z, d], *congestion[z, d], t, t - half, t + half,
-                           humidity[z, d], wind[z, d], solar_mean[z, d], solar_max[z, d])
-                writer.writerow([z, str(dates[d]), *(f"{v:.2f}" for v in numbers),
-                                 int(dow[d]), int(bess[z]), f"zone_{z:02d}"])
+                numbers = (
+                    *total[z, d],
+                    *congestion[z, d],
+                    t,
+                    t - half,
+                    t + half,
+                    humidity[z, d],
+                    wind[z, d],
+                    solar_mean[z, d],
+                    solar_max[z, d],
+                )
+                writer.writerow(
+                    [
+                        z,
+                        str(dates[d]),
+                        *(f"{v:.2f}" for v in numbers),
+                        int(dow[d]),
+                        int(bess[z]),
+                        f"zone_{z:02d}",
+                    ]
+                )
     return path
 
 

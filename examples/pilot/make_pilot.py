@@ -25,7 +25,14 @@ from hetfed.problems.ercot import load_ercot
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 FEATURES: tuple[str, ...] = (
-    "prev_mean", "prev_max", "prev_min", "week_mean", "dow_sin", "dow_cos", "off_peak_day", "gas_last",
+    "prev_mean",
+    "prev_max",
+    "prev_min",
+    "week_mean",
+    "dow_sin",
+    "dow_cos",
+    "off_peak_day",
+    "gas_last",
 )
 VARS: tuple[str, ...] = tuple(f"h{h:02d}" for h in range(1, 25))
 COSTS: tuple[str, ...] = tuple(f"cost:{v}" for v in VARS)
@@ -52,8 +59,10 @@ def zone_days(ercot_dir: Path | None, zone: str) -> tuple[list[Day], list[Day]]:
     expected = int((LAST - FIRST).astype(int)) + 1
     if keep.sum() != expected:
         raise SystemExit(f"{zone}: {keep.sum()} of {expected} days {FIRST}..{LAST} in the ERCOT data")
-    days = [Day(str(d), [fmt(v, 4) for v in x[cols]], [fmt(v, 2) for v in c])
-            for d, x, c in zip(s.dates[keep], s.x[keep], s.c[keep], strict=True)]
+    days = [
+        Day(str(d), [fmt(v, 4) for v in x[cols]], [fmt(v, 2) for v in c])
+        for d, x, c in zip(s.dates[keep], s.x[keep], s.c[keep], strict=True)
+    ]
     n = int((LAST_SAMPLE - FIRST).astype(int)) + 1
     return days[:n], days[n:]
 
@@ -68,8 +77,18 @@ def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[str]]) 
 # ----------------------------------------------------------------------------- problems (CPLEX LP text)
 def lp_text(sense: str, objective: Sequence[str], rows: Sequence[str], bounds: Sequence[str]) -> str:
     obj = " + ".join(objective)
-    return "\n".join([sense, f" obj: {obj}", "Subject To", *(f" {r}" for r in rows),
-                      "Bounds", *(f" {b}" for b in bounds), "End", ""])
+    return "\n".join(
+        [
+            sense,
+            f" obj: {obj}",
+            "Subject To",
+            *(f" {r}" for r in rows),
+            "Bounds",
+            *(f" {b}" for b in bounds),
+            "End",
+            "",
+        ]
+    )
 
 
 def ramp_rows(step: float, pairs: Sequence[int]) -> list[str]:
@@ -111,8 +130,10 @@ def north_buyer() -> str:
     rows = []
     for h in range(1, 24):
         bought = " + ".join(VARS[:h])
-        rows += [f"soc_lo{h:02d}: {bought} >= {load[h - 1]:.3f}",
-                 f"soc_hi{h:02d}: {bought} <= {load[h - 1] + 3:.3f}"]
+        rows += [
+            f"soc_lo{h:02d}: {bought} >= {load[h - 1]:.3f}",
+            f"soc_hi{h:02d}: {bought} <= {load[h - 1] + 3:.3f}",
+        ]
     rows.append(f"end: {' + '.join(VARS)} = {load[-1]:.3f}")
     return lp_text("Minimize", VARS, rows, [f"0 <= {v} <= 2.5" for v in VARS])
 
@@ -172,11 +193,15 @@ def make_silo(silo: Silo, ercot_dir: Path | None, out: Path) -> None:
     folder = out / silo.folder
     folder.mkdir(parents=True, exist_ok=True)
     if silo.layout == "id+split":
-        write_csv(folder / "samples.csv", ["id", "split", *FEATURES, *COSTS],
-                  [[d.date, split_of(d.date), *d.x, *d.c] for d in samples])
+        write_csv(
+            folder / "samples.csv",
+            ["id", "split", *FEATURES, *COSTS],
+            [[d.date, split_of(d.date), *d.x, *d.c] for d in samples],
+        )
     elif silo.layout == "plain+note":
-        write_csv(folder / "samples.csv", [*FEATURES, *COSTS, "note"],
-                  [[*d.x, *d.c, "west"] for d in samples])
+        write_csv(
+            folder / "samples.csv", [*FEATURES, *COSTS, "note"], [[*d.x, *d.c, "west"] for d in samples]
+        )
     else:
         write_csv(folder / "samples.csv", ["id", *FEATURES, *COSTS], [[d.date, *d.x, *d.c] for d in samples])
     write_csv(folder / "new-days.csv", ["id", *FEATURES], [[d.date, *d.x] for d in new])
@@ -196,19 +221,26 @@ def make_silo(silo: Silo, ercot_dir: Path | None, out: Path) -> None:
     names = check(problem, samples[0].c)
     rows = read(problem).getNumRow()
     order = "in order" if names == list(VARS) else f"HiGHS column order {' '.join(names[:6])} ..."
-    print(f"{silo.folder} ({silo.name}, {silo.zone}): {len(samples)} sample rows "
-          f"{samples[0].date}..{samples[-1].date}, {len(new)} new days {new[0].date}..{new[-1].date}; "
-          f"{problem.name}: {rows} constraints, 24 variables {order}")
+    print(
+        f"{silo.folder} ({silo.name}, {silo.zone}): {len(samples)} sample rows "
+        f"{samples[0].date}..{samples[-1].date}, {len(new)} new days {new[0].date}..{new[-1].date}; "
+        f"{problem.name}: {rows} constraints, 24 variables {order}"
+    )
 
 
 def main() -> None:
     default_ercot = ROOT.parent / "shared" / "data" / "ercot"
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ercot-dir", type=Path, default=default_ercot if default_ercot.is_dir() else None,
-                        help="directory with the ERCOT price and gas files (default: ../shared/data/ercot if "
-                             "present, else fetched into the user's cache)")
-    parser.add_argument("--out", type=Path, default=HERE,
-                        help="output directory (default: this script's folder)")
+    parser.add_argument(
+        "--ercot-dir",
+        type=Path,
+        default=default_ercot if default_ercot.is_dir() else None,
+        help="directory with the ERCOT price and gas files (default: ../shared/data/ercot if "
+        "present, else fetched into the user's cache)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=HERE, help="output directory (default: this script's folder)"
+    )
     args = parser.parse_args()
     for silo in SILOS:
         make_silo(silo, args.ercot_dir, args.out)

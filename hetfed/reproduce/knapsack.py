@@ -125,8 +125,16 @@ def orderings(tables: dict[str, Any]) -> list[dict[str, Any]]:
                 for stage in stages:
                     b, w = methods[better][stage]["mean"], methods[worse][stage]["mean"]
                     order = f"{better} < {worse}"
-                    out.append({"row": row, "stage": stage, "order": order, "means": [b, w], "holds": b < w,
-                                "margin": w - b})
+                    out.append(
+                        {
+                            "row": row,
+                            "stage": stage,
+                            "order": order,
+                            "means": [b, w],
+                            "holds": b < w,
+                            "margin": w - b,
+                        }
+                    )
     return out
 
 
@@ -143,8 +151,7 @@ def table4(tables: dict[str, Any], row: str) -> list[Any]:
 def table9(tables: dict[str, Any]) -> dict[str, list[Any]]:
     """Table 9's variants -> their entry on each of ABLATION_ROWS."""
     return {
-        label: [entry(tables, t, row, m, s) for row in ABLATION_ROWS]
-        for label, (t, m, s) in TABLE9.items()
+        label: [entry(tables, t, row, m, s) for row in ABLATION_ROWS] for label, (t, m, s) in TABLE9.items()
     }
 
 
@@ -188,8 +195,11 @@ def verdict(d: float) -> str:
 def facts_table3(tables: dict[str, Any], paper: dict[str, Any], diff: dict[str, Any]) -> dict[str, Any]:
     t, paper, diff = tables["t3"], paper["t3"], diff["t3"]
     cells = {  # loss -> [(ours - paper, row, stage, ours, paper)] over the cells the paper reports
-        loss: [(diff[row][loss][i], row, s, t[row][loss][s]["mean"], paper[row][loss][i])
-               for row in paper for i, s in enumerate(("fed", "per"))]
+        loss: [
+            (diff[row][loss][i], row, s, t[row][loss][s]["mean"], paper[row][loss][i])
+            for row in paper
+            for i, s in enumerate(("fed", "per"))
+        ]
         for loss in LOSSES
     }
     bound = {loss: max(abs(c[0]) for c in cells[loss]) for loss in LOSSES}
@@ -218,8 +228,21 @@ def facts_table4(tables: dict[str, Any], paper: dict[str, Any], diff: dict[str, 
         a, b = (f, i) if ours == "FedRSPO+" else (i, f)  # the one ahead first
         pa, pb = (pf, pi) if theirs == "FedRSPO+" else (pi, pf)
         noisy = ours is not None and abs(i["mean"] - f["mean"]) < max(i["std"], f["std"])
-        out["rows"].append({"row": row, "ours": ours, "theirs": theirs, "same": ours == theirs,
-                            "noisy": noisy, "a": a, "b": b, "pa": pa, "pb": pb, "i": i, "f": f})
+        out["rows"].append(
+            {
+                "row": row,
+                "ours": ours,
+                "theirs": theirs,
+                "same": ours == theirs,
+                "noisy": noisy,
+                "a": a,
+                "b": b,
+                "pa": pa,
+                "pb": pb,
+                "i": i,
+                "f": f,
+            }
+        )
     return out
 
 
@@ -228,14 +251,28 @@ def facts_table9(tables: dict[str, Any], paper: dict[str, Any], diff: dict[str, 
     local, full = (table9(tables)[label] for label in ("local-only RSPO+", FULL))
     here = {verdict(x["mean"] - y["mean"]) for x, y in zip(local, full, strict=True)}
     pairs = list(zip(paper["local-only RSPO+"], paper[FULL], strict=True))
-    there = ("far" if all(x >= FAR * y for x, y in pairs)
-             else "behind" if all(x >= y + LEVEL for x, y in pairs)
-             else "level" if all(abs(x - y) < LEVEL for x, y in pairs) else "mixed")
+    there = (
+        "far"
+        if all(x >= FAR * y for x, y in pairs)
+        else "behind"
+        if all(x >= y + LEVEL for x, y in pairs)
+        else "level"
+        if all(abs(x - y) < LEVEL for x, y in pairs)
+        else "mixed"
+    )
     rspo = [label for label in TABLE9 if label not in ("local-only RSPO+", "FedSPO+")]
-    bound = {k: up(max(abs(d) for label in labels for d in diff[label])) for k, labels in
-             (("rspo", rspo), ("spo", ["FedSPO+"]))}
-    return {"here": here.pop() if len(here) == 1 else "mixed", "there": there, "local": local, "full": full,
-            "rspo": len(rspo), "bound": bound}
+    bound = {
+        k: up(max(abs(d) for label in labels for d in diff[label]))
+        for k, labels in (("rspo", rspo), ("spo", ["FedSPO+"]))
+    }
+    return {
+        "here": here.pop() if len(here) == 1 else "mixed",
+        "there": there,
+        "local": local,
+        "full": full,
+        "rspo": len(rspo),
+        "bound": bound,
+    }
 
 
 def facts_notes(t: dict[str, Any], paper: dict[str, Any], _: dict[str, Any]) -> dict[str, Any]:
@@ -251,16 +288,25 @@ def facts_notes(t: dict[str, Any], paper: dict[str, Any], _: dict[str, Any]) -> 
         "spread": spread(("mse", "spo+")),
         "rspo-spread": spread(("rspo+",)),
         "opposite": bool(rspo) and all(ref >= FAR * ours for ref, ours in rspo) and spo_worse,
-        "rspo": "better" if rspo and all(o < r for r, o in rspo)
-        else "worse" if rspo and all(o > r for r, o in rspo) else "mixed",
+        "rspo": "better"
+        if rspo and all(o < r for r, o in rspo)
+        else "worse"
+        if rspo and all(o > r for r, o in rspo)
+        else "mixed",
         "spo": "n/a" if spo is None else "worse" if spo_worse else "not worse",
     }
 
 
 def bullet(text: str) -> str:
     """A list item of ``text`` (whitespace collapsed), wrapped at 96 columns under its first word."""
-    return textwrap.fill(" ".join(text.split()), 96, initial_indent="- ", subsequent_indent="  ",
-                         break_on_hyphens=False, break_long_words=False)
+    return textwrap.fill(
+        " ".join(text.split()),
+        96,
+        initial_indent="- ",
+        subsequent_indent="  ",
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
 
 
 def markdown(data: dict[str, Any]) -> str:
@@ -272,9 +318,19 @@ def markdown(data: dict[str, Any]) -> str:
     losses = [loss for loss in LOSSES if any(loss in m for m in t.get("t3", {}).values())]
     # knapsack.json files written before these were recorded: the default engine with 2 workers
     defaults = {"grid": "", "clients": CLIENTS, "engine": "inline", "workers": 2, "studies": {}}
-    return render("knapsack.md", **defaults | data, wall_time=data["wall-time-s"], default_grid=default_grid,
-                  facts=facts, losses=losses, table4=table4, table9=table9(t), table14=table14(t),
-                  ablation_rows=ABLATION_ROWS, bullet=bullet)
+    return render(
+        "knapsack.md",
+        **defaults | data,
+        wall_time=data["wall-time-s"],
+        default_grid=default_grid,
+        facts=facts,
+        losses=losses,
+        table4=table4,
+        table9=table9(t),
+        table14=table14(t),
+        ablation_rows=ABLATION_ROWS,
+        bullet=bullet,
+    )
 
 
 # --- the studies' index (knapsack_study writes the studies) ------------------------------------------------
@@ -329,8 +385,12 @@ def plot(results_dir: Path, jobs: list[Job], out: Path) -> None:
         for _, series in sorted(curves(results_dir / job.config["run-name"])["freeze"].items()):
             ax.plot(list(series), list(series.values()), lw=1, alpha=0.7)
         ax.axhline(job.config.get("freeze-tau", 0.01), color="k", ls="--", lw=1, label="tau")
-        ax.set(yscale="log", xlabel="personalization round t", ylabel="freeze statistic U_t (QP-LP gap)",
-               title=f"RSPO+ {row}: one line per client")
+        ax.set(
+            yscale="log",
+            xlabel="personalization round t",
+            ylabel="freeze statistic U_t (QP-LP gap)",
+            title=f"RSPO+ {row}: one line per client",
+        )
         ax.legend()
     save_figure(fig, out / "knapsack-freeze.png")
 
@@ -363,11 +423,19 @@ def run(args: argparse.Namespace) -> int:
     res = collect(jobs, run_jobs(jobs, args, nodes=args.clients))
     out = Path(args.out)
     data = {
-        "seeds": list(seeds), "wall-time-s": round(time.time() - started, 1), "quick": args.quick,
-        "grid": custom, "clients": args.clients, "engine": args.engine,  # grid: '' for the paper's
+        "seeds": list(seeds),
+        "wall-time-s": round(time.time() - started, 1),
+        "quick": args.quick,
+        "grid": custom,
+        "clients": args.clients,
+        "engine": args.engine,  # grid: '' for the paper's
         "workers": args.workers if args.engine == "inline" else 1,  # run_many: the others run one at a time
-        "unit": "relative regret %", "tables": res, "paper": PLAN.paper,
-        "differences": differences(res, PLAN.paper), "orderings": orderings(res), "studies": study_index(out),
+        "unit": "relative regret %",
+        "tables": res,
+        "paper": PLAN.paper,
+        "differences": differences(res, PLAN.paper),
+        "orderings": orderings(res),
+        "studies": study_index(out),
     }
     publish(out, "knapsack", data, markdown)
     plot(Path(args.results_dir), jobs, out)

@@ -72,8 +72,14 @@ def jobs(study: Study, quick: bool, fixed: dict[str, Any]) -> list[Job]:
         PLAN.seeds[: study.seeds], study.rows, study.losses, study.variants
     ):
         name = re.sub(r"[^A-Za-z0-9.+=-]+", "_", f"{study.name}-{row}-{loss}-{variant.label}-s{seed}")
-        cfg = {**base_config(row, seed, quick=False), "loss": loss, **(PLAN.quick if quick else {}),
-               **variant.overrides, **fixed, "run-name": name}
+        cfg = {
+            **base_config(row, seed, quick=False),
+            "loss": loss,
+            **(PLAN.quick if quick else {}),
+            **variant.overrides,
+            **fixed,
+            "run-name": name,
+        }
         out.append(Job((row, loss, variant.label), seed, cfg, variant.clients or study.clients))
     return out
 
@@ -107,9 +113,12 @@ def centralized_jobs(planned: list[Job], reference: str) -> list[Job]:
     """Per run of the ``reference`` variant, the same settings and clients as strategy ``centralized``:
     one model trained on the pooled data of its clients (Table 14's yardstick)."""
     return [
-        Job(j.key[:2] + ("centralized",), j.seed,
+        Job(
+            j.key[:2] + ("centralized",),
+            j.seed,
             {**j.config, "strategy": "centralized", "run-name": f"{j.config['run-name']}-centralized"},
-            j.nodes)
+            j.nodes,
+        )
         for j in planned
         if j.key[2] == reference
     ]
@@ -127,8 +136,17 @@ def orderings(cells: dict[str, Any], variants: list[str]) -> list[dict[str, Any]
                 margins[row] = pair[1] - pair[0]
         if margins:
             fails, order = [row for row, m in margins.items() if m <= 0], f"{better} < {worse}"
-            out.append({"variant": variant, "stage": stage, "order": order, "rows": len(margins),
-                        "holds": len(margins) - len(fails), "fails": fails, "margin": min(margins.values())})
+            out.append(
+                {
+                    "variant": variant,
+                    "stage": stage,
+                    "order": order,
+                    "rows": len(margins),
+                    "holds": len(margins) - len(fails),
+                    "fails": fails,
+                    "margin": min(margins.values()),
+                }
+            )
     return out
 
 
@@ -187,8 +205,12 @@ def resolve(args: argparse.Namespace) -> Study:
         raise ValueError(f"--seeds: must be in 1..{len(PLAN.seeds)}, got {args.seeds}")
     if args.clients is not None and args.clients < 1:
         raise ValueError(f"--clients: must be >= 1, got {args.clients}")
-    changes = {"rows": tuple(args.rows or ()), "losses": tuple(args.losses or ()), "seeds": args.seeds,
-               "clients": args.clients}
+    changes = {
+        "rows": tuple(args.rows or ()),
+        "losses": tuple(args.losses or ()),
+        "seeds": args.seeds,
+        "clients": args.clients,
+    }
     study = replace(study, **{k: v for k, v in changes.items() if v})
     return replace(study, seeds=1) if args.quick else study
 
@@ -204,11 +226,17 @@ def run(args: argparse.Namespace) -> int:
     summaries = run_jobs(planned + pooled, inline)
     out = Path(args.out)
     data = {
-        "study": study.name, "seeds": list(PLAN.seeds[: study.seeds]), "clients": study.clients,
-        "quick": args.quick, "set": fixed, "workers": args.workers,
-        "wall-time-s": round(time.time() - started, 1), "runs": len(planned),
+        "study": study.name,
+        "seeds": list(PLAN.seeds[: study.seeds]),
+        "clients": study.clients,
+        "quick": args.quick,
+        "set": fixed,
+        "workers": args.workers,
+        "wall-time-s": round(time.time() - started, 1),
+        "runs": len(planned),
         "runs-wall-time-s": round(
-            sum(float(x.get("wall-time-s", 0.0)) for x in summaries[: len(planned)]), 1),
+            sum(float(x.get("wall-time-s", 0.0)) for x in summaries[: len(planned)]), 1
+        ),
         "unit": "relative regret %",
         "variants": [asdict(v) for v in study.variants + ((Variant("centralized", {}),) if pooled else ())],
         "table": (cells := table(planned + pooled, summaries, results_dir)),
