@@ -391,13 +391,13 @@ def test_proximal_term_value_and_gradient() -> None:
     term = proximal_term(model, anchor, mu=0.3)
     diff = [p.detach() - a.detach() for p, a in zip(model.parameters(), anchor.parameters(), strict=True)]
     value = term()
-    assert float(value) == pytest.approx(0.15 * sum(float((d * d).sum()) for d in diff), rel=1e-12)
+    assert value.item() == pytest.approx(0.15 * sum(float((d * d).sum()) for d in diff), rel=1e-12)
     value.backward()
     for p, d in zip(model.parameters(), diff, strict=True):
         torch.testing.assert_close(p.grad, 0.3 * d, rtol=1e-12, atol=0)
     with torch.no_grad():  # the anchor is frozen at construction
         next(anchor.parameters()).add_(1.0)
-    assert float(term()) == pytest.approx(float(value), rel=1e-12)
+    assert term().item() == pytest.approx(value.item(), rel=1e-12)
 
 
 def test_fedprox_and_ditto_change_training_as_configured(tmp_path: Path) -> None:
