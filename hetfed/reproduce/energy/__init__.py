@@ -150,7 +150,7 @@ def markdown(data: dict[str, Any]) -> str:
 def plot(plan: Plan, results_dir: Path, jobs: list[Job], cold: dict[str, Any], out: Path) -> None:
     """energy-prices.png (the first zone's prices and splits), energy-regret-per-round.png (the
     first seed's Table 5 runs) and energy-cold-start.png (Table 11's local and federated models)."""
-    from hetfed.problems.energy import zone_samples
+    from hetfed.problems.energy import split_sizes, zone_samples
     from hetfed.problems.ercot import load_ercot
 
     plt = pyplot()
@@ -158,8 +158,8 @@ def plot(plan: Plan, results_dir: Path, jobs: list[Job], cold: dict[str, Any], o
     samples = zone_samples(load_ercot(None, points=[zone]), zone)
     fig, ax = plt.subplots(figsize=(9, 3.5))
     ax.plot(samples.dates, samples.c.mean(1), lw=0.8)
-    n = len(samples.dates)
-    cut = samples.dates[[int(0.5 * n), int(0.5 * n) + int(0.1 * n)]]
+    train, val, _ = split_sizes(len(samples.dates))  # the clients' chronological split
+    cut = samples.dates[[train, train + val]]
     ax.axvspan(samples.dates[0], cut[0], color="C2", alpha=0.1, label="train")
     ax.axvspan(cut[0], cut[1], color="C1", alpha=0.15, label="validation")
     ax.axvspan(cut[1], samples.dates[-1], color="C3", alpha=0.08, label="test")
