@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
+import textwrap
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -263,12 +264,20 @@ def figure2(runner: Runner, b: dict[str, Any]) -> dict[str, Any]:
 
 
 def log_panels(
-    count: int, size: tuple[float, float], ylabel: str, xlabel: str = "iteration t", sharey: bool = False
+    count: int,
+    size: tuple[float, float],
+    ylabel: str,
+    xlabel: str = "iteration t",
+    sharey: bool = False,
+    title: str = "",
 ) -> tuple[Any, Any]:
-    """A figure of ``count`` log-scale panels side by side, ``size`` each, and its axes."""
+    """A figure of ``count`` log-scale panels side by side, ``size`` each, and its axes; ``title``
+    wrapped to the figure's width (a one-panel figure cut a one-line title off)."""
     figure, axes = pyplot().subplots(
         1, count, figsize=(size[0] * count, size[1]), sharey=sharey, squeeze=False
     )
+    if title:
+        figure.suptitle(textwrap.fill(title, int(11 * size[0] * count)))  # ~11 characters per inch
     for ax in axes[0]:
         ax.set(yscale="log", xlabel=xlabel, ylabel=ylabel)
         ax.grid(alpha=0.3, which="both")
@@ -277,7 +286,9 @@ def log_panels(
 
 def plot_fig1(fig: dict[str, Any], path: Path) -> None:
     """Each method's mean over runs, the band of the runs, and the exact expected curve (dotted)."""
-    figure, axes = log_panels(len(fig["levels"]), (4.2, 3.6), ERROR, sharey=True)
+    n, runs = fig["N"], fig["runs"]
+    title = f"Fig. 1: N = {n} agents, mean and range of {runs} run(s); dotted: exact expectation"
+    figure, axes = log_panels(len(fig["levels"]), (4.2, 3.6), ERROR, sharey=True, title=title)
     labels = {"single": "single-agent LSA", "pflsa": "PF-LSA", "fedlsa": "FedLSA"}
     for ax, row in zip(axes, fig["levels"], strict=True):
         for i, (m, v) in enumerate(row["methods"].items()):
@@ -287,14 +298,13 @@ def plot_fig1(fig: dict[str, Any], path: Path) -> None:
             ax.plot(c["iterations"], c["expected"], color="k", ls=":", lw=0.9)
         ax.set_title(f"(zeta_ker, zeta_rew) = {level_name(row)}")
     axes[0].legend()
-    figure.suptitle(
-        f"Fig. 1: N = {fig['N']} agents, mean and range of {fig['runs']} run(s); dotted: exact expectation"
-    )
     save_figure(figure, path)
 
 
 def plot_fig2(fig: dict[str, Any], path: Path) -> None:
-    figure, axes = log_panels(len(fig["curves"]), (4.2, 3.6), ERROR, sharey=True)
+    runs = fig["table"]["runs"]
+    title = f"Fig. 2: eta = 0.1 N, beta = 1/N, mean of {runs} run(s); dotted: 1e-2 x start"
+    figure, axes = log_panels(len(fig["curves"]), (4.2, 3.6), ERROR, sharey=True, title=title)
     for ax, (zetas, curves) in zip(axes, fig["curves"].items(), strict=True):
         for label, c in curves.items():
             ax.plot(
@@ -303,9 +313,6 @@ def plot_fig2(fig: dict[str, Any], path: Path) -> None:
         ax.axhline(THRESHOLD * curves["single-agent LSA"].mean()[0], color="grey", lw=0.8, ls=":")
         ax.set_title(f"(zeta_ker, zeta_rew) = ({zetas[0]:g}, {zetas[1]:g})")
     axes[0].legend(fontsize=8)
-    figure.suptitle(
-        f"Fig. 2: eta = 0.1 N, beta = 1/N, mean of {fig['table']['runs']} run(s); dotted: 1e-2 x start"
-    )
     save_figure(figure, path)
 
 
