@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -151,3 +152,19 @@ def test_the_cold_start_fed_plus_p_personalizes_the_received_federated_model(
     assert t11["Fed+P"]["values"] == [pytest.approx(metrics["per-absolute-regret"], rel=1e-12)]
     assert t11["Fed"]["values"] == [federated] and metrics["per-absolute-regret"] != federated
     assert plan.schedule["personal-rounds"] == 2  # the quick schedule the reproduction personalized with
+
+
+def test_the_ladder_pairs_each_step_by_seed_and_refuses_rows_of_other_seeds() -> None:
+    from hetfed.reproduce.energy.analysis import ladder_steps
+
+    labels = list(ABLATION)
+    values = {label: [10.0 - k, 5.0 + k] for k, label in enumerate(labels)}  # seed 1 falls, seed 2 rises
+    rows = {label: {"absolute": {"values": v, "seeds": [1, 2]}} for label, v in values.items()}
+    steps = ladder_steps({"as-is": rows})["as-is"]
+    assert list(steps) == [f"{a} -> {b}" for a, b in zip(labels[:-1], labels[1:], strict=True)]
+    for step in steps.values():
+        assert step["values"] == [-1.0, 1.0] and step["seeds"] == [1, 2] and step["lower"] == 1
+    rows[labels[1]]["absolute"]["seeds"] = [2, 1]
+    message = f"as-is: '{labels[1]}' and '{labels[0]}' ran other seeds"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ladder_steps({"as-is": rows})

@@ -64,6 +64,8 @@ def ladder_steps(table: dict[str, Any]) -> dict[str, Any]:
         steps = out.setdefault(variant, {})
         for before, after in zip(labels, labels[1:], strict=False):
             a, b = rows[after]["absolute"], rows[before]["absolute"]
+            if a["seeds"] != b["seeds"]:  # a pairing by position must pair the same seeds
+                raise ValueError(f"{variant}: {after!r} and {before!r} ran other seeds")
             steps[f"{before} -> {after}"] = paired(a["values"], b["values"], a["seeds"], "lower")
     return out
 
