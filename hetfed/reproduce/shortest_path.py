@@ -90,16 +90,20 @@ def collect(jobs: list[Job], summaries: list[dict[str, Any]]) -> dict[str, Any]:
     """The part's table: at each job's path, ``{stage: {"values", "seeds", "pooled", "mean", "std"}}``
     for Fed and +P (gaps in %)."""
     out: dict[str, Any] = {}
+    entries: list[dict[str, Any]] = []
     for job, summary in zip(jobs, summaries, strict=True):
         node = out
         for key in job.key:
             node = node.setdefault(key, {})
         for stage in ("fed", "per"):
-            entry = node.setdefault(stage, {"values": [], "seeds": [], "pooled": []})
+            if stage not in node:
+                entries.append(node.setdefault(stage, {"values": [], "seeds": [], "pooled": []}))
+            entry = node[stage]
             entry["values"].append(cell(summary, stage))
             entry["pooled"].append(cell(summary, f"{stage}-pooled"))
             entry["seeds"].append(job.seed)
-            entry["mean"], entry["std"] = mean_std(entry["values"])  # the last run's update is the final one
+    for entry in entries:  # once every seed is in
+        entry["mean"], entry["std"] = mean_std(entry["values"])
     return out
 
 
