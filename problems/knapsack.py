@@ -23,7 +23,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import expm
 
 from hetfed.problem_params import KnapsackParams  # the run config's knapsack keys, typed
 from hetfed.problems.base import DecisionClientData, generated_client
@@ -64,7 +63,12 @@ def client_law(params: KnapsackParams, seed: int, partition_id: int) -> Knapsack
     p = params.num_features
     A = rng.standard_normal((p, p))
     G = A - A.T
-    rotation = expm(params.eta_o * G / np.linalg.norm(G)) if params.eta_o > 0 else np.eye(p)
+    rotation = np.eye(p)
+    if params.eta_o > 0:
+        # imported here: only objective heterogeneity needs SciPy's linear algebra (a worker's ~8 MB)
+        from scipy.linalg import expm
+
+        rotation = expm(params.eta_o * G / np.linalg.norm(G))
     capacity = c_base * float(scale_factor(params.eta_c, rng))
     weights = a_base * scale_factor(params.eta_c, rng, size=params.num_items)
     feature_mean = params.eta_d * rng.standard_normal(p)

@@ -14,7 +14,8 @@ Every decision-focused loss needs two oracles on a client's own polytope S:
 
 All oracles take a torch tensor (or array) of shape ``[B, d]`` or ``[d]`` and return float64
 torch tensors of the same shape. Solver workspaces are built once per polytope, lazily, and
-are not pickled.
+are not pickled; SciPy and the solver packages are imported there, on first use, so a worker
+whose polytopes have exact oracles never maps them.
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy.linalg
-import scipy.sparse as sp
 import torch
 
 LP_BACKENDS = ("auto", "highs", "highs-cold")
@@ -349,6 +348,8 @@ class Polytope:
         if self._eq_rows is None:
             self._eq_rows = np.arange(0)
             if self.A_eq.shape[0]:
+                import scipy.linalg
+
                 _, r, piv = scipy.linalg.qr(self.A_eq.T, mode="economic", pivoting=True)
                 diag = np.abs(np.diag(r))
                 rank = int((diag > diag[0] * max(self.A_eq.shape) * np.finfo(float).eps).sum())
@@ -366,6 +367,7 @@ class _Highs:
 
     def __init__(self, poly: Polytope, quadratic: bool = False) -> None:
         import highspy
+        import scipy.sparse as sp
 
         self._status = highspy.HighsModelStatus
         h = highspy.Highs()
@@ -490,6 +492,7 @@ class _OsqpProjector:
 
     def __init__(self, poly: Polytope) -> None:
         import osqp
+        import scipy.sparse as sp
 
         A = sp.vstack(
             [sp.identity(poly.dim), sp.csc_matrix(poly.A_ub), sp.csc_matrix(poly.A_eq)], format="csc"

@@ -20,8 +20,9 @@ from hetfed.strategies.registry import METHODS, build_strategy, strategy_class
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "scipy", "matplotlib", "sklearn", "gymnasium")
 
-# Sends query.info, two train rounds and the final evaluate to one node, then the evaluate again
-# to a restarted node (empty context.state, same state-dir); prints what got imported.
+# Sends query.info (which builds the client's data), two train rounds and the final evaluate to one
+# node, then the evaluate again to a restarted node (empty context.state, same state-dir); prints
+# what got imported. Arguments: strategy, problem, state dir, settings (JSON), more run config (JSON).
 SEND = """
 import json, sys
 import numpy as np
@@ -32,9 +33,9 @@ from hetfed.client.app import app
 from hetfed.config import validate
 from hetfed.records import to_record
 
-strategy, problem, state_dir, settings = sys.argv[1:4] + [json.loads(sys.argv[4])]
+strategy, problem, state_dir, settings, extra = sys.argv[1:4] + [json.loads(a) for a in sys.argv[4:6]]
 TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
-run_config = {"strategy": strategy, "problem": problem, "seed": 5, "num-rounds": 2}
+run_config = {"strategy": strategy, "problem": problem, "seed": 5, "num-rounds": 2, **extra}
 nodes = {"partition-id": 1, "num-partitions": 3, "state-dir": state_dir}
 
 def context():
@@ -53,7 +54,7 @@ def send(ctx, kind, server_round=0):
 
 ctx = context()
 metrics = [send(ctx, "query.info")]
-if sys.argv[5:] == ["rounds"]:
+if sys.argv[6:] == ["rounds"]:
     metrics += [send(ctx, "train", 1), send(ctx, "train", 2), send(ctx, "evaluate", 2)]
     metrics.append(send(context(), "evaluate", 2))  # restored from state-dir
 torch = sys.modules.get("torch")
@@ -78,9 +79,9 @@ def fresh_python(script: str, *args: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def client_settings(strategy: str, problem: str) -> str:
+def client_settings(strategy: str, problem: str, **extra: object) -> str:
     """What the strategy's messages carry for its client (JSON), from the strategy it builds."""
-    cfg = validate({"strategy": strategy, "problem": problem, "seed": 5, "num-rounds": 2})
+    cfg = validate({"strategy": strategy, "problem": problem, "seed": 5, "num-rounds": 2, **extra})
     return json.dumps(build_strategy(cfg).client_settings())
 
 
@@ -109,7 +110,8 @@ LSA = sorted(name for name in METHODS if strategy_class(name).family == "lsa")
 
 @pytest.mark.parametrize("strategy", LSA)
 def test_an_lsa_client_runs_its_rounds_without_torch(tmp_path: Path, strategy: str) -> None:
-    out = fresh_python(SEND, strategy, "garnet", str(tmp_path), client_settings(strategy, "garnet"), "rounds")
+    settings = client_settings(strategy, "garnet")
+    out = fresh_python(SEND, strategy, "garnet", str(tmp_path), settings, "{}", "rounds")
     assert out["loaded"] == [], out["loaded"]
     assert out["metrics"][0]["num-examples"] == 1
     restored, final = out["metrics"][-1], out["metrics"][-2]
@@ -124,9 +126,22 @@ def test_an_lsa_client_runs_its_rounds_without_torch(tmp_path: Path, strategy: s
 def test_decision_and_constrained_clients_still_import_torch_on_one_thread(
     tmp_path: Path, strategy: str, problem: str
 ) -> None:
-    out = fresh_python(SEND, strategy, problem, str(tmp_path), client_settings(strategy, problem))
+    out = fresh_python(SEND, strategy, problem, str(tmp_path), client_settings(strategy, problem), "{}")
     assert "torch" in out["loaded"]
     assert out["threads"] == 1
+
+
+@pytest.mark.parametrize(("eta_o", "scipy"), [(0.0, False), (0.5, True)])
+def test_a_knapsack_client_maps_scipy_only_for_objective_heterogeneity(
+    tmp_path: Path, eta_o: float, scipy: bool
+) -> None:
+    # Its polytope has exact torch oracles (no HiGHS, no SciPy); only the rotations expm(eta_o G_j)
+    # of a heterogeneous objective need SciPy's linear algebra, ~17 MB of a worker's RSS.
+    extra = {"eta-o": eta_o}
+    settings = client_settings("fedavg", "knapsack", **extra)
+    out = fresh_python(SEND, "fedavg", "knapsack", str(tmp_path), settings, json.dumps(extra))
+    assert out["metrics"][0]["num-examples"] > 0  # query.info built the client's data
+    assert ("scipy" in out["loaded"]) is scipy, out["loaded"]
 
 
 INLINE = """
