@@ -1,7 +1,8 @@
 """Per-silo memory (RSS) of a SuperNode, idle and in a round, for each problem family.
 
 For each family (LSA: PF-LSA on Garnet, NumPy only; constrained: softmax switching on the
-quadratic task, torch; decision: FedAvg on the knapsack MLP, torch) and runtime (warm, stock),
+quadratic task, torch; decision: FedAvg on the knapsack MLP, torch, with the same objective for
+every client and with heterogeneous ones, whose data needs SciPy) and runtime (warm, stock),
 on a fresh 2-SuperNode federation on 127.0.0.1, silo 0's processes are read from /proc:
 
 * idle: 5 s after the federation is up, no run yet;
@@ -13,7 +14,7 @@ lines; the table shows its last report next to /proc's), or, stock, Flower's Sup
 ``flwr-clientapp`` process it starts per message. Then what the worker's floor is made of:
 the RSS of fresh interpreters importing what a worker imports, one layer at a time.
 
-Usage: ``python bench/silo_memory.py`` (about 5 minutes).
+Usage: ``python bench/silo_memory.py`` (about 7 minutes).
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "seed": 1,
     },
     "decision (FedAvg, knapsack MLP; torch)": TASKS["torch (FedAvg, knapsack MLP)"],
+    # The same task with heterogeneous objectives: its data's rotations expm(eta_o G_j) need SciPy.
+    "decision, eta_o = 0.5 (FedAvg, knapsack MLP; torch + SciPy)": {
+        **TASKS["torch (FedAvg, knapsack MLP)"],
+        "eta-o": 0.5,
+    },
 }
 TARGETS = {"NumPy": 120, "torch": 300}  # MB, a warm worker's (issue 33, item 6)
 RUNTIMES = ("warm", "stock")
@@ -56,7 +62,7 @@ LAYERS = [
     ("+ Flower's ClientApp stack (the worker's imports)", "import hetfed.runtime.worker"),
     ("+ hetfed's ClientApp (client classes imported per message)", "import hetfed.client.app"),
     ("+ torch", "import torch"),
-    ("+ SciPy's linear algebra (the knapsack data's rotations)", "import scipy.linalg"),
+    ("+ SciPy's linear algebra (a knapsack with eta_o > 0: its data's rotations)", "import scipy.linalg"),
     ("+ torch._dynamo (what a torch.optim step imports; hetfed's clients do not)", "import torch._dynamo"),
 ]
 
@@ -281,7 +287,9 @@ next run, so a NumPy run after a torch run holds no torch either; until that mes
 torch run's memory. {misses_text}Before any task, a worker holds Flower's own ClientApp stack (the \
 `flwr` package imports gRPC, FastAPI and pydantic, httpx, requests and cryptography; each \
 `flwr-clientapp` process of the stock runtime imports the same), and a torch task adds torch itself \
-and, for the knapsack data, SciPy's linear algebra; hetfed's clients never import `torch._dynamo`, \
+and, only for a knapsack whose clients' objectives differ (eta_o > 0), SciPy's linear algebra for \
+the rotations expm(eta_o G_j) (SciPy and the solvers are imported on first use: polytopes with \
+exact oracles, such as the knapsack's, never load them); hetfed's clients never import `torch._dynamo`, \
 which every `torch.optim` step imports (with SymPy) although nothing is compiled: the decision \
 clients step with hetfed's own Adam (client/adam.py, bit for bit with torch's), the constrained tasks \
 take their own steps. The rest is the run: its data and models, and each task's input, which \
