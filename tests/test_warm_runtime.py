@@ -267,6 +267,10 @@ def test_warm_stock_inline_and_either_superlink_give_the_same_per_client_metrics
             # hetfed.runtime.telemetry_off: no Flower process it starts reports to Flower's server
             if asgi == "gated":  # the SuperNode's Runtime API: buffered (warm) or Flower's (stock)
                 runtime_answers[runtime] = runtime_api_answers(flower)
+            if runtime == "warm":
+                batch, single = object_route_refusals(flower)
+                assert batch == single, (batch, single)  # Flower's own token check and error reply
+                assert {status for status, _ in batch} == {401}, batch
             environs = flower_environs(flower)
             assert len(environs) > len(flower.processes) or runtime == "stock"  # warm: the workers too
             for pid, environ in environs.items():
@@ -276,6 +280,10 @@ def test_warm_stock_inline_and_either_superlink_give_the_same_per_client_metrics
         log = (tmp_path / name / "supernode-0.log").read_text()
         assert ("hetfed warm worker" in log) == (runtime == "warm"), log[-2000:]
         assert ("buffered Runtime API" in log) == (runtime == "warm"), log[-2000:]
+        moved = [tuple(map(int, m)) for m in OBJECTS_MOVED.findall(log)]  # (pulled, pushed) per task
+        assert (len(moved) > 0 and all(pulled > 0 and pushed > 0 for pulled, pushed in moved)) == (
+            runtime == "warm"
+        ), moved
         log = (tmp_path / name / "superlink.log").read_text()
         assert ("HTTP middleware gated by API path" in log) == (asgi == "gated"), log[-2000:]
     assert runtime_answers["warm"] == runtime_answers["stock"]
@@ -307,6 +315,38 @@ def runtime_api_answers(flower: LocalFlower) -> list[tuple[int, bytes, list[tupl
         kept = [(k, v) for k, v in reply.headers.multi_items() if k != "date"]
         answers.append((reply.status_code, reply.content, kept))
     return answers
+
+
+OBJECTS_MOVED = re.compile(r"objects in one request each way: (\d+) pulled, (\d+) pushed")
+
+
+def object_route_refusals(flower: LocalFlower) -> tuple[list[tuple[int, bytes]], list[tuple[int, bytes]]]:
+    """Status and body of supernode-0's batched object routes (hetfed.runtime.object_batch) and of
+    Flower's single-object routes, for the same requests without a task token and with a wrong one."""
+    from flwr.proto.message_pb2 import PullObjectRequest, PushObjectRequest
+    from flwr.supercore.constant import TASK_TOKEN_HEADER
+
+    from hetfed.runtime.object_batch import MEDIA_TYPE, PULL, PUSH, framed
+
+    argv = list(flower.processes["supernode-0"].args)
+    base = f"http://127.0.0.1:{argv[argv.index('--port') + 1]}"
+    pull = PullObjectRequest(object_id="0" * 64).SerializeToString()
+    push = PushObjectRequest(object_id="0" * 64, object_content=b"x", session_id="s").SerializeToString()
+    batch, single = [], []
+    for token in ({}, {TASK_TOKEN_HEADER: "not-a-token"}):
+        for path, one, body in (
+            (PULL, "/v1/runtime/pull-object", pull),
+            (PUSH, "/v1/runtime/push-object", push),
+        ):
+            reply = httpx.post(
+                base + path, content=framed([body]), headers={"content-type": MEDIA_TYPE, **token}
+            )
+            batch.append((reply.status_code, reply.content))
+            reply = httpx.post(
+                base + one, content=body, headers={"content-type": "application/protobuf", **token}
+            )
+            single.append((reply.status_code, reply.content))
+    return batch, single
 
 
 def flower_environs(flower: LocalFlower) -> dict[int, bytes]:
@@ -408,7 +448,9 @@ def test_a_new_app_build_is_served_by_a_fresh_interpreter(drills: LocalFlower, t
 def test_stock_fallback_and_an_external_worker(tmp_path: Path) -> None:
     """Node 0: warm. Node 1: its Flower internals differ (a sitecustomize stands in for a Flower
     release that reorganised start_client_internal), so it runs stock and says so. Node 2: warm
-    with ``--worker external``, served by a ``hetfed-worker`` started on its own (as in compose)."""
+    with ``--worker external``, served by a ``hetfed-worker`` started on its own (as in compose).
+    Node 3: Flower's own ``flower-supernode`` (process isolation), served by a ``hetfed-worker``,
+    which finds no batched object routes there and sends Flower's single requests."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(
@@ -419,26 +461,33 @@ def test_stock_fallback_and_an_external_worker(tmp_path: Path) -> None:
     flower = LocalFlower(tmp_path / "fed", runtime="warm")
     try:
         flower.start_superlink(cwd=REPO)
-        flower.start_supernode(0, node_config(0, 3, flower.root, None, None))
+        flower.start_supernode(0, node_config(0, 4, flower.root, None, None))
         plain_env = flower.env
         flower.env = {**plain_env, "PYTHONPATH": str(site)}  # only SuperNode 1 sees the change
-        flower.start_supernode(1, node_config(1, 3, flower.root, None, None))
+        flower.start_supernode(1, node_config(1, 4, flower.root, None, None))
         flower.env = plain_env
         port = free_port()
         args = supernode_args(
             superlink=flower.address,
-            node_config=node_config(2, 3, flower.root, None, None),
+            node_config=node_config(2, 4, flower.root, None, None),
             ca=None,
             port=port,
         )
         flower.spawn("supernode-2", supernode_command("warm", ["--worker", "external", *args]))
         flower.spawn("worker-2", [str(BIN / "hetfed-worker"), "--runtime-api-address", f"127.0.0.1:{port}"])
-        flower.wait_for_nodes(3)
+        port = free_port()
+        config = node_config(3, 4, flower.root, None, None)
+        args = supernode_args(
+            superlink=flower.address, node_config=config, ca=None, port=port, isolation="process"
+        )
+        flower.spawn("supernode-3", supernode_command("stock", args))
+        flower.spawn("worker-3", [str(BIN / "hetfed-worker"), "--runtime-api-address", f"127.0.0.1:{port}"])
+        flower.wait_for_nodes(4)
         cfg = prepare({**SMALL, "num-rounds": 1, "run-name": "mixed"}, "deployment", tmp_path / "results")
         summary = run_to_end(flower, REPO, cfg)
     finally:
         flower.stop()
-    assert sorted(summary["clients"]) == ["client-00", "client-01", "client-02"]
+    assert sorted(summary["clients"]) == ["client-00", "client-01", "client-02", "client-03"]
     stock = (flower.root / "supernode-1.log").read_text()
     lines = [ln for ln in stock.splitlines() if "warm runtime off" in ln]
     assert len(lines) == 1 and "start_client_internal uses module `time`" in lines[0], stock[-2000:]
@@ -446,6 +495,11 @@ def test_stock_fallback_and_an_external_worker(tmp_path: Path) -> None:
     assert "hetfed warm worker" in (flower.root / "supernode-0.log").read_text()
     assert "worker external" in (flower.root / "supernode-2.log").read_text()
     assert "task " in (flower.root / "worker-2.log").read_text()  # the external worker served node 2
+    moved = {n: OBJECTS_MOVED.findall((flower.root / f"worker-{n}.log").read_text()) for n in (2, 3)}
+    assert moved[2] and all(int(pulled) > 0 for pulled, _ in moved[2]), moved  # hetfed's routes
+    assert moved[3] and all(m == ("0", "0") for m in moved[3]), moved  # Flower's: one request each
+    worker3 = (flower.root / "worker-3.log").read_text()
+    assert worker3.count("no batched object routes") == 1, worker3[-2000:]
 
 
 @pytest.mark.deployment

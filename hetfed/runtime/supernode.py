@@ -245,7 +245,7 @@ def run_warm(flower_args: list[str], approved_apps: Path | None = None, worker: 
     from flwr.supercore import log
     from flwr.supernode.cli import flower_supernode
 
-    from hetfed.runtime import dropped, fast_path, node_key, waits
+    from hetfed.runtime import dropped, fast_path, node_key, object_batch, waits
 
     args = with_isolation(flower_args, "process")
     address, ca_file = runtime_api(args)
@@ -258,6 +258,8 @@ def run_warm(flower_args: list[str], approved_apps: Path | None = None, worker: 
     fast = fast_path.install_on_supernode()
     if fast:
         log(WARNING, "hetfed-supernode: Runtime API on Flower's own middleware: %s", fast)
+    if batch := object_batch.install_on_supernode():
+        log(WARNING, "hetfed-supernode: a task's objects go one request each: %s", batch)
     waits.install(
         idle=waits.Backoff(IDLE_FAST, IDLE_SLEEP),
         reply=waits.Backoff(REPLY_FAST, REPLY_SLEEP),

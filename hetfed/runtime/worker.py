@@ -59,6 +59,7 @@ from flwr.supercore.run import Run
 from flwr.supercore.runtime import RuntimeHttpClient
 from flwr.supernode.runtime.run_clientapp import pull_task_input, push_message, push_task_output
 
+from hetfed.runtime.object_batch import BatchedObjects
 from hetfed.runtime.pinning import AppRefused, reason_for, refused
 from hetfed.runtime.waits import Backoff, shorten_object_pull_backoff
 
@@ -81,7 +82,7 @@ def runtime_client(address: str, certificates: bytes | None, interceptors: list[
 class _TaskInputReplay:
     """A Runtime client whose ``PullTaskInput`` answers with input already pulled (after a re-exec)."""
 
-    def __init__(self, client: RuntimeHttpClient, task_input: PullTaskInputResponse) -> None:
+    def __init__(self, client: RuntimeHttpClient | BatchedObjects, task_input: PullTaskInputResponse) -> None:
         self._client, self._task_input = client, task_input
 
     def PullTaskInput(self, _request: PullTaskInputRequest) -> PullTaskInputResponse:  # noqa: N802
@@ -106,6 +107,7 @@ class Worker:
         self.app_packages: set[str] = set()  # the packages imported once the app was loaded
         self.run_id: int | None = None  # the run of the last task served
         self.problem = ""  # and its run config's problem
+        self.batch_objects = True  # until the SuperNode answers that it has no batched object routes
 
     # --- the loop ---------------------------------------------------------------------
     def run_forever(self) -> None:
@@ -166,6 +168,7 @@ class Worker:
         )
         heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
         heartbeat.start()
+        objects = BatchedObjects(client, enabled=self.batch_objects)  # a message's objects, one request
         message: Message | None = None
         context: Context | None = None
         reply: Message | None = None
@@ -179,7 +182,7 @@ class Worker:
                 self._reexec(token, task_id, task_input, restart)  # does not return
             if task_input.fab.hash_str == self.fab_hash:  # loaded: drop the FAB (MBs, copied again below)
                 task_input.fab.ClearField("content")
-            replay = cast(RuntimeHttpClient, _TaskInputReplay(client, task_input))  # a stand-in client
+            replay = cast(RuntimeHttpClient, _TaskInputReplay(objects, task_input))  # a stand-in client
             message, context, run, fab = pull_task_input(replay)
             self.run_id, self.problem = run.run_id, run_problem(task_input.run)
             if why:  # before the build is installed or imported
@@ -206,11 +209,15 @@ class Worker:
         finally:
             try:
                 if reply is not None and context is not None:
-                    push_message(client, reply, context)
+                    push_message(cast(RuntimeHttpClient, objects), reply, context)
+                    objects.flush()
             except Exception as ex:
                 log(ERROR, "Failed to push reply message", exc_info=ex)
             finally:
                 push_task_output(client, context, sub_status, details)
+                if self.batch_objects and not objects.enabled:
+                    log(WARNING, "hetfed warm worker: the SuperNode has no batched object routes: one each")
+                self.batch_objects = objects.enabled
                 if heartbeat.is_running:
                     heartbeat.stop()
                 client.close()
@@ -220,10 +227,12 @@ class Worker:
                     steps = (b - a for a, b in zip(clock, clock[1:], strict=False))
                     log(
                         INFO,
-                        "hetfed warm worker: task %d input %.3f s, ClientApp %.3f s, reply %.3f s; %s",
+                        "hetfed warm worker: task %d input %.3f s, ClientApp %.3f s, reply %.3f s; %s; "
+                        "objects in one request each way: %d pulled, %d pushed",
                         task_id,
                         *steps,
                         memory(),
+                        *objects.moved,
                     )
 
     def _refusal(self, task_input: PullTaskInputResponse) -> str:
