@@ -205,6 +205,27 @@ def test_the_self_test_passes_on_flower_1_42_and_names_what_changed(monkeypatch:
     ]
 
 
+def test_a_task_sends_its_first_heartbeat_after_flowers_interval_not_at_once() -> None:
+    from flwr.common import constant as c
+    from flwr.supercore.heartbeat import HeartbeatSender
+
+    from hetfed.runtime.worker import after_the_first_interval
+
+    # A claimed task lives HEARTBEAT_DEFAULT_INTERVAL s (activated: PATIENCE times that; the
+    # self-test checks Flower's corestate says so); the sender's next beat comes before that.
+    latest = (c.HEARTBEAT_DEFAULT_INTERVAL - c.HEARTBEAT_CALL_TIMEOUT) * (
+        c.HEARTBEAT_BASE_MULTIPLIER + c.HEARTBEAT_RANDOM_RANGE[1]
+    )
+    assert latest < c.HEARTBEAT_DEFAULT_INTERVAL
+    beats: dict[str, list[float]] = {"flower": [], "hetfed": []}
+    for name, wrap in (("flower", lambda beat: beat), ("hetfed", after_the_first_interval)):
+        sender = HeartbeatSender(wrap(lambda name=name: beats[name].append(time.monotonic()) is None))
+        sender.start()
+        time.sleep(0.5)
+        sender.stop()
+    assert len(beats["flower"]) == 1 and beats["hetfed"] == []  # Flower's first beat is immediate
+
+
 # --- real processes ---------------------------------------------------------------------
 def read_rows(run_dir: Path) -> list[dict]:
     with open(run_dir / "rounds.csv", newline="") as f:

@@ -152,6 +152,15 @@ CHECKS: list[tuple[str, Callable[[], bool]]] = [
         ),
     ),
     (
+        "a claimed task lives HEARTBEAT_DEFAULT_INTERVAL s before its first heartbeat "
+        "(hetfed.runtime.worker.after_the_first_interval)",
+        _source_has(
+            "flwr.supercore.corestate.in_memory_corestate",
+            "active_until=claimed_at + timedelta(seconds=HEARTBEAT_DEFAULT_INTERVAL)",
+            "seconds=HEARTBEAT_PATIENCE * HEARTBEAT_DEFAULT_INTERVAL",
+        ),
+    ),
+    (
         "run_clientapp helpers pull_task_input / push_message / push_task_output",
         lambda: all(
             callable(attr(f"flwr.supernode.runtime.run_clientapp:{n}"))

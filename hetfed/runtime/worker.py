@@ -37,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from logging import ERROR, INFO, WARNING
 from pathlib import Path
 from typing import Any, cast
@@ -166,7 +167,7 @@ class Worker:
                 RuntimeTokenHttpInterceptor(token),
             ],
         )
-        heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
+        heartbeat = HeartbeatSender(after_the_first_interval(make_task_heartbeat_fn_http(client)))
         heartbeat.start()
         objects = BatchedObjects(client, enabled=self.batch_objects)  # a message's objects, one request
         message: Message | None = None
@@ -291,6 +292,22 @@ class Worker:
     def _status(self, line: str) -> None:
         if self.args.status_fd is not None:
             os.write(self.args.status_fd, f"{line}\n".encode())
+
+
+def after_the_first_interval(heartbeat: Callable[[], bool]) -> Callable[[], bool]:
+    """``heartbeat`` for Flower's HeartbeatSender, whose first beat goes out the moment a task starts,
+    skipped once: the claim and the activation of the task already keep it alive for 30 s and 60 s
+    (Flower's corestate), longer than the sender's next interval (at most 22.5 s), and most tasks end
+    in milliseconds, so that first beat was one more request per task and nothing else."""
+    pending = [True]
+
+    def beat() -> bool:
+        if pending:
+            pending.clear()
+            return True
+        return heartbeat()
+
+    return beat
 
 
 def proc_memory(pid: int | str = "self") -> dict[str, float]:
