@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from hetfed.runtime.internals import changed_sources
+from hetfed.runtime.internals import extend_supernode_app
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
@@ -132,20 +132,10 @@ def install_on_supernode() -> str:
     """Make ``flwr.supernode.main.create_app`` put a :class:`ProtobufFastPath` around the SuperNode's
     Runtime API middleware (its error and protobuf translation). Returns "" when installed, else why
     not (the SuperNode then runs stock). Call before the SuperNode starts."""
-    try:
-        if changed := changed_sources({**PINNED_SOURCE, **SUPERNODE_APP}):
-            return f"the source of {changed[0]} differs from Flower's 1.42.0"
-        import flwr.supernode.main as supernode_main
+
+    def around_the_middleware(app: Any) -> None:
         from starlette.middleware import Middleware
-    except (ImportError, AttributeError, OSError, TypeError) as exc:
-        return f"{type(exc).__name__}: {exc}"
-    stock = supernode_main.create_app
 
-    def create_app(*args: Any, **kwargs: Any) -> Any:
-        app = stock(*args, **kwargs)
         app.user_middleware = [Middleware(ProtobufFastPath, chain=list(app.user_middleware))]
-        return app
 
-    # flower_supernode imports create_app from its module when it starts the Runtime API.
-    vars(supernode_main)["create_app"] = create_app
-    return ""
+    return extend_supernode_app({**PINNED_SOURCE, **SUPERNODE_APP}, around_the_middleware)

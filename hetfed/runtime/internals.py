@@ -54,6 +54,28 @@ def changed_pinned(pinned: Mapping[str, str]) -> list[str]:
     return [f"the source of {path} as read in Flower {FLOWER_VERSION}" for path in changed_sources(pinned)]
 
 
+def extend_supernode_app(pinned: Mapping[str, str], extend: Callable[[Any], None]) -> str:
+    """Make ``flwr.supernode.main.create_app`` call ``extend(app)`` on each Runtime API app it creates,
+    if every ``pinned`` source is as read. Returns "" when installed, else why not (nothing patched).
+    Call before the SuperNode starts."""
+    try:
+        if changed := changed_sources(pinned):
+            return f"the source of {changed[0]} differs from Flower's 1.42.0"
+        import flwr.supernode.main as supernode_main
+    except (ImportError, AttributeError, OSError, TypeError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    stock = supernode_main.create_app
+
+    def create_app(*args: Any, **kwargs: Any) -> Any:
+        app = stock(*args, **kwargs)
+        extend(app)
+        return app
+
+    # flower_supernode imports create_app from its module when it starts the Runtime API.
+    vars(supernode_main)["create_app"] = create_app
+    return ""
+
+
 def _source_has(path: str, *snippets: str) -> Callable[[], bool]:
     return lambda: all(s in inspect.getsource(attr(path)) for s in snippets)
 

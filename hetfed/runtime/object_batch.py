@@ -31,7 +31,7 @@ whose app the routes join, is pinned with :mod:`hetfed.runtime.fast_path`).
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from hetfed.runtime.internals import changed_sources
+from hetfed.runtime.internals import extend_supernode_app
 
 if TYPE_CHECKING:
     from flwr.proto.message_pb2 import PullObjectResponse, PushObjectRequest
@@ -82,23 +82,13 @@ def framed(parts: Iterable[bytes]) -> bytes:
 def install_on_supernode() -> str:
     """Make ``flwr.supernode.main.create_app`` add the :data:`PULL` and :data:`PUSH` routes.
     Returns "" when installed, else why not (the worker then sends single requests)."""
-    try:
-        if changed := changed_sources(PINNED_SOURCE):
-            return f"the source of {changed[0]} differs from Flower's 1.42.0"
-        import flwr.supernode.main as supernode_main
-    except (ImportError, AttributeError, OSError, TypeError) as exc:
-        return f"{type(exc).__name__}: {exc}"
-    stock = supernode_main.create_app
 
-    def create_app(*args: Any, **kwargs: Any) -> Any:
-        app = stock(*args, **kwargs)
+    def with_the_routes(app: Any) -> None:
         pull, push = _routes()
         app.add_api_route(PULL, pull, methods=["POST"], include_in_schema=False)
         app.add_api_route(PUSH, push, methods=["POST"], include_in_schema=False)
-        return app
 
-    vars(supernode_main)["create_app"] = create_app
-    return ""
+    return extend_supernode_app(PINNED_SOURCE, with_the_routes)
 
 
 def _routes() -> tuple[Any, Any]:
