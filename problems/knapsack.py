@@ -63,12 +63,13 @@ def client_law(params: KnapsackParams, seed: int, partition_id: int) -> Knapsack
     p = params.num_features
     A = rng.standard_normal((p, p))
     G = A - A.T
-    rotation = np.eye(p)
     if params.eta_o > 0:
-        # imported here: only objective heterogeneity needs SciPy's linear algebra (a worker's ~8 MB)
+        # imported here: only objective heterogeneity needs SciPy's linear algebra (~16 MB of a worker)
         from scipy.linalg import expm
 
         rotation = expm(params.eta_o * G / np.linalg.norm(G))
+    else:
+        rotation = np.eye(p)
     capacity = c_base * float(scale_factor(params.eta_c, rng))
     weights = a_base * scale_factor(params.eta_c, rng, size=params.num_items)
     feature_mean = params.eta_d * rng.standard_normal(p)
