@@ -73,10 +73,11 @@ REPLIES = ("trained", "light")  # how hetfed's simulated silos answer a train me
 # The SuperLink each path runs: stock Flower's, or hetfed's (its middleware gated by API path,
 # hetfed/runtime/superlink.py, and a node's pull from its own complete messages, hetfed/runtime/pull.py).
 # Rows measured before hetfed-superlink existed name none: both paths ran flower-superlink then; rows
-# named "hetfed-superlink" were measured before its own-message pull.
+# named "hetfed-superlink" were measured before its own-message pull, rows without "batched objects"
+# before a message's objects moved in one Fleet request each way (hetfed/runtime/object_batch.py).
 SUPERLINKS = {
     "stock": ("flower-superlink", "stock"),
-    "hetfed": ("hetfed-superlink, own-message pull", "gated"),
+    "hetfed": ("hetfed-superlink, own-message pull, batched objects", "gated"),
 }
 SILOS_PER_DRIVER = 250
 JOINING = 4  # silos of a driver registering at once
@@ -168,16 +169,10 @@ class Silo(threading.Thread):
             with self.joining:
                 conn = stack.enter_context(http_request_response(self.address, insecure=True))
             node_id, receive, send, get_run, get_fab, pull_object, push_object, confirm = conn
-            kinds = ("push-message", "run", "fab", "object-pull", "object-push", "confirm")
-            calls: tuple[Callable[..., Any], ...] = (
-                send,
-                get_run,
-                get_fab,
-                pull_object,
-                push_object,
-                confirm,
-            )
-            send, get_run, get_fab, pull_object, push_object, confirm = map(self.counted, kinds, calls)
+            OBJECT_REQUESTS.by_node[node_id] = self.requests  # object requests: counted on the wire
+            kinds = ("push-message", "run", "fab", "confirm")
+            calls: tuple[Callable[..., Any], ...] = (send, get_run, get_fab, confirm)
+            send, get_run, get_fab, confirm = map(self.counted, kinds, calls)
             contexts: dict[int, Any] = {}
             while not self.stop.is_set():
                 try:
@@ -198,7 +193,7 @@ class Silo(threading.Thread):
                     self.errors.append(f"{type(exc).__name__}: {exc}")
 
     def counted(self, kind: str, request: Callable[..., Any]) -> Callable[..., Any]:
-        """``request``, recorded in :attr:`requests` at each call (object pulls: each try)."""
+        """``request``, recorded in :attr:`requests` at each call."""
 
         def call(*args: Any) -> Any:
             self.requests.append((time.time(), kind))
@@ -279,16 +274,55 @@ def round_of(message: Any) -> str:
     return str(config.get("server-round", message.metadata.group_id))
 
 
+class ObjectRequests:
+    """Counts the object requests silos send over HTTP, by the node each names: Flower's single
+    PullObject / PushObject (each try) and hetfed's batches (one each, whatever they carry).
+    Flower pulls a message's objects from a thread pool, so the count is taken where every Fleet
+    request passes, Flower's node-signing interceptor, not around the connection's functions."""
+
+    def __init__(self) -> None:
+        from hetfed.runtime.object_batch import FLEET_PULL, FLEET_PUSH
+
+        self.by_node: dict[int, list[tuple[float, str]]] = {}
+        self.kinds = {
+            "/flwr.proto.Fleet/PullObject": "object-pull",
+            "/flwr.proto.Fleet/PushObject": "object-push",
+            FLEET_PULL: "object-pull",
+            FLEET_PUSH: "object-push",
+        }
+
+    def install(self) -> None:
+        from hetfed.runtime.internals import attr
+
+        interceptor_class = attr("flwr.supernode.node_auth_http_interceptor:NodeAuthHttpInterceptor")
+        stock = interceptor_class.intercept
+
+        def intercept(interceptor: Any, context: Any, call_next: Any) -> Any:
+            kind = self.kinds.get(context.rpc_method)
+            counted = self.by_node.get(context.message.node.node_id) if kind else None
+            if kind is not None and counted is not None:
+                counted.append((time.time(), kind))
+            return stock(interceptor, context, call_next)
+
+        interceptor_class.intercept = intercept
+
+
+OBJECT_REQUESTS = ObjectRequests()
+
+
 def driver(args: argparse.Namespace) -> None:
     """One driver process: ``--count`` silos until SIGTERM; then its measurements to ``--out``."""
     from hetfed.federation import node_config
 
     stop, joining = threading.Event(), threading.Semaphore(JOINING)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    if args.path == "hetfed":  # sign with a P-256 key, as the warm SuperNode does
-        from hetfed.runtime import node_key
+    OBJECT_REQUESTS.install()
+    if args.path == "hetfed":  # sign with a P-256 key and batch objects, as the warm SuperNode does
+        from hetfed.runtime import node_key, object_batch
 
         node_key.install()
+        if why := object_batch.install_fleet_client():
+            raise SystemExit(f"driver: the batched Fleet client cannot be installed: {why}")
     record = Path(args.record) if args.record else None
     silos = [
         Silo(

@@ -2,7 +2,8 @@
 
 Every simulated silo's reply must reach the ServerApp: the final model equals the weighted mean
 (by ``num-examples``) of the last round's replies the silos recorded, which no missing or
-corrupted reply would give (every silo's reply differs).
+corrupted reply would give (every silo's reply differs); hetfed's silos move each message's
+objects in one request each way, stock Flower's one request per object.
 """
 
 from __future__ import annotations
@@ -46,3 +47,10 @@ def test_every_silo_reply_reaches_the_serverapp(path: str, replies: str, tmp_pat
         np.testing.assert_allclose(got[name], value, rtol=0, atol=1e-12, err_msg=name)
     assert m["replies-measured"] == SILOS * (ROUNDS - 2)  # the middle round: one reply per silo
     assert m["superlink-cpu-per-round-s"] > 0 and m["superlink-rss-mb"] > 0
+    # Object requests as counted on the wire: hetfed's silos move a message's objects in one request
+    # each way (hetfed.runtime.object_batch); Flower's send one per object of the model.
+    per = m["fleet-requests-per-silo-round"]
+    if path == "hetfed":
+        assert per["object-pull"] == per["object-push"] == per["pull-message"] == 1.0, per
+    else:
+        assert per["object-pull"] >= 3 * per["pull-message"] and per["object-push"] >= 3, per

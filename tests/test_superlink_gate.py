@@ -25,7 +25,7 @@ import pytest
 
 from hetfed.engines.control_api import ControlApi
 from hetfed.engines.flower import LocalFlower, free_port, superlink_args
-from hetfed.runtime import pull
+from hetfed.runtime import object_batch, pull
 from hetfed.runtime.superlink import (
     GATED,
     PINNED_SOURCE,
@@ -171,9 +171,12 @@ def assert_signed_calls_agree(gated: LocalFlower, stock: LocalFlower) -> None:
 def test_a_flower_the_gate_was_not_read_in_runs_stock_and_says_so(tmp_path: Path) -> None:
     port = free_port()
     changed, changed_pull = next(iter(PINNED_SOURCE)), next(iter(pull.PINNED_SOURCE))
+    changed_objects = next(iter(object_batch.SUPERLINK_PINNED))
     script = (
-        "import sys, hetfed.runtime.superlink as s, hetfed.runtime.pull as p; "
+        "import sys, hetfed.runtime.superlink as s, hetfed.runtime.pull as p, "
+        "hetfed.runtime.object_batch as o; "
         f"s.PINNED_SOURCE[{changed!r}] = '0' * 64; p.PINNED_SOURCE[{changed_pull!r}] = '0' * 64; "
+        f"o.SUPERLINK_PINNED[{changed_objects!r}] = '0' * 64; "
         "s.main(sys.argv[1:])"
     )
     # Process isolation: the SuperLink starts no ServerApp executor of its own.
@@ -200,6 +203,8 @@ def test_a_flower_the_gate_was_not_read_in_runs_stock_and_says_so(tmp_path: Path
             pytest.fail(f"the SuperLink did not answer: {log.read_text()[-2000:]}")
         lines = [ln for ln in log.read_text().splitlines() if ln.startswith("hetfed-superlink:")]
         assert lines == [
+            f"hetfed-superlink: no batched object routes: this Flower lacks the source of {changed_objects} "
+            "as read in Flower 1.42.0",
             f"hetfed-superlink: running stock Flower: this Flower lacks the source of {changed} "
             "as read in Flower 1.42.0",
             f"hetfed-superlink: stock message pull: this Flower lacks the source of {changed_pull} "

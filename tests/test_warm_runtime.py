@@ -292,6 +292,11 @@ def test_warm_stock_inline_and_either_superlink_give_the_same_per_client_metrics
                 batch, single = object_route_refusals(flower)
                 assert batch == single, (batch, single)  # Flower's own token check and error reply
                 assert {status for status, _ in batch} == {401}, batch
+            if asgi == "gated" and runtime == "warm":  # the SuperLink's: Flower's node authentication
+                batch, single = fleet_route_refusals(flower)
+                assert batch == single, (batch, single)
+                assert [status for status, _ in batch[:4]] == [401] * 4, batch
+                assert batch[4][0] >= 400 and batch[4][0] != 401, batch  # authenticated; run 1 not running
             environs = flower_environs(flower)
             assert len(environs) > len(flower.processes) or runtime == "stock"  # warm: the workers too
             for pid, environ in environs.items():
@@ -305,8 +310,20 @@ def test_warm_stock_inline_and_either_superlink_give_the_same_per_client_metrics
         assert (len(moved) > 0 and all(pulled > 0 and pushed > 0 for pulled, pushed in moved)) == (
             runtime == "warm"
         ), moved
+        # A warm SuperNode moves a message's objects in one Fleet request each way where the SuperLink
+        # has the routes (hetfed's), one request each where it has not (Flower's: said once).
+        fleet = FLEET_MOVED.findall(log)
+        if runtime == "warm" and asgi == "gated":
+            assert {kind for _, kind in fleet} == {"pulled from", "pushed to"}, log[-2000:]
+            assert all(int(count) > 0 for count, _ in fleet), fleet
+        else:
+            assert not fleet, fleet
+        assert log.count("the SuperLink has no batched object routes") == (
+            runtime == "warm" and asgi == "stock"
+        )
         log = (tmp_path / name / "superlink.log").read_text()
         assert ("HTTP middleware gated by API path" in log) == (asgi == "gated"), log[-2000:]
+        assert ("objects in one Fleet request each way" in log) == (asgi == "gated"), log[-2000:]
     assert runtime_answers["warm"] == runtime_answers["stock"]
     assert {status for status, _, _ in runtime_answers["warm"]} == {200, 400, 404, 415}
     for runtime, summary in results.items():
@@ -368,6 +385,71 @@ def object_route_refusals(flower: LocalFlower) -> tuple[list[tuple[int, bytes]],
             )
             single.append((reply.status_code, reply.content))
     return batch, single
+
+
+def fleet_route_refusals(flower: LocalFlower) -> tuple[list[tuple[int, bytes]], list[tuple[int, bytes]]]:
+    """Status and body of the SuperLink's batched object routes (hetfed.runtime.object_batch) and of
+    Flower's single-object routes for the same requests: unsigned, signed by an unregistered key,
+    signed by a registered node (for a run that is not running); then a batch whose second request
+    names another node, against the single request signed by the unregistered key."""
+    from base64 import b64encode
+
+    from flwr.common.constant import TIMESTAMP_HEADER
+    from flwr.proto.fleet_pb2 import ActivateNodeRequest, ActivateNodeResponse, RegisterNodeFleetRequest
+    from flwr.proto.message_pb2 import PullObjectRequest, PushObjectRequest
+    from flwr.proto.node_pb2 import Node
+    from flwr.supercore.constant import FLEET_HTTP_PUBLIC_KEY_HEADER, FLEET_HTTP_SIGNATURE_HEADER
+    from flwr.supercore.date import now
+    from flwr.supercore.primitives.asymmetric import generate_key_pairs, public_key_to_bytes, sign_message
+
+    from hetfed.runtime.object_batch import FLEET_PULL, FLEET_PUSH, MEDIA_TYPE, framed
+
+    base, protobuf = f"http://{flower.address}", {"content-type": "application/protobuf"}
+
+    def signed(keys: tuple) -> dict[str, str]:  # what Flower's NodeAuthHttpInterceptor sends
+        stamp = now().isoformat()
+        return {
+            FLEET_HTTP_PUBLIC_KEY_HEADER: b64encode(public_key_to_bytes(keys[1])).decode(),
+            TIMESTAMP_HEADER: stamp,
+            FLEET_HTTP_SIGNATURE_HEADER: b64encode(sign_message(keys[0], stamp.encode())).decode(),
+        }
+
+    mine, stranger = generate_key_pairs(), generate_key_pairs()
+    key = public_key_to_bytes(mine[1])
+    for path, request in (
+        ("register-node", RegisterNodeFleetRequest(public_key=key)),
+        ("activate-node", ActivateNodeRequest(public_key=key, heartbeat_interval=30)),
+    ):
+        reply = httpx.post(
+            f"{base}/v1/fleet/{path}",
+            content=request.SerializeToString(),
+            headers={**protobuf, **signed(mine)},
+        )
+        assert reply.status_code == 200, reply.text
+    node = Node(node_id=ActivateNodeResponse.FromString(reply.content).node_id)
+    pull = PullObjectRequest(node=node, run_id=1, object_id="0" * 64)
+    push = PushObjectRequest(node=node, run_id=1, object_id="0" * 64, object_content=b"x", session_id="s")
+    batch, single = [], []
+    for headers in (lambda: {}, lambda: signed(stranger), lambda: signed(mine)):
+        for path, one, body in (
+            (FLEET_PULL, "/v1/fleet/pull-object", pull.SerializeToString()),
+            (FLEET_PUSH, "/v1/fleet/push-object", push.SerializeToString()),
+        ):
+            reply = httpx.post(
+                base + path, content=framed([body]), headers={"content-type": MEDIA_TYPE, **headers()}
+            )
+            batch.append((reply.status_code, reply.content))
+            reply = httpx.post(base + one, content=body, headers={**protobuf, **headers()})
+            single.append((reply.status_code, reply.content))
+    other = PullObjectRequest(node=Node(node_id=node.node_id + 1), run_id=1, object_id="0" * 64)
+    mixed = framed([pull.SerializeToString(), other.SerializeToString()])
+    reply = httpx.post(base + FLEET_PULL, content=mixed, headers={"content-type": MEDIA_TYPE, **signed(mine)})
+    batch.append((reply.status_code, reply.content))
+    single.append(single[2])  # the unregistered key's answer: 401, Flower's body
+    return batch, single
+
+
+FLEET_MOVED = re.compile(r"hetfed: (\d+) objects (pulled from|pushed to) the SuperLink in one request")
 
 
 def flower_environs(flower: LocalFlower) -> dict[int, bytes]:

@@ -45,10 +45,12 @@ class ProtobufFastPath:
     """ASGI middleware, Flower's whole middleware list in one: a unary Fleet or Runtime API call
     (a route of Flower's ``PROTOBUF_REQUEST_TYPES`` under /v1/fleet/ or /v1/runtime/, no Fleet
     event-log plugin) runs ``http_error_translator(ProtobufTranslation(NodeAuth(app)))`` with
-    Flower's own dispatch functions and a buffered ``call_next``; every other request goes
-    through ``chain`` (the gated list) built around the same app."""
+    Flower's own dispatch functions and a buffered ``call_next``; a POST to one of ``own_routes``
+    (hetfed's batched object routes, which authenticate the node themselves) runs
+    ``http_error_translator(app)``; every other request goes through ``chain`` (the gated list)
+    built around the same app."""
 
-    def __init__(self, app: ASGIApp, /, chain: list[Any]) -> None:
+    def __init__(self, app: ASGIApp, /, chain: list[Any], own_routes: tuple[str, ...] = ()) -> None:
         from flwr.supercore.error.http import http_error_translator
         from flwr.supercore.protobuf.translation import (
             PROTOBUF_REQUEST_TYPES,
@@ -60,6 +62,7 @@ class ProtobufFastPath:
         for cls, args, kwargs in reversed(chain):  # as starlette builds a middleware stack
             self.chain = cls(self.chain, *args, **kwargs)
         self.routes = {key for key in PROTOBUF_REQUEST_TYPES if key[1].startswith((FLEET, RUNTIME))}
+        self.own_routes = {("POST", path) for path in own_routes}
         self.translate_errors = http_error_translator
         self.protobuf = ProtobufTranslationMiddleware(app).dispatch
         self.node_auth = NodeAuthMiddleware(app).dispatch
@@ -68,7 +71,8 @@ class ProtobufFastPath:
         from starlette.requests import Request
 
         path = scope.get("root_path", "") + scope.get("path", "")
-        if scope["type"] != "http" or (scope["method"], path) not in self.routes:
+        key = (scope.get("method"), path)
+        if scope["type"] != "http" or (key not in self.routes and key not in self.own_routes):
             await self.chain(scope, receive, send)
             return
         fleet = path.startswith(FLEET)
@@ -78,6 +82,10 @@ class ProtobufFastPath:
 
         async def handler(request: Request) -> Any:
             return await _buffered(self.app, scope, _replay(await request.body(), receive))
+
+        if key in self.own_routes:  # not a protobuf body; the route authenticates the node itself
+            await (await self.translate_errors(Request(scope, receive), handler))(scope, receive, send)
+            return
 
         async def authenticated(request: Request) -> Any:
             return await self.node_auth(request, handler)

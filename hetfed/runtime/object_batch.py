@@ -1,43 +1,53 @@
-"""All of a task's objects in one Runtime API request each way, between hetfed-supernode and its worker.
+"""A message's objects in one request each way, on both hops: worker-SuperNode and SuperNode-SuperLink.
 
 A Flower 1.42 ClientApp pulls its message's objects from the SuperNode one request each
-(``PullObject``) and pushes its reply's the same way (``PushObject``): for hetfed's FedAvg
-message, 12 of the ~19 local HTTP requests of a task, each parsed, authenticated and answered by
-the SuperNode's FastAPI app, which made those requests about half of a SuperNode's and its worker's
-CPU in a round (docs/benchmarks.md). hetfed-supernode adds two routes to its Runtime API,
-:data:`PULL` and :data:`PUSH`, whose body is a list of Flower's own ``PullObjectRequest`` or
-``PushObjectRequest`` messages and whose reply is the list of Flower's responses: each request is
-answered by Flower's own handler (``runtime_handlers.pull_object`` / ``push_object``, the same
-NodeState calls and checks) for the task that Flower's own task-token dependency authenticated, so
-a batch is exactly what its requests sent one by one would have been. Only this local hop
-changes; the Fleet API between SuperNode and SuperLink stays Flower's.
+(``PullObject``) and pushes its reply's the same way (``PushObject``), and the SuperNode does the
+same with the SuperLink's Fleet API: for hetfed's FedAvg message, 12 of the ~19 local HTTP requests
+of a task and 6 of the ~11 Fleet requests of a silo's round, each parsed, authenticated and answered
+by a FastAPI app (docs/benchmarks.md). Both servers get two routes whose body is a list of Flower's
+own ``PullObjectRequest`` or ``PushObjectRequest`` messages and whose reply is the list of Flower's
+responses, each produced by Flower's own handler, so a batch is exactly what its requests sent one
+by one would have been:
 
-The warm worker sends through :class:`BatchedObjects`: when Flower's ``pull_task_input`` has the
-message's object tree it pulls every object in one request and answers Flower's ``PullObject``
-calls from that; Flower's ``push_message`` pushes into a buffer that :meth:`BatchedObjects.flush`
-sends in one request. Against a SuperNode without the routes (404), it sends Flower's single
-requests, as ``flwr-clientapp`` does.
+* hetfed-supernode's Runtime API, :data:`PULL` and :data:`PUSH`: Flower's ``runtime_handlers``
+  for the task that Flower's own task-token dependency authenticated;
+* hetfed-superlink's Fleet API, :data:`FLEET_PULL` and :data:`FLEET_PUSH`: Flower's
+  ``fleet_handlers`` after Flower's own ``authenticate_node`` accepted the batch's signed headers
+  for the node that every request of the batch names (a batch naming two nodes is refused with
+  Flower's 401), with Flower's error translation (a run that stopped: Flower's error reply).
+
+Clients send through :class:`BatchedObjects`: when a ``PullMessages`` reply carries object trees,
+every object is pulled in one request and Flower's ``PullObject`` calls are answered from that (an
+object not yet there: Flower's own request and retries); ``PushObject`` calls are buffered until
+every object the ``PushMessages`` reply asked for is in, then sent in one request. Against a server
+without the routes (404: Flower's own SuperNode or SuperLink) it sends Flower's single requests, so
+every mix of stock and hetfed processes works. The warm worker wraps its Runtime API client;
+hetfed-supernode wraps the Fleet client Flower's connection builds (:func:`install_fleet_client`).
 
 Body and reply: frames of ``4-byte big-endian length + serialized protobuf``, in request order.
 
-What it relies on (Flower 1.42.0), pinned by SHA-256 in :data:`PINNED_SOURCE` and checked by
-:func:`install_on_supernode` before adding the routes: the two handlers, the task-token
-dependency and the client's request path the worker sends through (the SuperNode's app factory,
-whose app the routes join, is pinned with :mod:`hetfed.runtime.fast_path`).
+What it relies on (Flower 1.42.0), pinned by SHA-256 and checked before anything is installed:
+the handlers, the task-token dependency and node authentication (:data:`PINNED_SOURCE`,
+:data:`SUPERLINK_PINNED`), the client's request path, and the SuperNode's connection and the
+pull and push steps that call it (:data:`FLEET_CLIENT_PINNED`); the SuperNode's app factory is
+pinned with :mod:`hetfed.runtime.fast_path`.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the route functions' annotations (Flower's
 # dependencies, imported inside _routes) as objects.
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
+from logging import INFO, WARNING
 from typing import TYPE_CHECKING, Any
 
-from hetfed.runtime.internals import extend_supernode_app
+from hetfed.runtime.internals import changed_pinned, extend_supernode_app
 
 if TYPE_CHECKING:
     from flwr.proto.message_pb2 import PullObjectResponse, PushObjectRequest
-    from flwr.supercore.runtime import RuntimeHttpClient
+    from flwr.supercore.protobuf.client import ProtobufClient
 
 PULL, PUSH = "/v1/runtime/hetfed/pull-objects", "/v1/runtime/hetfed/push-objects"
+FLEET_PULL, FLEET_PUSH = "/v1/fleet/hetfed/pull-objects", "/v1/fleet/hetfed/push-objects"
 MEDIA_TYPE = "application/x-hetfed-protobuf-frames"
 FRAME_HEADER = 4  # bytes of a frame's length, big-endian (as Flower's protobuf streams)
 
@@ -57,6 +67,41 @@ PINNED_SOURCE: dict[str, str] = {
     "flwr.supercore.protobuf.client:ProtobufClient._send": (
         "8841dcbf6e34dda22eebb41e1fdaa9665245bce04d3bd5d509441b714f57ca5b"
     ),
+}
+# The SuperLink's side: the Fleet handlers, Flower's node authentication and the state dependency
+# the routes call, and create_app, which calls extensions.configure_app(app) after adding its routers.
+SUPERLINK_PINNED: dict[str, str] = {
+    "flwr.superlink.servicer.fleet.fleet_handlers:pull_object": (
+        "78f6d45fda46df4763be3e7e8e99211e0d16f4cf3d927d63146eb45c57cdf6ba"
+    ),
+    "flwr.superlink.servicer.fleet.fleet_handlers:push_object": (
+        "df7e96f1188e0a40eb23b2accc1708b7d50753e6819193fd04211210c001ef66"
+    ),
+    "flwr.superlink.routers.fleet.node_auth:authenticate_node": (
+        "f8e66372d61b3653fc6ee3f9772cc89f805a01bed65e6ce55e4b5fb3a6ad3a17"
+    ),
+    "flwr.superlink.dependencies.linkstate:get_linkstate": (
+        "a5afb79e372f4518c0a41c769dd64993899c3b43f091492f5d4f257b433ce45c"
+    ),
+    "flwr.superlink.main:create_app": "ee966b630c8ba8b56315e8db3296df6c2ae6d9bd3a9826e28be63c85e321dbe1",
+}
+# The SuperNode's Fleet connection (builds its client with FleetHttpClient.from_server_address and
+# calls PullMessages / PullObject / PushMessages / PushObject through it), the pull step (objects
+# pulled after the message) and the push step (objects pushed after PushMessages), and the client's
+# request path.
+FLEET_CLIENT_PINNED: dict[str, str] = {
+    "flwr.supernode.fleet_http_connection:http_request_response": (
+        "b80ca36779c2657f161509c5f94c8524c89d3b1a0d0245a4b9eec10876f09ea1"
+    ),
+    "flwr.supernode.start_client_internal:_pull_and_store_message": (
+        "eaf5d0e36dc34e4cf46a490511d077ac55cc8edbbcdbe938c1f6dbcb758628be"
+    ),
+    "flwr.supernode.start_client_internal:_push_messages": (
+        "00bb86faffdec114db87e7f716af2acd901d12284e44f51f5c2a84704db05f64"
+    ),
+    "flwr.supercore.protobuf.client:ProtobufClient._send": PINNED_SOURCE[
+        "flwr.supercore.protobuf.client:ProtobufClient._send"
+    ],
 }
 
 
@@ -78,39 +123,53 @@ def framed(parts: Iterable[bytes]) -> bytes:
     return b"".join(len(p).to_bytes(FRAME_HEADER, "big") + p for p in parts)
 
 
-# --- the SuperNode's side ---------------------------------------------------------------------
+def why_not_as_read(pinned: dict[str, str]) -> str:
+    """ "" when this is the Flower 1.42.0 every ``pinned`` source was read in, else the first difference."""
+    try:
+        changed = changed_pinned(pinned)
+    except (ImportError, AttributeError, OSError, TypeError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return changed[0] if changed else ""
+
+
+async def _answer(request: Any, request_type: Any, handle: Callable[[list[Any]], list[Any]]) -> Any:
+    """The reply to a batch: ``handle(requests)`` (Flower's handler per request, in the thread pool
+    as Flower runs its own routes) serialized as frames; 400 when the body is not frames of
+    ``request_type``."""
+    from fastapi import HTTPException, Response
+    from google.protobuf.message import DecodeError
+    from starlette.concurrency import run_in_threadpool
+
+    try:
+        requests = [request_type.FromString(frame) for frame in frames(await request.body())]
+    except (ValueError, DecodeError) as exc:
+        raise HTTPException(status_code=400, detail=f"malformed batch: {exc}") from exc
+    replies = await run_in_threadpool(handle, requests) if requests else []
+    return Response(framed(r.SerializeToString() for r in replies), media_type=MEDIA_TYPE)
+
+
+# --- the SuperNode's Runtime API --------------------------------------------------------------
 def install_on_supernode() -> str:
     """Make ``flwr.supernode.main.create_app`` add the :data:`PULL` and :data:`PUSH` routes.
     Returns "" when installed, else why not (the worker then sends single requests)."""
 
     def with_the_routes(app: Any) -> None:
-        pull, push = _routes()
+        pull, push = _runtime_routes()
         app.add_api_route(PULL, pull, methods=["POST"], include_in_schema=False)
         app.add_api_route(PUSH, push, methods=["POST"], include_in_schema=False)
 
     return extend_supernode_app(PINNED_SOURCE, with_the_routes)
 
 
-def _routes() -> tuple[Any, Any]:
+def _runtime_routes() -> tuple[Any, Any]:
     """The two route functions, with Flower's dependencies (state, handlers, authenticated task)."""
-    from fastapi import HTTPException, Request, Response
+    from fastapi import Request, Response
     from flwr.proto.message_pb2 import PullObjectRequest, PushObjectRequest
     from flwr.supercore.dependencies.runtime import (
         RuntimeHandlersDependency,
         RuntimeStateDependency,
         TaskDependency,
     )
-    from google.protobuf.message import DecodeError
-    from starlette.concurrency import run_in_threadpool
-
-    async def answer(request: Request, request_type: Any, handle: Any) -> Response:
-        try:
-            requests = [request_type.FromString(frame) for frame in frames(await request.body())]
-        except (ValueError, DecodeError) as exc:
-            raise HTTPException(status_code=400, detail=f"malformed batch: {exc}") from exc
-        # Flower's handlers are plain functions: in the thread pool, as Flower's own routes run them.
-        replies = await run_in_threadpool(lambda: [handle(r).SerializeToString() for r in requests])
-        return Response(framed(replies), media_type=MEDIA_TYPE)
 
     async def pull_objects(
         request: Request,
@@ -118,7 +177,9 @@ def _routes() -> tuple[Any, Any]:
         handlers: RuntimeHandlersDependency,
         task: TaskDependency,
     ) -> Response:
-        return await answer(request, PullObjectRequest, lambda r: handlers.pull_object(r, state, task))
+        return await _answer(
+            request, PullObjectRequest, lambda rs: [handlers.pull_object(r, state, task) for r in rs]
+        )
 
     async def push_objects(
         request: Request,
@@ -126,25 +187,123 @@ def _routes() -> tuple[Any, Any]:
         handlers: RuntimeHandlersDependency,
         task: TaskDependency,
     ) -> Response:
-        return await answer(request, PushObjectRequest, lambda r: handlers.push_object(r, state, task))
+        return await _answer(
+            request, PushObjectRequest, lambda rs: [handlers.push_object(r, state, task) for r in rs]
+        )
 
     return pull_objects, push_objects
 
 
-# --- the worker's side ------------------------------------------------------------------------
-class BatchedObjects:
-    """A Runtime API client for Flower's ``pull_task_input`` and ``push_message`` that moves a
-    message's objects in one request each way; every other call goes to ``client`` as it is."""
+# --- the SuperLink's Fleet API ----------------------------------------------------------------
+def install_on_superlink() -> str:
+    """Make ``flwr.superlink.main.create_app`` add the :data:`FLEET_PULL` and :data:`FLEET_PUSH`
+    routes (through Flower's extension hook, ``extensions.configure_app``). Returns "" when
+    installed, else why not (nothing patched: SuperNodes then send single requests)."""
+    if why := why_not_as_read(SUPERLINK_PINNED):
+        return why
+    import flwr.superlink.extensions as extensions
 
-    def __init__(self, client: Any, *, enabled: bool = True) -> None:
+    stock = extensions.configure_app
+
+    def configure_app(app: Any) -> None:
+        stock(app)
+        pull, push = _fleet_routes()
+        app.add_api_route(FLEET_PULL, pull, methods=["POST"], include_in_schema=False)
+        app.add_api_route(FLEET_PUSH, push, methods=["POST"], include_in_schema=False)
+
+    extensions.configure_app = configure_app  # create_app calls it by module attribute
+    return ""
+
+
+def _fleet_routes() -> tuple[Any, Any]:
+    """The two Fleet route functions: Flower's node authentication, then Flower's handler per request."""
+    from fastapi import HTTPException, Request, Response
+    from flwr.proto.message_pb2 import PullObjectRequest, PushObjectRequest
+    from flwr.superlink.dependencies.linkstate import get_linkstate
+    from flwr.superlink.routers.fleet.node_auth import authenticate_node
+    from flwr.superlink.servicer.fleet import fleet_handlers
+
+    def for_the_node(request: Request, handle: Callable[[Any, Any], Any]) -> Callable[[list[Any]], list[Any]]:
+        def answer(requests: list[Any]) -> list[Any]:
+            # Flower's check of the signed headers and of the node id its protobuf request names:
+            # given the first request; every other request must name the same node.
+            request.state.protobuf_request = requests[0]
+            authenticate_node(request)
+            if any(r.node.node_id != requests[0].node.node_id for r in requests):
+                raise HTTPException(status_code=401, detail="Invalid SuperNode authentication")
+            state = get_linkstate(request)
+            return [handle(r, state) for r in requests]
+
+        return answer
+
+    async def fleet_pull_objects(request: Request) -> Response:
+        return await _answer(request, PullObjectRequest, for_the_node(request, fleet_handlers.pull_object))
+
+    async def fleet_push_objects(request: Request) -> Response:
+        return await _answer(request, PushObjectRequest, for_the_node(request, fleet_handlers.push_object))
+
+    return fleet_pull_objects, fleet_push_objects
+
+
+# --- the SuperNode's Fleet client -------------------------------------------------------------
+def install_fleet_client() -> str:
+    """Make Flower's Fleet connection (``http_request_response``) send through a
+    :class:`BatchedObjects` to :data:`FLEET_PULL` / :data:`FLEET_PUSH`. Returns "" when installed,
+    else why not (nothing patched). Call before the SuperNode connects."""
+    if why := why_not_as_read(FLEET_CLIENT_PINNED):
+        return why
+    import flwr.supernode.fleet_http_connection as connection
+
+    stock = connection.FleetHttpClient
+
+    class FleetHttpClient:
+        """What the connection builds its client with: Flower's, wrapped."""
+
+        @staticmethod
+        def from_server_address(*args: Any, **kwargs: Any) -> "BatchedObjects":
+            client = stock.from_server_address(*args, **kwargs)
+            return BatchedObjects(client, paths=(FLEET_PULL, FLEET_PUSH), hop="SuperLink", log_batches=True)
+
+    vars(connection)["FleetHttpClient"] = FleetHttpClient
+    return ""
+
+
+# --- the clients ------------------------------------------------------------------------------
+class BatchedObjects:
+    """A Flower protobuf client (the worker's Runtime API client, a SuperNode's Fleet client) that
+    moves a message's objects in one request each way; every other call goes to ``client`` as it is.
+
+    ``paths``: the (pull, push) routes of the server; ``hop``: the server, for the one log line
+    saying it has no such routes; ``log_batches``: log each batch (the warm worker logs counts per
+    task instead)."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        paths: tuple[str, str] = (PULL, PUSH),
+        hop: str = "SuperNode",
+        enabled: bool = True,
+        log_batches: bool = False,
+    ) -> None:
         self._client = client
-        self.enabled = enabled  # False once the SuperNode said it has no such routes
+        self.paths, self.hop, self.log_batches = paths, hop, log_batches
+        self.enabled = enabled  # False once the server said it has no such routes
+        self._lock = threading.Lock()  # Flower pushes and pulls objects from a few threads
         self._pulled: dict[str, PullObjectResponse] = {}
         self._pushes: list[PushObjectRequest] = []
-        self.moved = [0, 0]  # objects pulled and pushed through the batched routes (the task line says)
+        self._to_push: set[str] = set()  # the ids the last PushMessages reply asked for, not yet buffered
+        self.moved = [0, 0]  # objects pulled and pushed through the batched routes
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
+
+    def __enter__(self) -> "BatchedObjects":
+        self._client.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> Any:
+        return self._client.__exit__(*exc)
 
     def PullMessages(self, request: Any) -> Any:  # noqa: N802
         """Flower's reply, and then every object of its messages' trees in one request."""
@@ -153,57 +312,90 @@ class BatchedObjects:
 
         reply = self._client.PullMessages(request)
         if self.enabled and reply.message_object_trees:
-            ids = [
-                node.object_id for tree in reply.message_object_trees for node in iterate_object_tree(tree)
+            node = getattr(request, "node", None)  # the Fleet's requests name the node and the run
+            asked = [
+                PullObjectRequest(node=node, run_id=message.metadata.run_id, object_id=n.object_id)
+                for message, tree in zip(reply.messages_list, reply.message_object_trees, strict=True)
+                for n in iterate_object_tree(tree)
             ]
-            asked = [PullObjectRequest(object_id=i) for i in ids]
-            answers = self._post(PULL, asked)
+            try:
+                answers = self._post(self.paths[0], asked)
+            except Exception:  # noqa: BLE001 - a prefetch: Flower's own requests (and errors) follow
+                answers = None
             if answers is not None:
-                self._pulled = {
-                    i: PullObjectResponse.FromString(a) for i, a in zip(ids, answers, strict=True)
+                pulled = {
+                    a.object_id: PullObjectResponse.FromString(b) for a, b in zip(asked, answers, strict=True)
                 }
-                self.moved[0] += sum(a.object_available for a in self._pulled.values())
+                with self._lock:
+                    self._pulled = pulled
+                self.moved[0] += sum(a.object_available for a in pulled.values())
+                self._logged("pulled from", sum(a.object_available for a in pulled.values()))
         return reply
 
     def PullObject(self, request: Any) -> Any:  # noqa: N802
         """From the batch when the object was there; else Flower's single request (e.g. a retry)."""
-        answer = self._pulled.pop(request.object_id, None)
+        with self._lock:
+            answer = self._pulled.pop(request.object_id, None)
         if answer is not None and answer.object_available:
             return answer
         return self._client.PullObject(request)
 
+    def PushMessages(self, request: Any) -> Any:  # noqa: N802
+        """Flower's reply; its ``objects_to_push`` are buffered until all are in (:meth:`PushObject`)."""
+        reply = self._client.PushMessages(request)
+        with self._lock:
+            self._to_push = set(reply.objects_to_push)
+        return reply
+
     def PushObject(self, request: Any) -> Any:  # noqa: N802
-        """Buffered for :meth:`flush` (which raises Flower's ObjectPushError if it was not stored)."""
+        """Buffered; the call that completes the objects the PushMessages reply asked for sends them
+        all in one request and answers as Flower's single request would for the first not stored."""
         from flwr.proto.message_pb2 import PushObjectResponse
 
         if not self.enabled:
             return self._client.PushObject(request)
-        self._pushes.append(request)
-        return PushObjectResponse(stored=True)
+        with self._lock:
+            self._pushes.append(request)
+            self._to_push.discard(request.object_id)
+            if self._to_push:
+                return PushObjectResponse(stored=True)
+            pushes, self._pushes = self._pushes, []
+        return self._push(pushes)
 
     def flush(self) -> None:
-        """Push the buffered objects: one request, or one each without the route."""
-        from flwr.proto.message_pb2 import PushObjectResponse
-        from flwr.supercore.inflatable.inflatable_utils import ObjectPushError
+        """Send what is buffered (objects of a reply whose PushMessages did not say what to push)."""
+        with self._lock:
+            pushes, self._pushes, self._to_push = self._pushes, [], set()
+        if pushes:
+            self._push(pushes)
 
-        pushes, self._pushes = self._pushes, []
-        if not pushes:
-            return
-        answers = self._post(PUSH, pushes)
-        if answers is not None:
-            self.moved[1] += len(pushes)
+    def _push(self, pushes: list[Any]) -> Any:
+        """``pushes`` in one request (one each without the route): the answer to the first not
+        stored, else the last (Flower's push function raises ObjectPushError on ``stored=False``)."""
+        from flwr.proto.message_pb2 import PushObjectResponse
+
+        answers = self._post(self.paths[1], pushes)
+        if answers is None:
+            replies = [self._client.PushObject(p) for p in pushes]
         else:
-            answers = [self._client.PushObject(p).SerializeToString() for p in pushes]
-        for push, answer in zip(pushes, answers, strict=True):
-            if not PushObjectResponse.FromString(answer).stored:  # as Flower's push_object_fn raises
-                raise ObjectPushError(push.object_id, push.run_id, push.session_id)
+            self.moved[1] += len(pushes)
+            replies = [PushObjectResponse.FromString(a) for a in answers]
+            self._logged("pushed to", sum(r.stored for r in replies))
+        return next((r for r in replies if not r.stored), replies[-1])
+
+    def _logged(self, moved: str, count: int) -> None:
+        if self.log_batches:
+            from flwr.supercore import log
+
+            log(INFO, "hetfed: %d objects %s the %s in one request", count, moved, self.hop)
 
     def _post(self, path: str, requests: list[Any]) -> list[bytes] | None:
         """The frames of the reply to ``requests`` at ``path``; None (and batching off) on a 404."""
         import httpx
+        from flwr.supercore import log
         from flwr.supercore.protobuf.client import ProtobufRequestContext
 
-        client: RuntimeHttpClient = self._client
+        client: ProtobufClient = self._client
         http_request = client._client.build_request(
             "POST",
             f"{client._base_url}{path}",
@@ -213,6 +405,8 @@ class BatchedObjects:
         context = ProtobufRequestContext(rpc_method=path, message=requests[0], request=http_request)
         response: httpx.Response = client._send(context)
         if response.status_code == 404:
+            if self.enabled:
+                log(WARNING, "hetfed: the %s has no batched object routes: one request per object", self.hop)
             self.enabled = False
             return None
         response.raise_for_status()

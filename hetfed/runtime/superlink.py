@@ -1,6 +1,7 @@
 """``hetfed-superlink``: Flower's own SuperLink, each HTTP middleware entered only on its own API's paths.
 
-    hetfed-superlink [--asgi gated|stock] [--pull own|stock] <flower-superlink arguments>
+    hetfed-superlink [--asgi gated|stock] [--pull own|stock] [--objects batched|stock]
+                     <flower-superlink arguments>
 
 Flower 1.42's SuperLink serves the Fleet, Control and Runtime APIs from one FastAPI app whose
 every request passes eight ``BaseHTTPMiddleware`` layers. Four act only on Control API paths
@@ -29,6 +30,10 @@ checks them first; if anything differs the launcher says so in one line and runs
 ``--pull own`` (the default; in-memory state) answers a SuperNode's pull from its own messages
 only, once their objects are in (:mod:`hetfed.runtime.pull`, self-tested the same way); ``stock``
 keeps Flower's scan of every held message.
+
+``--objects batched`` (the default) adds two Fleet routes on which a hetfed-supernode moves a
+message's objects in one request each way (:mod:`hetfed.runtime.object_batch`: Flower's node
+authentication and handlers; Flower's own routes unchanged); ``stock`` adds none.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hetfed.runtime import fast_path, pull, telemetry_off
+from hetfed.runtime import fast_path, object_batch, pull, telemetry_off
 from hetfed.runtime.fast_path import FLEET, ProtobufFastPath
 from hetfed.runtime.internals import attr, changed_pinned
 
@@ -49,6 +54,7 @@ if TYPE_CHECKING:
 
 ASGI_MODES = ("gated", "stock")
 PULL_MODES = ("own", "stock")
+OBJECT_MODES = ("batched", "stock")
 CONTROL = "/v1/control/"
 _CONTROL = "flwr.superlink.routers.control.middlewares"
 
@@ -155,39 +161,52 @@ def missing_gate_internals() -> list[str]:
         return [f"{type(exc).__name__}: {exc}"]
 
 
-def hetfed_middleware(stock: Callable[[], list[Any]]) -> list[Any]:
-    """The SuperLink's middleware: one :class:`ProtobufFastPath` around the gated list."""
+def hetfed_middleware(stock: Callable[[], list[Any]], own_routes: tuple[str, ...] = ()) -> list[Any]:
+    """The SuperLink's middleware: one :class:`ProtobufFastPath` (which also serves ``own_routes``)
+    around the gated list."""
     from starlette.middleware import Middleware
 
-    return [Middleware(ProtobufFastPath, chain=gated_middleware(stock))]
+    return [Middleware(ProtobufFastPath, chain=gated_middleware(stock), own_routes=own_routes)]
 
 
-def install_gate() -> None:
+def install_gate(own_routes: tuple[str, ...] = ()) -> None:
     """Make ``flwr.superlink.main.create_app`` build its app with :func:`hetfed_middleware`."""
     import flwr.superlink.main as superlink_main
 
     stock = superlink_main._get_middleware
     # create_app looks _get_middleware up in its module's globals at each call.
-    vars(superlink_main)["_get_middleware"] = lambda: hetfed_middleware(stock)
+    vars(superlink_main)["_get_middleware"] = lambda: hetfed_middleware(stock, own_routes)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run Flower's SuperLink with the gate (``--asgi gated``) and the own-messages pull (``--pull
-    own``), each after its self-test, or without."""
+    """Run Flower's SuperLink with the gate (``--asgi gated``), the own-messages pull (``--pull
+    own``) and the batched object routes (``--objects batched``), each after its self-test, or without."""
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--asgi", default="gated")
     parser.add_argument("--pull", default="own")
+    parser.add_argument("--objects", default="batched")
     ours, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     telemetry_off()
-    for flag, value, modes in (("--asgi", ours.asgi, ASGI_MODES), ("--pull", ours.pull, PULL_MODES)):
+    for flag, value, modes in (
+        ("--asgi", ours.asgi, ASGI_MODES),
+        ("--pull", ours.pull, PULL_MODES),
+        ("--objects", ours.objects, OBJECT_MODES),
+    ):
         if value not in modes:
             raise SystemExit(f"hetfed-superlink: {flag} must be one of {', '.join(modes)}, got {value!r}")
+    own_routes: tuple[str, ...] = ()
+    if ours.objects == "batched":
+        if why := object_batch.install_on_superlink():
+            print(f"hetfed-superlink: no batched object routes: this Flower lacks {why}", file=sys.stderr)
+        else:
+            own_routes = (object_batch.FLEET_PULL, object_batch.FLEET_PUSH)
+            print("hetfed-superlink: a message's objects in one Fleet request each way", file=sys.stderr)
     if ours.asgi == "gated":
         missing = missing_gate_internals()
         if missing:
             print(f"hetfed-superlink: running stock Flower: this Flower lacks {missing[0]}", file=sys.stderr)
         else:
-            install_gate()
+            install_gate(own_routes)
             print("hetfed-superlink: HTTP middleware gated by API path", file=sys.stderr)
     if ours.pull == "own":
         if not pull.state_in_memory(rest):

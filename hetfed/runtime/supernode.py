@@ -253,6 +253,9 @@ def run_warm(flower_args: list[str], approved_apps: Path | None = None, worker: 
     if approved_apps is not None:
         install_supernode_check(approved_apps)
     supervisor = WorkerSupervisor(address, ca_file, reply_ready, node_state_expirer(), approved_apps)
+    # Before dropped.install(), which wraps the pull step this checks.
+    if batch := object_batch.install_fleet_client():
+        log(WARNING, "hetfed-supernode: a message's objects go to the SuperLink one request each: %s", batch)
     dropped.install()
     node_key.install()
     fast = fast_path.install_on_supernode()

@@ -216,8 +216,6 @@ class Worker:
                 log(ERROR, "Failed to push reply message", exc_info=ex)
             finally:
                 push_task_output(client, context, sub_status, details)
-                if self.batch_objects and not objects.enabled:
-                    log(WARNING, "hetfed warm worker: the SuperNode has no batched object routes: one each")
                 self.batch_objects = objects.enabled
                 if heartbeat.is_running:
                     heartbeat.stop()
