@@ -318,10 +318,10 @@ def driver(args: argparse.Namespace) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     OBJECT_REQUESTS.install()
     if args.path == "hetfed":  # sign with a P-256 key and batch objects, as the warm SuperNode does
-        from hetfed.runtime import node_key, object_batch
+        from hetfed.runtime import held_pull, node_key
 
         node_key.install()
-        if why := object_batch.install_fleet_client():
+        if why := held_pull.install_fleet_client():
             raise SystemExit(f"driver: the batched Fleet client cannot be installed: {why}")
     record = Path(args.record) if args.record else None
     silos = [
@@ -744,8 +744,11 @@ the silos' own CPU does not bound a large size. Each row names its SuperLink: \
 `flower-superlink` on the stock path, `hetfed-superlink` (Flower's, its middleware gated by API path) on \
 hetfed's, with "own-message pull" where a node's pull checks only its own messages and gets one only once \
 the ServerApp has pushed its objects (hetfed/runtime/pull.py; the rows named `hetfed-superlink` alone were \
-measured before it); rows measured before hetfed-superlink existed ran `flower-superlink` on both paths, so \
-there the difference is the ServerApp (strategy, reply polling, message packing) and the silos' polling. \
+measured before it), and "batched objects" where hetfed's silos send through the warm SuperNode's Fleet \
+client, which moves a message's objects in one request each way (hetfed/runtime/object_batch.py; object \
+requests are counted on the wire, a batch as one); rows measured before hetfed-superlink existed ran \
+`flower-superlink` on both paths, so there the difference is the ServerApp (strategy, reply polling, \
+message packing) and the silos' polling. \
 R rounds per run (silos: R; {rounds}); rounds 2..R-1 \
 measured (the first carries start-up and hetfed's discovery exchange, hetfed's last its evaluation). \
 **SuperLink CPU** is utime + stime of the SuperLink process over those rounds, idle heartbeats \

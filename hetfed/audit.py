@@ -109,8 +109,9 @@ def superlink_runs(flower: LocalFlower) -> dict[str, tuple[str, dict[str, Any]]]
 
 def record_down(flower: LocalFlower) -> list[dict[str, Any]]:
     """A ``stop`` for each run the SuperLink has not finished: ``hetfed federation down`` ends them
-    all. None when the SuperLink does not answer (no run goes on without it)."""
-    if not flower.healthy():
+    all. None when the SuperLink does not answer (no run goes on without it); a dead one refuses at
+    once, a busy one may take seconds (a loaded machine: the entry must not be lost)."""
+    if not flower.healthy(timeout=20.0):
         return []
     try:
         runs = superlink_runs(flower)

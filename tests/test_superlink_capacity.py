@@ -49,8 +49,10 @@ def test_every_silo_reply_reaches_the_serverapp(path: str, replies: str, tmp_pat
     assert m["superlink-cpu-per-round-s"] > 0 and m["superlink-rss-mb"] > 0
     # Object requests as counted on the wire: hetfed's silos move a message's objects in one request
     # each way (hetfed.runtime.object_batch); Flower's send one per object of the model.
+    # Counted in the measured window, which may cut one silo's message from its objects (1 / SILOS).
     per = m["fleet-requests-per-silo-round"]
     if path == "hetfed":
-        assert per["object-pull"] == per["object-push"] == per["pull-message"] == 1.0, per
+        for kind in ("object-pull", "object-push"):
+            assert abs(per[kind] - per["pull-message"]) <= 1 / SILOS + 1e-9, per
     else:
         assert per["object-pull"] >= 3 * per["pull-message"] and per["object-push"] >= 3, per

@@ -205,9 +205,9 @@ def test_a_flower_the_gate_was_not_read_in_runs_stock_and_says_so(tmp_path: Path
         assert lines == [
             f"hetfed-superlink: no batched object routes: this Flower lacks the source of {changed_objects} "
             "as read in Flower 1.42.0",
-            f"hetfed-superlink: running stock Flower: this Flower lacks the source of {changed} "
-            "as read in Flower 1.42.0",
             f"hetfed-superlink: stock message pull: this Flower lacks the source of {changed_pull} "
+            "as read in Flower 1.42.0",
+            f"hetfed-superlink: running stock Flower: this Flower lacks the source of {changed} "
             "as read in Flower 1.42.0",
         ]
     finally:

@@ -160,3 +160,36 @@ def test_the_pull_is_changed_only_for_a_state_in_memory(args: list[str], in_memo
 def test_a_limit_below_one_is_refused_as_flower_refuses_it(links: tuple[Link, Link]) -> None:
     with pytest.raises(AssertionError, match="limit"):
         pull.own_complete_messages(links[1].state, links[1].nodes[0], 0)
+
+
+def test_a_held_pull_is_rung_when_the_last_object_of_its_message_is_stored(links: tuple[Link, Link]) -> None:
+    """hetfed.runtime.held_pull: the doorbell of node 0 rings once the ServerApp stored the last object
+    of node 0's message (from another thread, as the Runtime API's thread pool stores them), not at
+    the message alone, and never node 1's; the message is then what node 0's pull gets."""
+    import asyncio
+    import types
+
+    from flwr.supercore.corestate.in_memory_corestate import InMemoryCoreState
+
+    from hetfed.runtime import held_pull
+
+    assert held_pull.why_not_as_read(held_pull.PINNED_SOURCE) == ""
+    link = links[1]
+    # The wrapper hetfed-superlink installs on the class, on this one state (other tests share the class).
+    link.state.store_object = types.MethodType(held_pull.ringing(InMemoryCoreState.store_object), link.state)
+    bell = held_pull.DOORBELL
+
+    async def scenario() -> tuple[bool, bool, bool]:
+        with bell.held(link.nodes[0]) as node0, bell.held(link.nodes[1]) as node1:
+            message = link.push(0, 1, objects=False)
+            await asyncio.sleep(0.05)
+            early = node0.is_set()
+            await asyncio.to_thread(link.push_objects, message)
+            await asyncio.wait_for(node0.wait(), 5)
+            await asyncio.sleep(0.05)
+            return early, node0.is_set(), node1.is_set()
+
+    early, rung, other = asyncio.run(scenario())
+    assert (early, rung, other) == (False, True, False)
+    assert link.drain(0, pull.own_complete_messages) == [1]
+    assert not bell._held  # every held pull let go of its node

@@ -297,6 +297,7 @@ def test_warm_stock_inline_and_either_superlink_give_the_same_per_client_metrics
                 assert batch == single, (batch, single)
                 assert [status for status, _ in batch[:4]] == [401] * 4, batch
                 assert batch[4][0] >= 400 and batch[4][0] != 401, batch  # authenticated; run 1 not running
+                assert [status for status, _ in batch[-3:]] == [401, 401, 200], batch
             environs = flower_environs(flower)
             assert len(environs) > len(flower.processes) or runtime == "stock"  # warm: the workers too
             for pid, environ in environs.items():
@@ -318,12 +319,12 @@ def test_warm_stock_inline_and_either_superlink_give_the_same_per_client_metrics
             assert all(int(count) > 0 for count, _ in fleet), fleet
         else:
             assert not fleet, fleet
-        assert log.count("the SuperLink has no batched object routes") == (
-            runtime == "warm" and asgi == "stock"
-        )
+        for said in ("the SuperLink has no batched object routes", "the SuperLink holds no pulls"):
+            assert log.count(said) == (runtime == "warm" and asgi == "stock"), (said, log[-2000:])
         log = (tmp_path / name / "superlink.log").read_text()
         assert ("HTTP middleware gated by API path" in log) == (asgi == "gated"), log[-2000:]
         assert ("objects in one Fleet request each way" in log) == (asgi == "gated"), log[-2000:]
+        assert ("an empty pull is held up to" in log) == (asgi == "gated"), log[-2000:]
     assert runtime_answers["warm"] == runtime_answers["stock"]
     assert {status for status, _, _ in runtime_answers["warm"]} == {200, 400, 404, 415}
     for runtime, summary in results.items():
@@ -391,17 +392,24 @@ def fleet_route_refusals(flower: LocalFlower) -> tuple[list[tuple[int, bytes]], 
     """Status and body of the SuperLink's batched object routes (hetfed.runtime.object_batch) and of
     Flower's single-object routes for the same requests: unsigned, signed by an unregistered key,
     signed by a registered node (for a run that is not running); then a batch whose second request
-    names another node, against the single request signed by the unregistered key."""
+    names another node, against the single request signed by the unregistered key; then the held
+    pull against Flower's pull, unsigned, by the unregistered key and by the node (nothing to pull)."""
     from base64 import b64encode
 
     from flwr.common.constant import TIMESTAMP_HEADER
-    from flwr.proto.fleet_pb2 import ActivateNodeRequest, ActivateNodeResponse, RegisterNodeFleetRequest
+    from flwr.proto.fleet_pb2 import (
+        ActivateNodeRequest,
+        ActivateNodeResponse,
+        PullMessagesRequest,
+        RegisterNodeFleetRequest,
+    )
     from flwr.proto.message_pb2 import PullObjectRequest, PushObjectRequest
     from flwr.proto.node_pb2 import Node
     from flwr.supercore.constant import FLEET_HTTP_PUBLIC_KEY_HEADER, FLEET_HTTP_SIGNATURE_HEADER
     from flwr.supercore.date import now
     from flwr.supercore.primitives.asymmetric import generate_key_pairs, public_key_to_bytes, sign_message
 
+    from hetfed.runtime.held_pull import PULL_MESSAGES, WAIT
     from hetfed.runtime.object_batch import FLEET_PULL, FLEET_PUSH, MEDIA_TYPE, framed
 
     base, protobuf = f"http://{flower.address}", {"content-type": "application/protobuf"}
@@ -446,6 +454,20 @@ def fleet_route_refusals(flower: LocalFlower) -> tuple[list[tuple[int, bytes]], 
     reply = httpx.post(base + FLEET_PULL, content=mixed, headers={"content-type": MEDIA_TYPE, **signed(mine)})
     batch.append((reply.status_code, reply.content))
     single.append(single[2])  # the unregistered key's answer: 401, Flower's body
+    # The held pull (hetfed.runtime.held_pull): Flower's answers; with nothing for the node, held WAIT s.
+    messages = PullMessagesRequest(node=node).SerializeToString()
+    for headers in (lambda: {}, lambda: signed(stranger), lambda: signed(mine)):
+        started = time.monotonic()
+        reply = httpx.post(
+            base + PULL_MESSAGES, content=messages, headers={**protobuf, **headers()}, timeout=30
+        )
+        held = time.monotonic() - started
+        batch.append((reply.status_code, reply.content))
+        reply = httpx.post(
+            base + "/v1/fleet/pull-messages", content=messages, headers={**protobuf, **headers()}
+        )
+        single.append((reply.status_code, reply.content))
+    assert WAIT - 0.5 < held < WAIT + 5, held  # the last: authenticated, nothing to pull
     return batch, single
 
 

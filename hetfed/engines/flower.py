@@ -266,9 +266,10 @@ class LocalFlower:
     def health_url(self) -> str:
         return f"{'https' if self.ca else 'http'}://{self.address}/health"
 
-    def healthy(self) -> bool:
-        """Whether the SuperLink answers ``/health`` (over HTTPS verified with ``ca`` when set)."""
-        return _http_ok(self.health_url, self.ca)
+    def healthy(self, timeout: float = 2.0) -> bool:
+        """Whether the SuperLink answers ``/health`` within ``timeout`` s (over HTTPS verified with
+        ``ca`` when set)."""
+        return _http_ok(self.health_url, self.ca, timeout)
 
     # --- processes ------------------------------------------------------------------
     def spawn(self, name: str, cmd: list[str], cwd: Path | None = None) -> subprocess.Popen:
@@ -589,10 +590,10 @@ def _group_alive(pid: int) -> bool:
     return any(not s.startswith("Z") for s in out.stdout.split())
 
 
-def _http_ok(url: str, ca: Path | None = None) -> bool:
+def _http_ok(url: str, ca: Path | None = None, timeout: float = 2.0) -> bool:
     context = ssl.create_default_context(cafile=str(ca)) if ca else None
     try:
-        with urllib.request.urlopen(url, timeout=2, context=context) as r:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as r:
             return r.status == 200
     except OSError:
         return False

@@ -76,6 +76,34 @@ def extend_supernode_app(pinned: Mapping[str, str], extend: Callable[[Any], None
     return ""
 
 
+def extend_superlink_app(pinned: Mapping[str, str], extend: Callable[[Any], None]) -> str:
+    """Make ``flwr.superlink.main.create_app`` call ``extend(app)`` once it added its routers (through
+    Flower's extension hook ``extensions.configure_app``), if this is the Flower 1.42.0 every
+    ``pinned`` source (and create_app's) was read in. Returns "" when installed, else why not
+    (nothing patched). Call before the SuperLink starts."""
+    try:
+        changed = changed_pinned({**pinned, **SUPERLINK_APP})
+        import flwr.superlink.extensions as extensions
+    except (ImportError, AttributeError, OSError, TypeError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if changed:
+        return changed[0]
+    stock = extensions.configure_app
+
+    def configure_app(app: Any) -> None:
+        stock(app)
+        extend(app)
+
+    extensions.configure_app = configure_app  # create_app calls it by module attribute
+    return ""
+
+
+# create_app, which calls extensions.configure_app(app) after adding its routers (Flower 1.42.0).
+SUPERLINK_APP = {
+    "flwr.superlink.main:create_app": "ee966b630c8ba8b56315e8db3296df6c2ae6d9bd3a9826e28be63c85e321dbe1"
+}
+
+
 def _source_has(path: str, *snippets: str) -> Callable[[], bool]:
     return lambda: all(s in inspect.getsource(attr(path)) for s in snippets)
 

@@ -40,9 +40,10 @@ from collections.abc import Callable, Iterable
 from logging import INFO, WARNING
 from typing import TYPE_CHECKING, Any
 
-from hetfed.runtime.internals import changed_pinned, extend_supernode_app
+from hetfed.runtime.internals import changed_pinned, extend_superlink_app, extend_supernode_app
 
 if TYPE_CHECKING:
+    import httpx
     from flwr.proto.message_pb2 import PullObjectResponse, PushObjectRequest
     from flwr.supercore.protobuf.client import ProtobufClient
 
@@ -69,7 +70,7 @@ PINNED_SOURCE: dict[str, str] = {
     ),
 }
 # The SuperLink's side: the Fleet handlers, Flower's node authentication and the state dependency
-# the routes call, and create_app, which calls extensions.configure_app(app) after adding its routers.
+# the routes call (create_app is pinned with internals.extend_superlink_app).
 SUPERLINK_PINNED: dict[str, str] = {
     "flwr.superlink.servicer.fleet.fleet_handlers:pull_object": (
         "78f6d45fda46df4763be3e7e8e99211e0d16f4cf3d927d63146eb45c57cdf6ba"
@@ -83,25 +84,6 @@ SUPERLINK_PINNED: dict[str, str] = {
     "flwr.superlink.dependencies.linkstate:get_linkstate": (
         "a5afb79e372f4518c0a41c769dd64993899c3b43f091492f5d4f257b433ce45c"
     ),
-    "flwr.superlink.main:create_app": "ee966b630c8ba8b56315e8db3296df6c2ae6d9bd3a9826e28be63c85e321dbe1",
-}
-# The SuperNode's Fleet connection (builds its client with FleetHttpClient.from_server_address and
-# calls PullMessages / PullObject / PushMessages / PushObject through it), the pull step (objects
-# pulled after the message) and the push step (objects pushed after PushMessages), and the client's
-# request path.
-FLEET_CLIENT_PINNED: dict[str, str] = {
-    "flwr.supernode.fleet_http_connection:http_request_response": (
-        "b80ca36779c2657f161509c5f94c8524c89d3b1a0d0245a4b9eec10876f09ea1"
-    ),
-    "flwr.supernode.start_client_internal:_pull_and_store_message": (
-        "eaf5d0e36dc34e4cf46a490511d077ac55cc8edbbcdbe938c1f6dbcb758628be"
-    ),
-    "flwr.supernode.start_client_internal:_push_messages": (
-        "00bb86faffdec114db87e7f716af2acd901d12284e44f51f5c2a84704db05f64"
-    ),
-    "flwr.supercore.protobuf.client:ProtobufClient._send": PINNED_SOURCE[
-        "flwr.supercore.protobuf.client:ProtobufClient._send"
-    ],
 }
 
 
@@ -197,22 +179,15 @@ def _runtime_routes() -> tuple[Any, Any]:
 # --- the SuperLink's Fleet API ----------------------------------------------------------------
 def install_on_superlink() -> str:
     """Make ``flwr.superlink.main.create_app`` add the :data:`FLEET_PULL` and :data:`FLEET_PUSH`
-    routes (through Flower's extension hook, ``extensions.configure_app``). Returns "" when
-    installed, else why not (nothing patched: SuperNodes then send single requests)."""
-    if why := why_not_as_read(SUPERLINK_PINNED):
-        return why
-    import flwr.superlink.extensions as extensions
+    routes. Returns "" when installed, else why not (nothing patched: SuperNodes then send single
+    requests)."""
 
-    stock = extensions.configure_app
-
-    def configure_app(app: Any) -> None:
-        stock(app)
+    def with_the_routes(app: Any) -> None:
         pull, push = _fleet_routes()
         app.add_api_route(FLEET_PULL, pull, methods=["POST"], include_in_schema=False)
         app.add_api_route(FLEET_PUSH, push, methods=["POST"], include_in_schema=False)
 
-    extensions.configure_app = configure_app  # create_app calls it by module attribute
-    return ""
+    return extend_superlink_app(SUPERLINK_PINNED, with_the_routes)
 
 
 def _fleet_routes() -> tuple[Any, Any]:
@@ -243,29 +218,6 @@ def _fleet_routes() -> tuple[Any, Any]:
         return await _answer(request, PushObjectRequest, for_the_node(request, fleet_handlers.push_object))
 
     return fleet_pull_objects, fleet_push_objects
-
-
-# --- the SuperNode's Fleet client -------------------------------------------------------------
-def install_fleet_client() -> str:
-    """Make Flower's Fleet connection (``http_request_response``) send through a
-    :class:`BatchedObjects` to :data:`FLEET_PULL` / :data:`FLEET_PUSH`. Returns "" when installed,
-    else why not (nothing patched). Call before the SuperNode connects."""
-    if why := why_not_as_read(FLEET_CLIENT_PINNED):
-        return why
-    import flwr.supernode.fleet_http_connection as connection
-
-    stock = connection.FleetHttpClient
-
-    class FleetHttpClient:
-        """What the connection builds its client with: Flower's, wrapped."""
-
-        @staticmethod
-        def from_server_address(*args: Any, **kwargs: Any) -> "BatchedObjects":
-            client = stock.from_server_address(*args, **kwargs)
-            return BatchedObjects(client, paths=(FLEET_PULL, FLEET_PUSH), hop="SuperLink", log_batches=True)
-
-    vars(connection)["FleetHttpClient"] = FleetHttpClient
-    return ""
 
 
 # --- the clients ------------------------------------------------------------------------------
@@ -310,7 +262,7 @@ class BatchedObjects:
         from flwr.proto.message_pb2 import PullObjectRequest, PullObjectResponse
         from flwr.supercore.inflatable.inflatable_object import iterate_object_tree
 
-        reply = self._client.PullMessages(request)
+        reply = self._pull_messages(request)
         if self.enabled and reply.message_object_trees:
             node = getattr(request, "node", None)  # the Fleet's requests name the node and the run
             asked = [
@@ -331,6 +283,9 @@ class BatchedObjects:
                 self.moved[0] += sum(a.object_available for a in pulled.values())
                 self._logged("pulled from", sum(a.object_available for a in pulled.values()))
         return reply
+
+    def _pull_messages(self, request: Any) -> Any:
+        return self._client.PullMessages(request)
 
     def PullObject(self, request: Any) -> Any:  # noqa: N802
         """From the batch when the object was there; else Flower's single request (e.g. a retry)."""
@@ -391,19 +346,9 @@ class BatchedObjects:
 
     def _post(self, path: str, requests: list[Any]) -> list[bytes] | None:
         """The frames of the reply to ``requests`` at ``path``; None (and batching off) on a 404."""
-        import httpx
         from flwr.supercore import log
-        from flwr.supercore.protobuf.client import ProtobufRequestContext
 
-        client: ProtobufClient = self._client
-        http_request = client._client.build_request(
-            "POST",
-            f"{client._base_url}{path}",
-            content=framed(r.SerializeToString() for r in requests),
-            headers={"content-type": MEDIA_TYPE, "accept": MEDIA_TYPE},
-        )
-        context = ProtobufRequestContext(rpc_method=path, message=requests[0], request=http_request)
-        response: httpx.Response = client._send(context)
+        response = self._send(path, framed(r.SerializeToString() for r in requests), requests[0], MEDIA_TYPE)
         if response.status_code == 404:
             if self.enabled:
                 log(WARNING, "hetfed: the %s has no batched object routes: one request per object", self.hop)
@@ -414,3 +359,21 @@ class BatchedObjects:
         if len(answers) != len(requests):
             raise ValueError(f"{path}: {len(answers)} answers to {len(requests)} requests")
         return answers
+
+    def _send(
+        self, path: str, content: bytes, message: Any, media_type: str, timeout: float | None = None
+    ) -> "httpx.Response":
+        """POST ``content`` to ``path`` through the client's interceptors (Flower's signing, version
+        headers); ``message``: the protobuf request they see."""
+        from flwr.supercore.protobuf.client import ProtobufRequestContext
+
+        client: ProtobufClient = self._client
+        http_request = client._client.build_request(
+            "POST",
+            f"{client._base_url}{path}",
+            content=content,
+            headers={"content-type": media_type, "accept": media_type},
+            timeout=client._client.timeout if timeout is None else timeout,
+        )
+        context = ProtobufRequestContext(rpc_method=path, message=message, request=http_request)
+        return client._send(context)

@@ -28,8 +28,9 @@ checks them first; if anything differs the launcher says so in one line and runs
 ``stock`` runs Flower's SuperLink unchanged, in this process.
 
 ``--pull own`` (the default; in-memory state) answers a SuperNode's pull from its own messages
-only, once their objects are in (:mod:`hetfed.runtime.pull`, self-tested the same way); ``stock``
-keeps Flower's scan of every held message.
+only, once their objects are in (:mod:`hetfed.runtime.pull`, self-tested the same way), and adds a
+Fleet route on which a hetfed-supernode's empty pull is held until one of its messages is complete
+(:mod:`hetfed.runtime.held_pull`); ``stock`` keeps Flower's scan of every held message.
 
 ``--objects batched`` (the default) adds two Fleet routes on which a hetfed-supernode moves a
 message's objects in one request each way (:mod:`hetfed.runtime.object_batch`: Flower's node
@@ -45,7 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hetfed.runtime import fast_path, object_batch, pull, telemetry_off
+from hetfed.runtime import fast_path, held_pull, object_batch, pull, telemetry_off
 from hetfed.runtime.fast_path import FLEET, ProtobufFastPath
 from hetfed.runtime.internals import attr, changed_pinned
 
@@ -201,13 +202,6 @@ def main(argv: list[str] | None = None) -> None:
         else:
             own_routes = (object_batch.FLEET_PULL, object_batch.FLEET_PUSH)
             print("hetfed-superlink: a message's objects in one Fleet request each way", file=sys.stderr)
-    if ours.asgi == "gated":
-        missing = missing_gate_internals()
-        if missing:
-            print(f"hetfed-superlink: running stock Flower: this Flower lacks {missing[0]}", file=sys.stderr)
-        else:
-            install_gate(own_routes)
-            print("hetfed-superlink: HTTP middleware gated by API path", file=sys.stderr)
     if ours.pull == "own":
         if not pull.state_in_memory(rest):
             why = "the state is on disk (--database)"
@@ -219,6 +213,18 @@ def main(argv: list[str] | None = None) -> None:
         else:
             pull.install()
             print("hetfed-superlink: a node's pull sees its own complete messages", file=sys.stderr)
+            if why := held_pull.install_on_superlink():
+                print(f"hetfed-superlink: no held pull: this Flower lacks {why}", file=sys.stderr)
+            else:
+                own_routes += (held_pull.PULL_MESSAGES,)
+                print(f"hetfed-superlink: an empty pull is held up to {held_pull.WAIT:g} s", file=sys.stderr)
+    if ours.asgi == "gated":
+        missing = missing_gate_internals()
+        if missing:
+            print(f"hetfed-superlink: running stock Flower: this Flower lacks {missing[0]}", file=sys.stderr)
+        else:
+            install_gate(own_routes)
+            print("hetfed-superlink: HTTP middleware gated by API path", file=sys.stderr)
     from flwr.superlink.cli.flower_superlink import flower_superlink
 
     # Flower picks its exit telemetry event by the program name.

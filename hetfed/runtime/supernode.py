@@ -245,7 +245,7 @@ def run_warm(flower_args: list[str], approved_apps: Path | None = None, worker: 
     from flwr.supercore import log
     from flwr.supernode.cli import flower_supernode
 
-    from hetfed.runtime import dropped, fast_path, node_key, object_batch, waits
+    from hetfed.runtime import dropped, fast_path, held_pull, node_key, object_batch, waits
 
     args = with_isolation(flower_args, "process")
     address, ca_file = runtime_api(args)
@@ -254,8 +254,8 @@ def run_warm(flower_args: list[str], approved_apps: Path | None = None, worker: 
         install_supernode_check(approved_apps)
     supervisor = WorkerSupervisor(address, ca_file, reply_ready, node_state_expirer(), approved_apps)
     # Before dropped.install(), which wraps the pull step this checks.
-    if batch := object_batch.install_fleet_client():
-        log(WARNING, "hetfed-supernode: a message's objects go to the SuperLink one request each: %s", batch)
+    if batch := held_pull.install_fleet_client():
+        log(WARNING, "hetfed-supernode: Flower's Fleet client (no batched objects, no held pull): %s", batch)
     dropped.install()
     node_key.install()
     fast = fast_path.install_on_supernode()
