@@ -73,11 +73,12 @@ REPLIES = ("trained", "light")  # how hetfed's simulated silos answer a train me
 # The SuperLink each path runs: stock Flower's, or hetfed's (its middleware gated by API path,
 # hetfed/runtime/superlink.py, and a node's pull from its own complete messages, hetfed/runtime/pull.py).
 # Rows measured before hetfed-superlink existed name none: both paths ran flower-superlink then; rows
-# named "hetfed-superlink" were measured before its own-message pull, rows without "batched objects"
-# before a message's objects moved in one Fleet request each way (hetfed/runtime/object_batch.py).
+# named "hetfed-superlink" were measured before its own-message pull, rows without "batched objects,
+# held pull" before a message's objects moved in one Fleet request each way and an empty pull waited
+# at the SuperLink (hetfed/runtime/object_batch.py, hetfed/runtime/held_pull.py).
 SUPERLINKS = {
     "stock": ("flower-superlink", "stock"),
-    "hetfed": ("hetfed-superlink, own-message pull, batched objects", "gated"),
+    "hetfed": ("hetfed-superlink, own-message pull, batched objects, held pull", "gated"),
 }
 SILOS_PER_DRIVER = 250
 JOINING = 4  # silos of a driver registering at once
@@ -744,11 +745,12 @@ the silos' own CPU does not bound a large size. Each row names its SuperLink: \
 `flower-superlink` on the stock path, `hetfed-superlink` (Flower's, its middleware gated by API path) on \
 hetfed's, with "own-message pull" where a node's pull checks only its own messages and gets one only once \
 the ServerApp has pushed its objects (hetfed/runtime/pull.py; the rows named `hetfed-superlink` alone were \
-measured before it), and "batched objects" where hetfed's silos send through the warm SuperNode's Fleet \
-client, which moves a message's objects in one request each way (hetfed/runtime/object_batch.py; object \
-requests are counted on the wire, a batch as one); rows measured before hetfed-superlink existed ran \
-`flower-superlink` on both paths, so there the difference is the ServerApp (strategy, reply polling, \
-message packing) and the silos' polling. \
+measured before it), and "batched objects, held pull" where hetfed's silos send through the warm \
+SuperNode's Fleet client, which moves a message's objects in one request each way and whose empty pull \
+the SuperLink holds up to 5 s until one of the silo's messages is complete (hetfed/runtime/object_batch.py, \
+hetfed/runtime/held_pull.py; object requests are counted on the wire, a batch as one); rows measured \
+before hetfed-superlink existed ran `flower-superlink` on both paths, so there the difference is the \
+ServerApp (strategy, reply polling, message packing) and the silos' polling. \
 R rounds per run (silos: R; {rounds}); rounds 2..R-1 \
 measured (the first carries start-up and hetfed's discovery exchange, hetfed's last its evaluation). \
 **SuperLink CPU** is utime + stime of the SuperLink process over those rounds, idle heartbeats \

@@ -280,7 +280,18 @@ def test_warm_stock_inline_and_either_superlink_give_the_same_per_client_metrics
         flower = start_federation(tmp_path / name, runtime, 2, asgi=asgi)
         try:
             cfg = prepare({**overrides, "run-name": name}, "deployment", tmp_path / "results")
-            results[name] = run_to_end(flower, REPO, cfg)
+            run_id = flower.submit(REPO, cfg)
+            assert flower.wait_run(run_id, timeout=900) == "finished:completed", flower.run_log(run_id)[
+                -3000:
+            ]
+            results[name] = json.loads((tmp_path / "results" / name / "summary.json").read_text())
+            # The ServerApp's objects (hetfed.runtime.object_batch.batch_grid): batched where the
+            # SuperLink has the routes, Flower's single requests (said once) where it has not.
+            run_log = flower.run_log(run_id)
+            moved = [tuple(map(int, m)) for m in SERVERAPP_MOVED.findall(run_log)]
+            assert len(moved) == 1 and (min(moved[0]) > 0) == (asgi == "gated"), (moved, run_log[-2000:])
+            said = run_log.count("the SuperLink has no batched object routes")
+            assert said == (asgi == "stock"), run_log[-2000:]
             with ControlApi(flower.home, CONNECTION) as control:
                 curves = {bytes_to_public_key(n.public_key).curve.name for n in control.nodes()}
             # hetfed.runtime.node_key: a warm SuperNode registers itself with a P-256 key
@@ -471,6 +482,7 @@ def fleet_route_refusals(flower: LocalFlower) -> tuple[list[tuple[int, bytes]], 
     return batch, single
 
 
+SERVERAPP_MOVED = re.compile(r"hetfed ServerApp: objects in one request each way: (\d+) pulled, (\d+) pushed")
 FLEET_MOVED = re.compile(r"hetfed: (\d+) objects (pulled from|pushed to) the SuperLink in one request")
 
 

@@ -70,8 +70,15 @@ PINNED_SOURCE: dict[str, str] = {
     ),
 }
 # The SuperLink's side: the Fleet handlers, Flower's node authentication and the state dependency
-# the routes call (create_app is pinned with internals.extend_superlink_app).
+# the routes call, and the Runtime API handlers the ServerApp's batches go to (with the task-token
+# dependency of PINNED_SOURCE; create_app is pinned with internals.extend_superlink_app).
 SUPERLINK_PINNED: dict[str, str] = {
+    "flwr.superlink.servicer.runtime.runtime_handlers:pull_object": (
+        "9fad81e6c59e35d8ef040b1abb6ac2542e199964f27a27854e518a1facb14237"
+    ),
+    "flwr.superlink.servicer.runtime.runtime_handlers:push_object": (
+        "b2f9c8ea398e9778bc71601870bf94f973375aa1b60c4613d0a00ae9cfe7eb39"
+    ),
     "flwr.superlink.servicer.fleet.fleet_handlers:pull_object": (
         "78f6d45fda46df4763be3e7e8e99211e0d16f4cf3d927d63146eb45c57cdf6ba"
     ),
@@ -84,6 +91,29 @@ SUPERLINK_PINNED: dict[str, str] = {
     "flwr.superlink.dependencies.linkstate:get_linkstate": (
         "a5afb79e372f4518c0a41c769dd64993899c3b43f091492f5d4f257b433ce45c"
     ),
+    "flwr.supercore.dependencies.runtime:get_task": PINNED_SOURCE[
+        "flwr.supercore.dependencies.runtime:get_task"
+    ],
+    "flwr.supercore.dependencies.task:authenticate_task": PINNED_SOURCE[
+        "flwr.supercore.dependencies.task:authenticate_task"
+    ],
+}
+# The ServerApp's grid (HttpGrid): its Runtime API client (set by _connect), the push (PushMessages,
+# then PushObject for the objects it asks for) and the pull (PullMessages, then PullObject for each
+# object of each reply's tree), and the client's request path.
+GRID_PINNED: dict[str, str] = {
+    "flwr.superlink.grid.http_grid:HttpGrid._connect": (
+        "a15a944f65181da90c1afea72d403524d411ebea7760752cdca706787618c699"
+    ),
+    "flwr.superlink.grid.http_grid:HttpGrid._try_push_messages": (
+        "6e420bc3237c65bbc51d0e0ded1331c577e1a797a21cda6fed560712995b5352"
+    ),
+    "flwr.superlink.grid.http_grid:HttpGrid.pull_messages": (
+        "67a5266a5a2ed51557437a15ef4c8844f46576bc5bb6b0753d2a2f6230a3aa83"
+    ),
+    "flwr.supercore.protobuf.client:ProtobufClient._send": PINNED_SOURCE[
+        "flwr.supercore.protobuf.client:ProtobufClient._send"
+    ],
 }
 
 
@@ -179,13 +209,16 @@ def _runtime_routes() -> tuple[Any, Any]:
 # --- the SuperLink's Fleet API ----------------------------------------------------------------
 def install_on_superlink() -> str:
     """Make ``flwr.superlink.main.create_app`` add the :data:`FLEET_PULL` and :data:`FLEET_PUSH`
-    routes. Returns "" when installed, else why not (nothing patched: SuperNodes then send single
-    requests)."""
+    routes, and :data:`PULL` and :data:`PUSH` to its Runtime API (the ServerApp's). Returns "" when
+    installed, else why not (nothing patched: SuperNodes and ServerApps then send single requests)."""
 
     def with_the_routes(app: Any) -> None:
         pull, push = _fleet_routes()
         app.add_api_route(FLEET_PULL, pull, methods=["POST"], include_in_schema=False)
         app.add_api_route(FLEET_PUSH, push, methods=["POST"], include_in_schema=False)
+        pull, push = _runtime_routes()
+        app.add_api_route(PULL, pull, methods=["POST"], include_in_schema=False)
+        app.add_api_route(PUSH, push, methods=["POST"], include_in_schema=False)
 
     return extend_superlink_app(SUPERLINK_PINNED, with_the_routes)
 
@@ -220,6 +253,28 @@ def _fleet_routes() -> tuple[Any, Any]:
     return fleet_pull_objects, fleet_push_objects
 
 
+# --- the ServerApp's grid ---------------------------------------------------------------------
+def batch_grid(grid: Any) -> "BatchedObjects | None":
+    """Make a ServerApp's ``HttpGrid`` (the Runtime API's, as ``flwr-serverapp`` builds it) send
+    through a :class:`BatchedObjects`, and return it; None (and one log line) where its source
+    differs, None for any other grid (the inline and simulation engines move no objects over HTTP)."""
+    from flwr.supercore import log
+
+    try:
+        from flwr.superlink.grid.http_grid import HttpGrid
+    except ImportError:
+        return None
+    if not isinstance(grid, HttpGrid):
+        return None
+    if why := why_not_as_read(GRID_PINNED):
+        log(WARNING, "hetfed: the ServerApp's objects go one request each: %s", why)
+        return None
+    batched = BatchedObjects(grid._runtime_client, hop="SuperLink", node=grid.node)
+    # The grid reads its client from this attribute at every call (HttpGrid._runtime_client).
+    vars(grid)["_client"] = batched
+    return batched
+
+
 # --- the clients ------------------------------------------------------------------------------
 class BatchedObjects:
     """A Flower protobuf client (the worker's Runtime API client, a SuperNode's Fleet client) that
@@ -227,7 +282,8 @@ class BatchedObjects:
 
     ``paths``: the (pull, push) routes of the server; ``hop``: the server, for the one log line
     saying it has no such routes; ``log_batches``: log each batch (the warm worker logs counts per
-    task instead)."""
+    task instead); ``node``: the node the batched pulls name where the pull request names none (the
+    ServerApp's: Flower's SuperLink node)."""
 
     def __init__(
         self,
@@ -237,7 +293,9 @@ class BatchedObjects:
         hop: str = "SuperNode",
         enabled: bool = True,
         log_batches: bool = False,
+        node: Any = None,
     ) -> None:
+        self.node = node
         self._client = client
         self.paths, self.hop, self.log_batches = paths, hop, log_batches
         self.enabled = enabled  # False once the server said it has no such routes
@@ -264,7 +322,7 @@ class BatchedObjects:
 
         reply = self._pull_messages(request)
         if self.enabled and reply.message_object_trees:
-            node = getattr(request, "node", None)  # the Fleet's requests name the node and the run
+            node = getattr(request, "node", self.node)  # Fleet and SuperLink requests name the node and run
             asked = [
                 PullObjectRequest(node=node, run_id=message.metadata.run_id, object_id=n.object_id)
                 for message, tree in zip(reply.messages_list, reply.message_object_trees, strict=True)

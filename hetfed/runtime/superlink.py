@@ -200,7 +200,12 @@ def main(argv: list[str] | None = None) -> None:
         if why := object_batch.install_on_superlink():
             print(f"hetfed-superlink: no batched object routes: this Flower lacks {why}", file=sys.stderr)
         else:
-            own_routes = (object_batch.FLEET_PULL, object_batch.FLEET_PUSH)
+            own_routes = (
+                object_batch.FLEET_PULL,
+                object_batch.FLEET_PUSH,
+                object_batch.PULL,
+                object_batch.PUSH,
+            )
             print("hetfed-superlink: a message's objects in one Fleet request each way", file=sys.stderr)
     if ours.pull == "own":
         if not pull.state_in_memory(rest):
