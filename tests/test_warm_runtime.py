@@ -299,10 +299,14 @@ def test_warm_stock_inline_and_either_superlink_give_the_same_per_client_metrics
             # hetfed.runtime.telemetry_off: no Flower process it starts reports to Flower's server
             if asgi == "gated":  # the SuperNode's Runtime API: buffered (warm) or Flower's (stock)
                 runtime_answers[runtime] = runtime_api_answers(flower)
-            if runtime == "warm":
-                batch, single = object_route_refusals(flower)
-                assert batch == single, (batch, single)  # Flower's own token check and error reply
-                assert {status for status, _ in batch} == {401}, batch
+            for has_routes, base in (
+                (runtime == "warm", supernode_runtime_api),
+                (asgi == "gated", lambda f: f"http://{f.address}"),
+            ):
+                if has_routes:  # a warm SuperNode's Runtime API, and hetfed-superlink's
+                    batch, single = object_route_refusals(base(flower))
+                    assert batch == single, (batch, single)  # Flower's own token check and error reply
+                    assert {status for status, _ in batch} == {401}, batch
             if asgi == "gated" and runtime == "warm":  # the SuperLink's: Flower's node authentication
                 batch, single = fleet_route_refusals(flower)
                 assert batch == single, (batch, single)
@@ -370,16 +374,20 @@ def runtime_api_answers(flower: LocalFlower) -> list[tuple[int, bytes, list[tupl
 OBJECTS_MOVED = re.compile(r"objects in one request each way: (\d+) pulled, (\d+) pushed")
 
 
-def object_route_refusals(flower: LocalFlower) -> tuple[list[tuple[int, bytes]], list[tuple[int, bytes]]]:
-    """Status and body of supernode-0's batched object routes (hetfed.runtime.object_batch) and of
-    Flower's single-object routes, for the same requests without a task token and with a wrong one."""
+def supernode_runtime_api(flower: LocalFlower) -> str:
+    argv = list(flower.processes["supernode-0"].args)
+    return f"http://127.0.0.1:{argv[argv.index('--port') + 1]}"
+
+
+def object_route_refusals(base: str) -> tuple[list[tuple[int, bytes]], list[tuple[int, bytes]]]:
+    """Status and body of the Runtime API's batched object routes at ``base`` (hetfed.runtime.object_batch:
+    a SuperNode's, or the SuperLink's) and of Flower's single-object routes, for the same requests
+    without a task token and with a wrong one."""
     from flwr.proto.message_pb2 import PullObjectRequest, PushObjectRequest
     from flwr.supercore.constant import TASK_TOKEN_HEADER
 
     from hetfed.runtime.object_batch import MEDIA_TYPE, PULL, PUSH, framed
 
-    argv = list(flower.processes["supernode-0"].args)
-    base = f"http://127.0.0.1:{argv[argv.index('--port') + 1]}"
     pull = PullObjectRequest(object_id="0" * 64).SerializeToString()
     push = PushObjectRequest(object_id="0" * 64, object_content=b"x", session_id="s").SerializeToString()
     batch, single = [], []
