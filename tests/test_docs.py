@@ -636,14 +636,39 @@ def dp_claims() -> list[tuple[str, str]]:
 
 
 def superlink_claims() -> list[tuple[str, str]]:
-    """README.md's per-request SuperLink CPU by node key (docs/results/bench-superlink-asgi.json)."""
-    ms = results("bench-superlink-asgi")["per-request-ms"]
+    """README.md's per-request SuperLink CPU by node key and round time at 32 SuperNodes
+    (docs/results/bench-superlink-asgi.json), and the SuperLink CPU per silo at 100 simulated silos
+    (docs/results/bench-superlink-capacity.json, the newest hetfed row and the stock row)."""
+    asgi = results("bench-superlink-asgi")
+    ms = asgi["per-request-ms"]
+    rows = {
+        (m["path"], m.get("superlink")): m
+        for m in results("bench-superlink-capacity")["measured"]
+        if m["silos"] == 100
+        and m.get("replies", "trained") == ("trained" if m["path"] == "hetfed" else "light")
+    }
+    hetfed = rows[("hetfed", "hetfed-superlink, own-message pull, batched objects, held pull")]
+    stock = rows[("stock", "flower-superlink")]
+    requests = sum(hetfed["fleet-requests-per-silo-round"].values())
+    round_s = {key: f"{row['round-s']:.2f}" for key, row in asgi["measured"].items()}
+    cpu_ms = hetfed["superlink-cpu-per-silo-round-ms"]
     return [
         (
             "README.md",
             f"a signed empty pull costs hetfed-superlink {ms['gated-secp256r1']:g} ms of CPU with a P-256 "
             f"key against {ms['gated-secp384r1']:g} ms with a P-384 key.",
-        )
+        ),
+        (
+            "README.md",
+            f"a 32-SuperNode FedAvg round on this 2-core machine took {round_s['gated-32']} s "
+            f"(flower-superlink with the same warm SuperNodes: {round_s['stock-32']} s",
+        ),
+        (
+            "README.md",
+            f"100 simulated silos cost the SuperLink {cpu_ms:.2f} ms of CPU "
+            f"per silo per round with {requests:g} Fleet requests per silo per round (Flower's path: "
+            f"{stock['superlink-cpu-per-silo-round-ms']:.0f} ms",
+        ),
     ]
 
 
