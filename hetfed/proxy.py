@@ -5,7 +5,8 @@ register keys, ...) and the Runtime API (ServerApp executors) on one port, and i
 open-source Control API has no accounts. ``hetfed federation superlink`` therefore
 binds the SuperLink to 127.0.0.1 and puts nginx (Debian's ``nginx-light``) on the
 public address: it terminates TLS with the federation's server certificate and
-forwards exactly the Fleet API's routes (read from Flower's own router, POST only)
+forwards exactly the Fleet API's routes (read from Flower's own router, POST only, and the
+three Fleet routes hetfed-superlink adds, which authenticate the node as Flower's do)
 and ``/health`` (GET/HEAD) to the SuperLink over HTTPS verified with the federation's
 CA; every other path gets 403. Node authentication's signature headers
 (``flwr-public-key``, ``flwr-signature``, ``flwr-timestamp``) and bodies pass unchanged,
@@ -30,7 +31,7 @@ NGINX_CANDIDATES = ("nginx", "/usr/sbin/nginx")
 HEALTH = "/health"
 
 
-def fleet_routes() -> list[str]:
+def flower_fleet_routes() -> list[str]:
     """The Fleet API's HTTP paths, as Flower's own router declares them (all POST)."""
     from flwr.superlink.routers.fleet.router import router
     from starlette.routing import Route
@@ -40,6 +41,20 @@ def fleet_routes() -> list[str]:
     if not paths or not all(p.startswith("/v1/fleet/") for p in paths):
         raise RuntimeError(f"Flower's Fleet router changed (paths {paths}); the proxy config needs review")
     return paths
+
+
+def hetfed_fleet_routes() -> list[str]:
+    """The Fleet routes hetfed-superlink adds (all POST, each authenticating the node as Flower's
+    do): a message's objects in one request each way, and the held pull."""
+    from hetfed.runtime.held_pull import PULL_MESSAGES
+    from hetfed.runtime.object_batch import FLEET_PULL, FLEET_PUSH
+
+    return sorted([FLEET_PULL, FLEET_PUSH, PULL_MESSAGES])
+
+
+def fleet_routes() -> list[str]:
+    """What the proxy forwards: Flower's Fleet routes and hetfed-superlink's."""
+    return [*flower_fleet_routes(), *hetfed_fleet_routes()]
 
 
 def find_nginx() -> str:

@@ -10,6 +10,8 @@ import pytest
 from hetfed.credentials import write_certificates
 from hetfed.federation import FederationInfo, superlink_host
 from hetfed.proxy import HEALTH, check_nginx_conf, fleet_routes, write_nginx_conf
+from hetfed.runtime.held_pull import PULL_MESSAGES
+from hetfed.runtime.object_batch import FLEET_PULL, FLEET_PUSH
 from tests.conftest import needs_nginx
 
 
@@ -18,13 +20,17 @@ def nginx() -> str:
     return needs_nginx()
 
 
-def test_the_proxy_forwards_exactly_flowers_fleet_routes_and_health(tmp_path: Path, nginx: str) -> None:
+def test_the_proxy_forwards_exactly_the_fleet_routes_and_health(tmp_path: Path, nginx: str) -> None:
     from flwr.superlink.main import create_app, iter_route_contexts
 
-    routes = fleet_routes()  # what the SuperLink's whole app serves, below
+    routes = fleet_routes()
+    # What Flower's whole app serves (hetfed-superlink's routes are not installed in this process) ...
     app_paths = {getattr(c.route, "path", "") for c in iter_route_contexts(create_app().routes)}
-    assert set(routes) <= app_paths and HEALTH in app_paths
-    assert {p for p in app_paths if p.startswith("/v1/fleet/")} == set(routes)  # no Fleet route left out
+    flowers = {p for p in app_paths if p.startswith("/v1/fleet/")}
+    assert flowers and HEALTH in app_paths
+    # ... every Fleet route of it, and hetfed-superlink's three (tests/test_warm_runtime.py runs them)
+    assert set(routes) == flowers | {FLEET_PULL, FLEET_PUSH, PULL_MESSAGES}
+    assert not {FLEET_PULL, FLEET_PUSH, PULL_MESSAGES} & flowers
     assert any(p.startswith("/v1/control/") for p in app_paths)  # what must not pass
     tls = write_certificates(tmp_path / "tls", ["superlink.example.org"])
     conf, argv = write_nginx_conf(tmp_path / "proxy", host="0.0.0.0", port=8443, upstream_port=8444, tls=tls)

@@ -151,6 +151,13 @@ def test_only_the_fleet_api_passes_the_proxy_and_node_auth_still_holds(tmp_path:
         assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
         summary = json.loads((tmp_path / "results" / "proxied" / "summary.json").read_text())
         assert summary["status"] == "completed"
+        # hetfed-superlink's Fleet routes pass the proxy too: batched objects; its held pull needs the
+        # state in memory (this SuperLink's is on disk), so it answers 404 and the silos pull Flower's way.
+        access = (link / "proxy" / "access.log").read_text()
+        for path, status in (("pull-objects", 200), ("push-objects", 200), ("pull-messages", 404)):
+            assert f'"POST /v1/fleet/hetfed/{path} HTTP/1.1" {status}' in access, path
+        assert '"POST /v1/fleet/hetfed/pull-messages HTTP/1.1" 200' not in access
+        assert "objects pulled from the SuperLink in one request" in (tmp_path / "silo-0.log").read_text()
 
         nginx_pid = int((link / "proxy" / "nginx.pid").read_text())
         superlink.send_signal(signal.SIGTERM)  # the supervisor stops the SuperLink and nginx

@@ -31,7 +31,7 @@ from logging import WARNING
 from typing import Any
 
 from hetfed.runtime.internals import extend_superlink_app
-from hetfed.runtime.object_batch import FLEET_PULL, FLEET_PUSH, BatchedObjects, why_not_as_read
+from hetfed.runtime.object_batch import FLEET_PULL, FLEET_PUSH, NOT_OFFERED, BatchedObjects, why_not_as_read
 
 PULL_MESSAGES = "/v1/fleet/hetfed/pull-messages"
 WAIT = 5.0  # s an empty pull is held (Flower's Fleet client reads 30 s; a stopping SuperLink waits it out)
@@ -193,7 +193,7 @@ class HeldPullFleetClient(BatchedObjects):
 
         if self.held:
             response = self._send(PULL_MESSAGES, request.SerializeToString(), request, PROTOBUF, WAIT + 20)
-            if response.status_code != 404:
+            if response.status_code not in NOT_OFFERED:
                 response.raise_for_status()
                 return PullMessagesResponse.FromString(response.content)
             log(WARNING, "hetfed: the SuperLink holds no pulls: Flower's pull")

@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 PULL, PUSH = "/v1/runtime/hetfed/pull-objects", "/v1/runtime/hetfed/push-objects"
 FLEET_PULL, FLEET_PUSH = "/v1/fleet/hetfed/pull-objects", "/v1/fleet/hetfed/push-objects"
 MEDIA_TYPE = "application/x-hetfed-protobuf-frames"
+# A server without the route answers 404 (Flower's app) or 405; a proxy that does not forward it,
+# 403 (hetfed's nginx before these routes). Flower's own refusals are 401 and 400.
+NOT_OFFERED = frozenset({403, 404, 405})
 FRAME_HEADER = 4  # bytes of a frame's length, big-endian (as Flower's protobuf streams)
 
 PINNED_SOURCE: dict[str, str] = {
@@ -403,11 +406,12 @@ class BatchedObjects:
             log(INFO, "hetfed: %d objects %s the %s in one request", count, moved, self.hop)
 
     def _post(self, path: str, requests: list[Any]) -> list[bytes] | None:
-        """The frames of the reply to ``requests`` at ``path``; None (and batching off) on a 404."""
+        """The frames of the reply to ``requests`` at ``path``; None (and batching off) where the
+        server does not offer the route (:data:`NOT_OFFERED`)."""
         from flwr.supercore import log
 
         response = self._send(path, framed(r.SerializeToString() for r in requests), requests[0], MEDIA_TYPE)
-        if response.status_code == 404:
+        if response.status_code in NOT_OFFERED:
             if self.enabled:
                 log(WARNING, "hetfed: the %s has no batched object routes: one request per object", self.hop)
             self.enabled = False
