@@ -1,16 +1,16 @@
-"""A message's objects in one request each way, on both hops: worker-SuperNode and SuperNode-SuperLink.
+"""A message's objects in one request each way, on every hop: worker, SuperNode, SuperLink, ServerApp.
 
 A Flower 1.42 ClientApp pulls its message's objects from the SuperNode one request each
-(``PullObject``) and pushes its reply's the same way (``PushObject``), and the SuperNode does the
-same with the SuperLink's Fleet API: for hetfed's FedAvg message, 12 of the ~19 local HTTP requests
-of a task and 6 of the ~11 Fleet requests of a silo's round, each parsed, authenticated and answered
-by a FastAPI app (docs/benchmarks.md). Both servers get two routes whose body is a list of Flower's
-own ``PullObjectRequest`` or ``PushObjectRequest`` messages and whose reply is the list of Flower's
-responses, each produced by Flower's own handler, so a batch is exactly what its requests sent one
-by one would have been:
+(``PullObject``) and pushes its reply's the same way (``PushObject``); the SuperNode does the same
+with the SuperLink's Fleet API, and the ServerApp with the SuperLink's Runtime API: for hetfed's
+FedAvg message, 12 of the ~19 local HTTP requests of a task and 12 of the ~22 Fleet requests of a
+silo's round, each parsed, authenticated and answered by a FastAPI app (docs/benchmarks.md). The
+servers get routes whose body is a list of Flower's own ``PullObjectRequest`` or
+``PushObjectRequest`` messages and whose reply is the list of Flower's responses, each produced by
+Flower's own handler, so a batch is exactly what its requests sent one by one would have been:
 
-* hetfed-supernode's Runtime API, :data:`PULL` and :data:`PUSH`: Flower's ``runtime_handlers``
-  for the task that Flower's own task-token dependency authenticated;
+* the Runtime APIs of hetfed-supernode and hetfed-superlink, :data:`PULL` and :data:`PUSH`:
+  Flower's ``runtime_handlers`` for the task that Flower's own task-token dependency authenticated;
 * hetfed-superlink's Fleet API, :data:`FLEET_PULL` and :data:`FLEET_PUSH`: Flower's
   ``fleet_handlers`` after Flower's own ``authenticate_node`` accepted the batch's signed headers
   for the node that every request of the batch names (a batch naming two nodes is refused with
@@ -20,21 +20,22 @@ Clients send through :class:`BatchedObjects`: when a ``PullMessages`` reply carr
 every object is pulled in one request and Flower's ``PullObject`` calls are answered from that (an
 object not yet there: Flower's own request and retries); ``PushObject`` calls are buffered until
 every object the ``PushMessages`` reply asked for is in, then sent in one request. Against a server
-without the routes (404: Flower's own SuperNode or SuperLink) it sends Flower's single requests, so
-every mix of stock and hetfed processes works. The warm worker wraps its Runtime API client;
-hetfed-supernode wraps the Fleet client Flower's connection builds (:func:`install_fleet_client`).
+without the routes (:data:`NOT_OFFERED`: Flower's own SuperNode or SuperLink, a proxy that does not
+forward them) it sends Flower's single requests, so every mix of stock and hetfed processes works.
+The warm worker wraps its Runtime API client, hetfed's ServerApp its grid's (:func:`batch_grid`),
+hetfed-supernode the Fleet client Flower's connection builds (:mod:`hetfed.runtime.held_pull`).
 
 Body and reply: frames of ``4-byte big-endian length + serialized protobuf``, in request order.
 
 What it relies on (Flower 1.42.0), pinned by SHA-256 and checked before anything is installed:
 the handlers, the task-token dependency and node authentication (:data:`PINNED_SOURCE`,
-:data:`SUPERLINK_PINNED`), the client's request path, and the SuperNode's connection and the
-pull and push steps that call it (:data:`FLEET_CLIENT_PINNED`); the SuperNode's app factory is
-pinned with :mod:`hetfed.runtime.fast_path`.
+:data:`SUPERLINK_PINNED`), the grid's push and pull (:data:`GRID_PINNED`) and the client's request
+path; the app factories are pinned with :mod:`hetfed.runtime.fast_path` and
+:func:`hetfed.runtime.internals.extend_superlink_app`.
 """
 
 # No `from __future__ import annotations`: FastAPI reads the route functions' annotations (Flower's
-# dependencies, imported inside _routes) as objects.
+# dependencies, imported inside _runtime_routes) as objects.
 import threading
 from collections.abc import Callable, Iterable
 from logging import INFO, WARNING
@@ -209,7 +210,7 @@ def _runtime_routes() -> tuple[Any, Any]:
     return pull_objects, push_objects
 
 
-# --- the SuperLink's Fleet API ----------------------------------------------------------------
+# --- the SuperLink: its Fleet API, and its Runtime API (the ServerApp's) ------------------------
 def install_on_superlink() -> str:
     """Make ``flwr.superlink.main.create_app`` add the :data:`FLEET_PULL` and :data:`FLEET_PUSH`
     routes, and :data:`PULL` and :data:`PUSH` to its Runtime API (the ServerApp's). Returns "" when
@@ -280,8 +281,9 @@ def batch_grid(grid: Any) -> "BatchedObjects | None":
 
 # --- the clients ------------------------------------------------------------------------------
 class BatchedObjects:
-    """A Flower protobuf client (the worker's Runtime API client, a SuperNode's Fleet client) that
-    moves a message's objects in one request each way; every other call goes to ``client`` as it is.
+    """A Flower protobuf client (the worker's or the ServerApp's Runtime API client, a SuperNode's
+    Fleet client) that moves a message's objects in one request each way; every other call goes to
+    ``client`` as it is.
 
     ``paths``: the (pull, push) routes of the server; ``hop``: the server, for the one log line
     saying it has no such routes; ``log_batches``: log each batch (the warm worker logs counts per
