@@ -202,7 +202,10 @@ federation hetfed starts; hetfed/runtime/superlink.py) enters those six only on 
 and runs a Fleet or Runtime API call through Flower's own error translation, protobuf translation
 and node authentication with one buffered `call_next` instead of three `BaseHTTPMiddleware` task
 groups, and answers a SuperNode's pull from that node's own messages once their objects are in
-(hetfed/runtime/pull.py; "gated" below is hetfed-superlink with both); stock is `flower-superlink`.
+(hetfed/runtime/pull.py), holds a node's empty pull until one of its messages is complete
+(hetfed/runtime/held_pull.py) and moves a message's objects in one request each way on the Fleet and
+Runtime APIs (hetfed/runtime/object_batch.py); "gated" below is hetfed-superlink with all of it, and
+the warm SuperNodes use what the SuperLink offers; stock is `flower-superlink`.
 
 **Per request**: SuperLink CPU per signed empty pull-messages ({args.requests} in a row from one
 registered SuperNode, after 100 to warm up; the ECDSA signature over the timestamp is verified on
