@@ -553,6 +553,9 @@ def measure(
         | {"max": latencies[-1]},
         "replies-measured": len(latencies),
         "fleet-requests-per-silo-round": {k: v / window / silos for k, v in sorted(kinds.items())},
+        "fleet-requests-whole-run": dict(
+            sorted(Counter(kind for _, kind in silo_report["requests"]).items())
+        ),
         "superlink-cpu-per-fleet-request-ms": 1000 * (cn - c1) / max(1, sum(kinds.values())),
         "superlink-rss-mb": rss / 1024,
         "superlink-peak-rss-mb": peak / 1024,

@@ -5,7 +5,9 @@
                                            problems' (hetfed.problem_params), Flower records <->
                                            NumPy (hetfed.records), Flower's waits and their
                                            self-test (hetfed.runtime.waits, .internals), a silo's
-                                           allow-list of app builds (hetfed.runtime.pinning), the
+                                           allow-list of app builds (hetfed.runtime.pinning), a
+                                           message's objects in one request (hetfed.runtime.
+                                           object_batch: routes and clients over Flower's), the
                                            masked mean over clients (hetfed.secure_mean), the checks
                                            of given paths and the folder lock (hetfed.paths), secure
                                            aggregation's primitives (hetfed.secagg)
@@ -25,7 +27,8 @@ from pathlib import Path
 from tests.conftest import REPO
 
 BASE = {"hetfed.config", "hetfed.records", "hetfed.runtime.waits", "hetfed.runtime.internals"}
-BASE |= {"hetfed.runtime.pinning", "hetfed.secure_mean", "hetfed.paths", "hetfed.secagg"}
+BASE |= {"hetfed.runtime.pinning", "hetfed.runtime.object_batch", "hetfed.secure_mean", "hetfed.paths"}
+BASE |= {"hetfed.secagg"}
 BASE |= {"hetfed.params", "hetfed.methods", "hetfed.problem_params", "hetfed.jsonl"}
 PACKAGES = ("problems", "client", "strategies", "server", "hetfed", "bench")
 # The app's folders, installed as hetfed.problems, hetfed.client, ... (hetfed/__init__.py).
