@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from logging import WARNING
 from typing import Any
 
+from hetfed.runtime import object_batch
 from hetfed.runtime.internals import extend_superlink_app
 from hetfed.runtime.object_batch import FLEET_PULL, FLEET_PUSH, NOT_OFFERED, BatchedObjects, why_not_as_read
 
@@ -38,6 +39,7 @@ WAIT = 5.0  # s an empty pull is held (Flower's Fleet client reads 30 s; a stopp
 RECHECK = 1.0  # s between looks while held even without a ring (a message completed some other way)
 PROTOBUF = "application/protobuf"  # flwr.supercore.protobuf.constants.PROTOBUF_MEDIA_TYPE
 
+CLIENT_SEND = "flwr.supercore.protobuf.client:ProtobufClient._send"
 CORESTATE = "flwr.supercore.corestate.in_memory_corestate:InMemoryCoreState"
 PINNED_SOURCE: dict[str, str] = {
     f"{CORESTATE}.store_object": "2f952e079f4dadd4c15fbb18d61a8ae14d18ccc8b4aeb5d9500d4b2fa8e44673",
@@ -67,9 +69,7 @@ FLEET_CLIENT_PINNED: dict[str, str] = {
     "flwr.supernode.start_client_internal:_push_messages": (
         "00bb86faffdec114db87e7f716af2acd901d12284e44f51f5c2a84704db05f64"
     ),
-    "flwr.supercore.protobuf.client:ProtobufClient._send": (
-        "8841dcbf6e34dda22eebb41e1fdaa9665245bce04d3bd5d509441b714f57ca5b"
-    ),
+    CLIENT_SEND: object_batch.PINNED_SOURCE[CLIENT_SEND],
 }
 
 
@@ -125,9 +125,6 @@ def install_on_superlink() -> str:
     ``flwr.superlink.main.create_app`` add :data:`PULL_MESSAGES`. Returns "" when installed, else
     why not (nothing patched: SuperNodes then pull the stock way)."""
     from hetfed.runtime.internals import attr
-
-    if why := why_not_as_read(PINNED_SOURCE):
-        return why
 
     def with_the_route(app: Any) -> None:
         app.add_api_route(PULL_MESSAGES, _route(), methods=["POST"], include_in_schema=False)

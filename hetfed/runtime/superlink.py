@@ -32,9 +32,10 @@ only, once their objects are in (:mod:`hetfed.runtime.pull`, self-tested the sam
 Fleet route on which a hetfed-supernode's empty pull is held until one of its messages is complete
 (:mod:`hetfed.runtime.held_pull`); ``stock`` keeps Flower's scan of every held message.
 
-``--objects batched`` (the default) adds two Fleet routes on which a hetfed-supernode moves a
-message's objects in one request each way (:mod:`hetfed.runtime.object_batch`: Flower's node
-authentication and handlers; Flower's own routes unchanged); ``stock`` adds none.
+``--objects batched`` (the default) adds two Fleet routes on which a hetfed-supernode, and two
+Runtime API routes on which hetfed's ServerApp, moves a message's objects in one request each way
+(:mod:`hetfed.runtime.object_batch`: Flower's node authentication or task-token check, and Flower's
+handlers; Flower's own routes unchanged); ``stock`` adds none.
 """
 
 from __future__ import annotations
