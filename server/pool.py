@@ -387,6 +387,11 @@ class ClientPool:
             if not pending or time.time() >= deadline:
                 break
             time.sleep(POLL_INTERVAL)
+        if pending or any(reply is not None and reply.has_error() for reply in out):
+            # A `flwr stop` that lands while a pull is inside the SuperLink answers every message of
+            # the stopped run as unavailable: ask the SuperLink once more (refused for a stopped
+            # run, like every call after the stop) before recording failures nobody caused.
+            self.grid.get_node_ids()
         return out, refused
 
 

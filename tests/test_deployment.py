@@ -241,3 +241,24 @@ def test_shared_calibration_is_masked_across_real_supernodes_and_matches_inline(
     for name, metrics in inline["clients"].items():
         for key, value in metrics.items():
             assert summary["clients"][name][key] == pytest.approx(value, rel=1e-9), (name, key)
+
+
+def test_free_ports_lie_below_the_ephemeral_range_and_are_not_handed_out_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An outgoing connection takes its port from the kernel's ephemeral range; a SuperNode whose
+    Runtime API port was taken that way between free_port() and its bind failed to start in CI."""
+    import socket
+
+    from hetfed.engines import flower
+
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = [flower.free_port() for _ in range(200)]
+    assert len(set(ports)) == len(ports)
+    assert all(flower.LISTEN_PORTS_FROM <= p < low for p in ports), (low, ports[:5])
+    held = flower.LISTEN_PORTS_FROM + 10
+    with socket.socket() as listener:  # a port a server holds is skipped
+        listener.bind(("127.0.0.1", held))
+        listener.listen()
+        monkeypatch.setattr(flower, "_next_port", held)
+        assert flower.free_port() == held + 1

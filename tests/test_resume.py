@@ -194,3 +194,55 @@ def test_a_push_refused_by_a_stopped_run_is_an_interruption_and_resumes(tmp_path
     assert summary["status"] == "interrupted" and "refused a message in flight" in summary["error"]
     resumed = run_inline({**cfg, "resume": True}, node_configs(4))
     assert resumed["status"] == "completed" and resumed["clients"] == whole["clients"]
+
+
+class StoppedMidPullGrid(InlineGrid):
+    """``flwr stop`` lands while the ServerApp's pull of round ``stop_round``'s replies is inside the
+    SuperLink: the pull had passed the task-token check, the stop then deleted the run's messages,
+    so the SuperLink answers each with Flower's own "message unavailable" error
+    (``verify_message_ids`` on a store without them). Every later call is refused, as for a stopped
+    run (Flower's grid raises RunNotRunningException). Seen in CI: the SIGINT fault-matrix cell."""
+
+    def __init__(self, *args, stop_round: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.stop_round, self.stopped = str(stop_round), False
+
+    def _refuse_if_stopped(self) -> None:
+        from flwr.supercore.run import RunNotRunningException
+
+        if self.stopped:
+            raise RunNotRunningException
+
+    def get_node_ids(self):
+        self._refuse_if_stopped()
+        return super().get_node_ids()
+
+    def push_messages(self, messages):
+        self._refuse_if_stopped()
+        messages = list(messages)
+        ids = list(super().push_messages(messages))
+        if messages and messages[0].metadata.group_id == self.stop_round:
+            from flwr.server.superlink.linkstate.utils import verify_message_ids
+
+            self.stopped = True
+            self._replies = verify_message_ids(set(ids), {}, run_id=1)  # keyed by instruction id
+        return ids
+
+
+def test_a_stop_during_a_pull_interrupts_the_round_instead_of_failing_every_client(tmp_path: Path) -> None:
+    whole = run_inline({**CFG, "results-dir": str(tmp_path), "run-name": "whole"}, node_configs(4))
+    cfg = {**CFG, "results-dir": str(tmp_path), "run-name": "stopped"}
+    grid = StoppedMidPullGrid(client_app, node_configs(4), cfg, stop_round=3)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
+    from flwr.supercore.run import RunNotRunningException
+
+    with pytest.raises(RunNotRunningException):
+        run_server(grid, cfg)
+    folder = tmp_path / "stopped"
+    assert json.loads((folder / "summary.json").read_text())["status"] == "interrupted"
+    assert json.loads((folder / "progress.json").read_text())["round"] == 2
+    with open(folder / "rounds.csv", newline="") as f:
+        assert all(r["status"] == "ok" and r["round"] in ("1", "2") for r in csv.DictReader(f))
+    resumed = run_inline({**cfg, "resume": True}, node_configs(4))
+    assert resumed["status"] == "completed" and "failed-rounds" not in resumed
+    assert resumed["clients"] == whole["clients"]

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from flwr.supercore.interceptors.http.runtime_token import RuntimeTokenHttpInterceptor
 from flwr.supercore.primitives.asymmetric import bytes_to_public_key
 
 from bench.warm_runtime import group_processes
@@ -32,9 +33,11 @@ from hetfed.engines.inline import node_configs, run_inline
 from hetfed.engines.runner import prepare
 from hetfed.federation import node_config
 from hetfed.runtime import internals
+from hetfed.runtime.object_batch import PUSH
 from hetfed.runtime.supernode import runtime_api, split_runtime, with_isolation
 from hetfed.runtime.waits import Backoff, SuperNodeClock, shorten_object_pull_backoff
 from tests.conftest import REPO
+from tests.test_object_batch_fallback import pushed_through
 
 SMALL = {"n-train": 40, "n-test": 30, "local-epochs": 1, "num-items": 10, "fraction": 1.0, "seed": 5}
 
@@ -307,6 +310,10 @@ def test_warm_stock_inline_and_either_superlink_give_the_same_per_client_metrics
                     batch, single = object_route_refusals(base(flower))
                     assert batch == single, (batch, single)  # Flower's own token check and error reply
                     assert {status for status, _ in batch} == {401}, batch
+                    # A refused batch (a stopped run's revoked token) goes to Flower's single request,
+                    # which meets the refusal Flower's way (tests/test_object_batch_fallback.py).
+                    calls, _ = pushed_through(base(flower).removeprefix("http://"), [WRONG_TOKEN])
+                    assert calls == [(PUSH, "401"), ("/v1/runtime/push-object", "401")], calls
             if asgi == "gated" and runtime == "warm":  # the SuperLink's: Flower's node authentication
                 batch, single = fleet_route_refusals(flower)
                 assert batch == single, (batch, single)
@@ -371,6 +378,7 @@ def runtime_api_answers(flower: LocalFlower) -> list[tuple[int, bytes, list[tupl
     return answers
 
 
+WRONG_TOKEN = RuntimeTokenHttpInterceptor(token="not-a-token")
 OBJECTS_MOVED = re.compile(r"objects in one request each way: (\d+) pulled, (\d+) pushed")
 
 

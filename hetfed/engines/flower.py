@@ -19,6 +19,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import random
 import signal
 import socket
 import ssl
@@ -88,10 +89,38 @@ def port_in_use(host: str, port: int) -> bool:
 
 
 def free_port() -> int:
-    """A free TCP port on 127.0.0.1."""
+    """A free TCP port on 127.0.0.1, below the kernel's range of ephemeral ports when there is room.
+
+    A port from that range (what binding port 0 gives) can be taken by any process's outgoing
+    connection between this probe and the server's own bind: seen in CI, where a SuperNode's
+    Runtime API then failed to start. Ports below the range are only ever taken by a listener.
+    Successive calls walk up from a random start, so ports handed out before their servers bind
+    are not handed out twice.
+    """
+    global _next_port
+    low = _ephemeral_low()
+    if low - LISTEN_PORTS_FROM >= 1000:
+        for _ in range(100):
+            if not LISTEN_PORTS_FROM <= _next_port < low:
+                _next_port = random.SystemRandom().randrange(LISTEN_PORTS_FROM, low)
+            port, _next_port = _next_port, _next_port + 1
+            if not port_in_use("127.0.0.1", port):
+                return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+LISTEN_PORTS_FROM = 20000  # free_port's lowest pick: above the ports servers commonly own
+_next_port = 0  # free_port's next candidate (0: pick a random start)
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (net.ipv4.ip_local_port_range; 32768 if unknown)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def flower_env(flwr_home: Path) -> dict[str, str]:

@@ -185,16 +185,24 @@ class HeldPullFleetClient(BatchedObjects):
         self.held = True  # until the SuperLink answers that it has no such route
 
     def _pull_messages(self, request: Any) -> Any:
+        """The held pull's answer; Flower's pull where the SuperLink has no such route, and for a
+        refusal or a failed connection (Flower's pull meets it with its retries and its handling)."""
+        import httpx
         from flwr.proto.fleet_pb2 import PullMessagesResponse
         from flwr.supercore import log
 
         if self.held:
-            response = self._send(PULL_MESSAGES, request.SerializeToString(), request, PROTOBUF, WAIT + 20)
-            if response.status_code not in NOT_OFFERED:
-                response.raise_for_status()
+            try:
+                response = self._send(
+                    PULL_MESSAGES, request.SerializeToString(), request, PROTOBUF, WAIT + 20
+                )
+            except httpx.TransportError:
+                return self._client.PullMessages(request)
+            if response.is_success:
                 return PullMessagesResponse.FromString(response.content)
-            log(WARNING, "hetfed: the SuperLink holds no pulls: Flower's pull")
-            self.held = False
+            if response.status_code in NOT_OFFERED:
+                log(WARNING, "hetfed: the SuperLink holds no pulls: Flower's pull")
+                self.held = False
         return self._client.PullMessages(request)
 
 

@@ -409,16 +409,25 @@ class BatchedObjects:
 
     def _post(self, path: str, requests: list[Any]) -> list[bytes] | None:
         """The frames of the reply to ``requests`` at ``path``; None (and batching off) where the
-        server does not offer the route (:data:`NOT_OFFERED`)."""
+        server does not offer the route (:data:`NOT_OFFERED`); None for any other refusal or a
+        failed connection, so that Flower's single requests meet it and handle it Flower's way (its
+        retries; a stopped run's revoked token, 401, ends the ServerApp as an interruption)."""
+        import httpx
         from flwr.supercore import log
 
-        response = self._send(path, framed(r.SerializeToString() for r in requests), requests[0], MEDIA_TYPE)
+        try:
+            response = self._send(
+                path, framed(r.SerializeToString() for r in requests), requests[0], MEDIA_TYPE
+            )
+        except httpx.TransportError:
+            return None
         if response.status_code in NOT_OFFERED:
             if self.enabled:
                 log(WARNING, "hetfed: the %s has no batched object routes: one request per object", self.hop)
             self.enabled = False
             return None
-        response.raise_for_status()
+        if not response.is_success:
+            return None
         answers = frames(response.content)
         if len(answers) != len(requests):
             raise ValueError(f"{path}: {len(answers)} answers to {len(requests)} requests")
