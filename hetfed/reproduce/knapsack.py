@@ -334,23 +334,6 @@ def markdown(data: dict[str, Any]) -> str:
 
 
 # --- the studies' index (knapsack_study writes the studies) ------------------------------------------------
-def ranking(cells: dict[str, Any]) -> list[str]:
-    """Per row and loss of a study: the best variant (mean +P, else Fed) and its margin over the next."""
-    out = []
-    for row, by_loss in cells.items():
-        for loss, by_variant in by_loss.items():
-            stage = "per" if any(math.isfinite(c["per"]["mean"]) for c in by_variant.values()) else "fed"
-            entries = [(c[stage]["mean"], c[stage]["std"], v) for v, c in by_variant.items()]
-            ranked = sorted(e for e in entries if math.isfinite(e[0]))
-            if len(ranked) >= 2:
-                (best, _, name), (second, sd, runner) = ranked[0], ranked[1]
-                sds = f", {(second - best) / sd:.1f} sd" if sd > 0 else ""
-                label = "+P" if stage == "per" else "Fed"
-                gap = f"{second - best:.2f} points below {runner}{sds}"
-                out.append(f"{row} {loss}: {name} ({best:.2f}, {label}), {gap}")
-    return out
-
-
 def study_index(out: Path) -> dict[str, Any]:
     """What each study in ``out`` (``knapsack-<study>.json``) ran and found."""
     index = {}
@@ -364,7 +347,6 @@ def study_index(out: Path) -> dict[str, Any]:
                 "rows": list(study["table"]),
                 "variants": [v["label"] for v in study["variants"]],
                 "orderings": study["orderings"],
-                "best": ranking(study["table"]),
             }
     return index
 

@@ -23,7 +23,7 @@ from typing import Any
 from hetfed.config import SCHEMA, parse_assignments
 from hetfed.reproduce import knapsack
 from hetfed.reproduce.common import OUT, default_workers, publish, pyplot, render, save_figure, stat
-from hetfed.reproduce.knapsack import CLIENTS, LOSSES, PAPER_ORDERINGS, base_config, ranking, row_etas
+from hetfed.reproduce.knapsack import CLIENTS, LOSSES, PAPER_ORDERINGS, base_config, row_etas
 from hetfed.reproduce.plan import Job, Plan, run_jobs
 from hetfed.reproduce.runs import cell, frozen_at
 
@@ -154,6 +154,23 @@ def paper_settings(study: Study, variant: Variant, fixed: dict[str, Any], quick:
     """Does ``variant`` run the paper's Table 3 settings (every override at its default, 20 clients)?"""
     same = all(SCHEMA[k].default == v for k, v in {**variant.overrides, **fixed}.items())
     return same and not quick and (variant.clients or study.clients) == CLIENTS
+
+
+def ranking(cells: dict[str, Any]) -> list[str]:
+    """Per row and loss of a study: the best variant (mean +P, else Fed) and its margin over the next."""
+    out = []
+    for row, by_loss in cells.items():
+        for loss, by_variant in by_loss.items():
+            stage = "per" if any(math.isfinite(c["per"]["mean"]) for c in by_variant.values()) else "fed"
+            entries = [(c[stage]["mean"], c[stage]["std"], v) for v, c in by_variant.items()]
+            ranked = sorted(e for e in entries if math.isfinite(e[0]))
+            if len(ranked) >= 2:
+                (best, _, name), (second, sd, runner) = ranked[0], ranked[1]
+                sds = f", {(second - best) / sd:.1f} sd" if sd > 0 else ""
+                label = "+P" if stage == "per" else "Fed"
+                gap = f"{second - best:.2f} points below {runner}{sds}"
+                out.append(f"{row} {loss}: {name} ({best:.2f}, {label}), {gap}")
+    return out
 
 
 def markdown(data: dict[str, Any]) -> str:
