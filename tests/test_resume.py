@@ -26,6 +26,14 @@ CFG = {
 }
 
 
+def faulted(grid: InlineGrid, cfg: dict, fault: type[BaseException]) -> Path:
+    """Run the server on ``grid`` until it raises ``fault``; the run's folder."""
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
+    with pytest.raises(fault):
+        run_server(grid, cfg)
+    return Path(cfg["results-dir"]) / cfg["run-name"]
+
+
 class DyingGrid(InlineGrid):
     """An inline grid whose link dies at the ``die_at``-th push (a SuperLink crash)."""
 
@@ -44,13 +52,8 @@ def test_a_resumed_run_ends_exactly_like_an_uninterrupted_one(tmp_path: Path) ->
     whole = run_inline({**CFG, "results-dir": str(tmp_path), "run-name": "whole"}, node_configs(4))
 
     cfg = {**CFG, "results-dir": str(tmp_path), "run-name": "crash"}
-    grid = DyingGrid(
-        client_app, node_configs(4), cfg, die_at=4
-    )  # discovery, round 1, round 2, dies in round 3
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
-    with pytest.raises(ConnectionError):
-        run_server(grid, cfg)
-    folder = tmp_path / "crash"
+    # discovery, round 1, round 2, dies in round 3
+    folder = faulted(DyingGrid(client_app, node_configs(4), cfg, die_at=4), cfg, ConnectionError)
     assert json.loads((folder / "summary.json").read_text())["status"] == "failed"
     assert json.loads((folder / "progress.json").read_text())["round"] == 2
     with open(folder / "rounds.csv", newline="") as f:
@@ -151,18 +154,15 @@ def test_a_resume_through_the_run_config_keeps_the_recorded_config(tmp_path: Pat
     problem's keys the run continues with what it recorded and ends like the uninterrupted run."""
     whole = run_inline({**CFG, "results-dir": str(tmp_path), "run-name": "whole"}, node_configs(4))
     cfg = {**CFG, "results-dir": str(tmp_path), "run-name": "crash"}
-    grid = DyingGrid(client_app, node_configs(4), cfg, die_at=4)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
-    with pytest.raises(ConnectionError):
-        run_server(grid, cfg)
-    before = (tmp_path / "crash" / "segments.jsonl").read_text()
+    folder = faulted(DyingGrid(client_app, node_configs(4), cfg, die_at=4), cfg, ConnectionError)
+    before = (folder / "segments.jsonl").read_text()
     given = {"results-dir": str(tmp_path), "run-name": "crash", "resume": True}
     with pytest.raises(ConfigError, match=r"^run config 'seed' = 42 differs from 8 recorded by run crash"):
         run_inline(given, node_configs(4))  # the silos read the problem's keys from the run config
     given.update({k: CFG[k] for k in ("n-train", "n-test", "num-items", "seed")})
     with pytest.raises(ConfigError, match=r"^run config 'num-rounds' = 3 conflicts with 4 recorded"):
         run_inline({**given, "num-rounds": 3}, node_configs(4))
-    assert (tmp_path / "crash" / "segments.jsonl").read_text() == before  # the refusal wrote nothing
+    assert (folder / "segments.jsonl").read_text() == before  # the refusal wrote nothing
     resumed = run_inline(given, node_configs(4))
     assert resumed["status"] == "completed" and resumed["clients"] == whole["clients"]
     assert [s["engine"] for s in resumed["segments"]] == ["DyingGrid", "DyingGrid"]  # the recorded engine
@@ -186,11 +186,10 @@ class StoppedGrid(DyingGrid):
 def test_a_push_refused_by_a_stopped_run_is_an_interruption_and_resumes(tmp_path: Path) -> None:
     whole = run_inline({**CFG, "results-dir": str(tmp_path), "run-name": "whole"}, node_configs(4))
     cfg = {**CFG, "results-dir": str(tmp_path), "run-name": "stopped"}
-    grid = StoppedGrid(client_app, node_configs(4), cfg, die_at=4)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
-    with pytest.raises(Exception, match="Failed to push object"):
-        run_server(grid, cfg)
-    summary = json.loads((tmp_path / "stopped" / "summary.json").read_text())
+    from flwr.supercore.inflatable.inflatable_utils import ObjectPushError
+
+    folder = faulted(StoppedGrid(client_app, node_configs(4), cfg, die_at=4), cfg, ObjectPushError)
+    summary = json.loads((folder / "summary.json").read_text())
     assert summary["status"] == "interrupted" and "refused a message in flight" in summary["error"]
     resumed = run_inline({**cfg, "resume": True}, node_configs(4))
     assert resumed["status"] == "completed" and resumed["clients"] == whole["clients"]
@@ -232,13 +231,10 @@ class StoppedMidPullGrid(InlineGrid):
 def test_a_stop_during_a_pull_interrupts_the_round_instead_of_failing_every_client(tmp_path: Path) -> None:
     whole = run_inline({**CFG, "results-dir": str(tmp_path), "run-name": "whole"}, node_configs(4))
     cfg = {**CFG, "results-dir": str(tmp_path), "run-name": "stopped"}
-    grid = StoppedMidPullGrid(client_app, node_configs(4), cfg, stop_round=3)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
     from flwr.supercore.run import RunNotRunningException
 
-    with pytest.raises(RunNotRunningException):
-        run_server(grid, cfg)
-    folder = tmp_path / "stopped"
+    grid = StoppedMidPullGrid(client_app, node_configs(4), cfg, stop_round=3)
+    folder = faulted(grid, cfg, RunNotRunningException)
     assert json.loads((folder / "summary.json").read_text())["status"] == "interrupted"
     assert json.loads((folder / "progress.json").read_text())["round"] == 2
     with open(folder / "rounds.csv", newline="") as f:
