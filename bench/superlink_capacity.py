@@ -171,9 +171,9 @@ class Silo(threading.Thread):
                 conn = stack.enter_context(http_request_response(self.address, insecure=True))
             node_id, receive, send, get_run, get_fab, pull_object, push_object, confirm = conn
             OBJECT_REQUESTS.by_node[node_id] = self.requests  # object requests: counted on the wire
-            kinds = ("push-message", "run", "fab", "confirm")
-            calls: tuple[Callable[..., Any], ...] = (send, get_run, get_fab, confirm)
-            send, get_run, get_fab, confirm = map(self.counted, kinds, calls)
+            kinds = ("push-message", "run", "fab")
+            calls: tuple[Callable[..., Any], ...] = (send, get_run, get_fab)
+            send, get_run, get_fab = map(self.counted, kinds, calls)
             contexts: dict[int, Any] = {}
             while not self.stop.is_set():
                 try:
@@ -276,8 +276,9 @@ def round_of(message: Any) -> str:
 
 
 class ObjectRequests:
-    """Counts the object requests silos send over HTTP, by the node each names: Flower's single
-    PullObject / PushObject (each try) and hetfed's batches (one each, whatever they carry).
+    """Counts the object requests and message confirmations silos send over HTTP, by the node each
+    names: Flower's single PullObject / PushObject (each try) and ConfirmMessageReceived, and
+    hetfed's batches (one each, whatever they carry; a confirmation riding on a batch is none).
     Flower pulls a message's objects from a thread pool, so the count is taken where every Fleet
     request passes, Flower's node-signing interceptor, not around the connection's functions."""
 
@@ -290,6 +291,7 @@ class ObjectRequests:
             "/flwr.proto.Fleet/PushObject": "object-push",
             FLEET_PULL: "object-pull",
             FLEET_PUSH: "object-push",
+            "/flwr.proto.Fleet/ConfirmMessageReceived": "confirm",
         }
 
     def install(self) -> None:

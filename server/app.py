@@ -42,8 +42,10 @@ def main(grid: Grid, context: Context) -> None:
         if batched is not None:
             log(
                 INFO,
-                "hetfed ServerApp: objects in one request each way: %d pulled, %d pushed",
+                "hetfed ServerApp: objects in one request each way: %d pulled, %d pushed; "
+                "%d replies confirmed with their objects",
                 *batched.moved,
+                batched.confirms,
             )
 
 

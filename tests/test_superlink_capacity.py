@@ -3,7 +3,8 @@
 Every simulated silo's reply must reach the ServerApp: the final model equals the weighted mean
 (by ``num-examples``) of the last round's replies the silos recorded, which no missing or
 corrupted reply would give (every silo's reply differs); hetfed's silos move each message's
-objects in one request each way, stock Flower's one request per object.
+objects in one request each way and confirm it with them, stock Flower's one request per object and
+one confirmation per message.
 """
 
 from __future__ import annotations
@@ -51,7 +52,10 @@ def test_every_silo_reply_reaches_the_serverapp(path: str, replies: str, tmp_pat
     # silos move each message's objects in one request each way (hetfed.runtime.object_batch);
     # Flower's send one per object of the model.
     total = m["fleet-requests-whole-run"]
+    # A message is confirmed with its objects' batch (no request of its own), Flower's with one.
     if path == "hetfed":
         assert total["object-pull"] == total["object-push"] == total["pull-message"], total
+        assert "confirm" not in total, total
     else:
         assert total["object-pull"] >= 3 * total["pull-message"] and total["object-push"] >= 3, total
+        assert total["confirm"] == total["pull-message"], total

@@ -329,8 +329,9 @@ def test_warm_stock_inline_and_either_superlink_give_the_same_per_client_metrics
         log = (tmp_path / name / "supernode-0.log").read_text()
         assert ("hetfed warm worker" in log) == (runtime == "warm"), log[-2000:]
         assert ("buffered Runtime API" in log) == (runtime == "warm"), log[-2000:]
-        moved = [tuple(map(int, m)) for m in OBJECTS_MOVED.findall(log)]  # (pulled, pushed) per task
-        assert (len(moved) > 0 and all(pulled > 0 and pushed > 0 for pulled, pushed in moved)) == (
+        # (pulled, pushed, confirmed) per task: the task's message confirmed with its objects' batch
+        moved = [tuple(map(int, m)) for m in OBJECTS_MOVED.findall(log)]
+        assert (len(moved) > 0 and all(p > 0 and q > 0 and c == 1 for p, q, c in moved)) == (
             runtime == "warm"
         ), moved
         # A warm SuperNode moves a message's objects in one Fleet request each way where the SuperLink
@@ -379,7 +380,7 @@ def runtime_api_answers(flower: LocalFlower) -> list[tuple[int, bytes, list[tupl
 
 
 WRONG_TOKEN = RuntimeTokenHttpInterceptor(token="not-a-token")
-OBJECTS_MOVED = re.compile(r"objects in one request each way: (\d+) pulled, (\d+) pushed")
+OBJECTS_MOVED = re.compile(r"objects in one request each way: (\d+) pulled, (\d+) pushed; (\d+) confirmed")
 
 
 def supernode_runtime_api(flower: LocalFlower) -> str:
@@ -498,7 +499,9 @@ def fleet_route_refusals(flower: LocalFlower) -> tuple[list[tuple[int, bytes]], 
     return batch, single
 
 
-SERVERAPP_MOVED = re.compile(r"hetfed ServerApp: objects in one request each way: (\d+) pulled, (\d+) pushed")
+SERVERAPP_MOVED = re.compile(
+    r"hetfed ServerApp: objects in one request each way: (\d+) pulled, (\d+) pushed; (\d+) replies confirmed"
+)
 FLEET_MOVED = re.compile(r"hetfed: (\d+) objects (pulled from|pushed to) the SuperLink in one request")
 
 
@@ -649,8 +652,8 @@ def test_stock_fallback_and_an_external_worker(tmp_path: Path) -> None:
     assert "worker external" in (flower.root / "supernode-2.log").read_text()
     assert "task " in (flower.root / "worker-2.log").read_text()  # the external worker served node 2
     moved = {n: OBJECTS_MOVED.findall((flower.root / f"worker-{n}.log").read_text()) for n in (2, 3)}
-    assert moved[2] and all(int(pulled) > 0 for pulled, _ in moved[2]), moved  # hetfed's routes
-    assert moved[3] and all(m == ("0", "0") for m in moved[3]), moved  # Flower's: one request each
+    assert moved[2] and all(int(pulled) > 0 for pulled, _, _ in moved[2]), moved  # hetfed's routes
+    assert moved[3] and all(m == ("0", "0", "0") for m in moved[3]), moved  # Flower's: one request each
     worker3 = (flower.root / "worker-3.log").read_text()
     assert worker3.count("no batched object routes") == 1, worker3[-2000:]
 

@@ -18,7 +18,11 @@ Flower's own handler, so a batch is exactly what its requests sent one by one wo
 
 Clients send through :class:`BatchedObjects`: when a ``PullMessages`` reply carries object trees,
 every object is pulled in one request and Flower's ``PullObject`` calls are answered from that (an
-object not yet there: Flower's own request and retries); ``PushObject`` calls are buffered until
+object not yet there: Flower's own request and retries). That request also names the messages
+(:data:`CONFIRM`): when every object was there the server confirms them with Flower's
+``confirm_message_received`` handler and says so (:data:`CONFIRMED`), and the client answers
+Flower's ``ConfirmMessageReceived`` call for them itself (one request less per message; a server
+that does not say so gets Flower's request). ``PushObject`` calls are buffered until
 every object the ``PushMessages`` reply asked for is in, then sent in one request. Against a server
 without the routes (:data:`NOT_OFFERED`: Flower's own SuperNode or SuperLink, a proxy that does not
 forward them) it sends Flower's single requests, so every mix of stock and hetfed processes works.
@@ -37,6 +41,7 @@ path; the app factories are pinned with :mod:`hetfed.runtime.fast_path` and
 # No `from __future__ import annotations`: FastAPI reads the route functions' annotations (Flower's
 # dependencies, imported inside _runtime_routes) as objects.
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable
 from logging import INFO, WARNING
 from typing import TYPE_CHECKING, Any
@@ -55,6 +60,12 @@ MEDIA_TYPE = "application/x-hetfed-protobuf-frames"
 # 403 (hetfed's nginx before these routes). Flower's own refusals are 401 and 400.
 NOT_OFFERED = frozenset({403, 404, 405})
 FRAME_HEADER = 4  # bytes of a frame's length, big-endian (as Flower's protobuf streams)
+# A batched pull may ask the server to confirm the messages whose trees it pulls (Flower's
+# ConfirmMessageReceived, one request per message otherwise): their object ids in CONFIRM, the
+# ones confirmed in the reply's CONFIRMED (a server that does not know the header sends none, and
+# the client confirms Flower's way). At most CONFIRM_AT_MOST ids ride along (a header's size).
+CONFIRM, CONFIRMED = "x-hetfed-confirm", "x-hetfed-confirmed"
+CONFIRM_AT_MOST = 64
 
 PINNED_SOURCE: dict[str, str] = {
     "flwr.supernode.servicer.runtime.runtime_handlers:pull_object": (
@@ -62,6 +73,9 @@ PINNED_SOURCE: dict[str, str] = {
     ),
     "flwr.supernode.servicer.runtime.runtime_handlers:push_object": (
         "c6dad970cb51b02bbf509eac14d8f59a17d0fa492dec2758f466b2288067566f"
+    ),
+    "flwr.supernode.servicer.runtime.runtime_handlers:confirm_message_received": (
+        "d922673fae155c8e5a0a1b9526a81246060206ea35ce51a2e7a91c5c472acbfc"
     ),
     "flwr.supercore.dependencies.runtime:get_task": (
         "2ef297c4e5381e6a9744aff3d9d12d138dc257b207fe45591a9218cf169e075e"
@@ -88,6 +102,12 @@ SUPERLINK_PINNED: dict[str, str] = {
     ),
     "flwr.superlink.servicer.fleet.fleet_handlers:push_object": (
         "df7e96f1188e0a40eb23b2accc1708b7d50753e6819193fd04211210c001ef66"
+    ),
+    "flwr.superlink.servicer.runtime.runtime_handlers:confirm_message_received": (
+        "ff473664219103714b442e8531976af80427ef0d245d00768dcf9bfa5ff4295f"
+    ),
+    "flwr.superlink.servicer.fleet.fleet_handlers:confirm_message_received": (
+        "52bf47754a452d94eafeed580af5071fa4a7834b7467e391cfcd2f3945b2796a"
     ),
     "flwr.superlink.routers.fleet.node_auth:authenticate_node": (
         "f8e66372d61b3653fc6ee3f9772cc89f805a01bed65e6ce55e4b5fb3a6ad3a17"
@@ -148,11 +168,19 @@ def why_not_as_read(pinned: dict[str, str]) -> str:
     return changed[0] if changed else ""
 
 
-async def _answer(request: Any, request_type: Any, handle: Callable[[list[Any]], list[Any]]) -> Any:
+async def _answer(
+    request: Any,
+    request_type: Any,
+    handle: Callable[[list[Any]], list[Any]],
+    confirm: Callable[[Any], Any] | None = None,
+) -> Any:
     """The reply to a batch: ``handle(requests)`` (Flower's handler per request, in the thread pool
     as Flower runs its own routes) serialized as frames; 400 when the body is not frames of
-    ``request_type``."""
+    ``request_type``. A pull batch whose objects were all there confirms, with ``confirm`` (Flower's
+    handler, given Flower's ConfirmMessageReceivedRequest), each message named in :data:`CONFIRM`
+    whose object it pulled, and names them in :data:`CONFIRMED`: what Flower's client sends next."""
     from fastapi import HTTPException, Response
+    from flwr.proto.message_pb2 import ConfirmMessageReceivedRequest
     from google.protobuf.message import DecodeError
     from starlette.concurrency import run_in_threadpool
 
@@ -161,7 +189,18 @@ async def _answer(request: Any, request_type: Any, handle: Callable[[list[Any]],
     except (ValueError, DecodeError) as exc:
         raise HTTPException(status_code=400, detail=f"malformed batch: {exc}") from exc
     replies = await run_in_threadpool(handle, requests) if requests else []
-    return Response(framed(r.SerializeToString() for r in replies), media_type=MEDIA_TYPE)
+    headers = {}
+    if confirm is not None and replies and all(r.object_available for r in replies):
+        pulled = {r.object_id for r in requests}
+        ids = [i for i in request.headers.get(CONFIRM, "").split(",") if i in pulled]
+        first = requests[0]
+        for object_id in ids:
+            confirming = ConfirmMessageReceivedRequest(node=first.node, run_id=first.run_id)
+            confirming.message_object_id = object_id
+            await run_in_threadpool(confirm, confirming)
+        if ids:
+            headers[CONFIRMED] = ",".join(ids)
+    return Response(framed(r.SerializeToString() for r in replies), media_type=MEDIA_TYPE, headers=headers)
 
 
 # --- the SuperNode's Runtime API --------------------------------------------------------------
@@ -194,7 +233,10 @@ def _runtime_routes() -> tuple[Any, Any]:
         task: TaskDependency,
     ) -> Response:
         return await _answer(
-            request, PullObjectRequest, lambda rs: [handlers.pull_object(r, state, task) for r in rs]
+            request,
+            PullObjectRequest,
+            lambda rs: [handlers.pull_object(r, state, task) for r in rs],
+            lambda confirming: handlers.confirm_message_received(confirming, state, task),
         )
 
     async def push_objects(
@@ -248,8 +290,17 @@ def _fleet_routes() -> tuple[Any, Any]:
 
         return answer
 
+    def confirm(request: Request) -> Callable[[Any], Any]:
+        def confirm_for_the_node(confirming: Any) -> Any:  # the node the batch authenticated
+            state = get_linkstate(request)
+            return fleet_handlers.confirm_message_received(confirming, state, state.object_store)
+
+        return confirm_for_the_node
+
     async def fleet_pull_objects(request: Request) -> Response:
-        return await _answer(request, PullObjectRequest, for_the_node(request, fleet_handlers.pull_object))
+        return await _answer(
+            request, PullObjectRequest, for_the_node(request, fleet_handlers.pull_object), confirm(request)
+        )
 
     async def fleet_push_objects(request: Request) -> Response:
         return await _answer(request, PushObjectRequest, for_the_node(request, fleet_handlers.push_object))
@@ -306,9 +357,12 @@ class BatchedObjects:
         self.enabled = enabled  # False once the server said it has no such routes
         self._lock = threading.Lock()  # Flower pushes and pulls objects from a few threads
         self._pulled: dict[str, PullObjectResponse] = {}
+        self._uses: Counter[str] = Counter()  # how many of the pulled trees still want each object
         self._pushes: list[PushObjectRequest] = []
         self._to_push: set[str] = set()  # the ids the last PushMessages reply asked for, not yet buffered
+        self._confirmed: set[str] = set()  # messages the server confirmed with their objects' batch
         self.moved = [0, 0]  # objects pulled and pushed through the batched routes
+        self.confirms = 0  # messages confirmed with their objects' batch (no request of their own)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
@@ -321,20 +375,29 @@ class BatchedObjects:
         return self._client.__exit__(*exc)
 
     def PullMessages(self, request: Any) -> Any:  # noqa: N802
-        """Flower's reply, and then every object of its messages' trees in one request."""
+        """Flower's reply, and then every object of its messages' trees in one request, which also
+        confirms the messages once all their objects are pulled (:data:`CONFIRM`)."""
         from flwr.proto.message_pb2 import PullObjectRequest, PullObjectResponse
         from flwr.supercore.inflatable.inflatable_object import iterate_object_tree
 
         reply = self._pull_messages(request)
         if self.enabled and reply.message_object_trees:
             node = getattr(request, "node", self.node)  # Fleet and SuperLink requests name the node and run
-            asked = [
-                PullObjectRequest(node=node, run_id=message.metadata.run_id, object_id=n.object_id)
-                for message, tree in zip(reply.messages_list, reply.message_object_trees, strict=True)
-                for n in iterate_object_tree(tree)
-            ]
+            # An object several messages share (e.g. an empty record) is asked for once and kept until
+            # each of its trees took it: the server confirms every message of the batch at once, and
+            # a confirmed message's objects are gone from its store.
+            uses: Counter[str] = Counter()
+            asked_by_id = {}
+            for message, tree in zip(reply.messages_list, reply.message_object_trees, strict=True):
+                for n in iterate_object_tree(tree):
+                    uses[n.object_id] += 1
+                    asked_by_id[n.object_id] = PullObjectRequest(
+                        node=node, run_id=message.metadata.run_id, object_id=n.object_id
+                    )
+            asked = list(asked_by_id.values())
+            roots = [tree.object_id for tree in reply.message_object_trees]
             try:
-                answers = self._post(self.paths[0], asked)
+                answers = self._post(self.paths[0], asked, roots if len(roots) <= CONFIRM_AT_MOST else [])
             except Exception:  # noqa: BLE001 - a prefetch: Flower's own requests (and errors) follow
                 answers = None
             if answers is not None:
@@ -342,7 +405,7 @@ class BatchedObjects:
                     a.object_id: PullObjectResponse.FromString(b) for a, b in zip(asked, answers, strict=True)
                 }
                 with self._lock:
-                    self._pulled = pulled
+                    self._pulled, self._uses = pulled, uses
                 self.moved[0] += sum(a.object_available for a in pulled.values())
                 self._logged("pulled from", sum(a.object_available for a in pulled.values()))
         return reply
@@ -353,10 +416,23 @@ class BatchedObjects:
     def PullObject(self, request: Any) -> Any:  # noqa: N802
         """From the batch when the object was there; else Flower's single request (e.g. a retry)."""
         with self._lock:
-            answer = self._pulled.pop(request.object_id, None)
+            answer = self._pulled.get(request.object_id)
+            self._uses[request.object_id] -= 1
+            if self._uses[request.object_id] <= 0:
+                self._pulled.pop(request.object_id, None)
+                del self._uses[request.object_id]
         if answer is not None and answer.object_available:
             return answer
         return self._client.PullObject(request)
+
+    def ConfirmMessageReceived(self, request: Any) -> Any:  # noqa: N802
+        """Answered here for a message the server confirmed with its objects' batch; else Flower's."""
+        from flwr.proto.message_pb2 import ConfirmMessageReceivedResponse
+
+        with self._lock:
+            confirmed = request.message_object_id in self._confirmed
+            self._confirmed.discard(request.message_object_id)
+        return ConfirmMessageReceivedResponse() if confirmed else self._client.ConfirmMessageReceived(request)
 
     def PushMessages(self, request: Any) -> Any:  # noqa: N802
         """Flower's reply; its ``objects_to_push`` are buffered until all are in (:meth:`PushObject`)."""
@@ -407,18 +483,19 @@ class BatchedObjects:
 
             log(INFO, "hetfed: %d objects %s the %s in one request", count, moved, self.hop)
 
-    def _post(self, path: str, requests: list[Any]) -> list[bytes] | None:
+    def _post(self, path: str, requests: list[Any], confirm: list[str] | None = None) -> list[bytes] | None:
         """The frames of the reply to ``requests`` at ``path``; None (and batching off) where the
         server does not offer the route (:data:`NOT_OFFERED`); None for any other refusal or a
         failed connection, so that Flower's single requests meet it and handle it Flower's way (its
-        retries; a stopped run's revoked token, 401, ends the ServerApp as an interruption)."""
+        retries; a stopped run's revoked token, 401, ends the ServerApp as an interruption).
+        ``confirm``: the messages the server is asked to confirm once it pulled all their objects."""
         import httpx
         from flwr.supercore import log
 
+        content = framed(r.SerializeToString() for r in requests)
+        asked = {CONFIRM: ",".join(confirm)} if confirm else {}
         try:
-            response = self._send(
-                path, framed(r.SerializeToString() for r in requests), requests[0], MEDIA_TYPE
-            )
+            response = self._send(path, content, requests[0], MEDIA_TYPE, headers=asked)
         except httpx.TransportError:
             return None
         if response.status_code in NOT_OFFERED:
@@ -431,13 +508,23 @@ class BatchedObjects:
         answers = frames(response.content)
         if len(answers) != len(requests):
             raise ValueError(f"{path}: {len(answers)} answers to {len(requests)} requests")
+        if confirmed := [i for i in response.headers.get(CONFIRMED, "").split(",") if i in (confirm or ())]:
+            with self._lock:
+                self._confirmed.update(confirmed)
+            self.confirms += len(confirmed)
         return answers
 
     def _send(
-        self, path: str, content: bytes, message: Any, media_type: str, timeout: float | None = None
+        self,
+        path: str,
+        content: bytes,
+        message: Any,
+        media_type: str,
+        timeout: float | None = None,
+        headers: dict[str, str] | None = None,
     ) -> "httpx.Response":
         """POST ``content`` to ``path`` through the client's interceptors (Flower's signing, version
-        headers); ``message``: the protobuf request they see."""
+        headers); ``message``: the protobuf request they see; ``headers``: more headers."""
         from flwr.supercore.protobuf.client import ProtobufRequestContext
 
         client: ProtobufClient = self._client
@@ -445,7 +532,7 @@ class BatchedObjects:
             "POST",
             f"{client._base_url}{path}",
             content=content,
-            headers={"content-type": media_type, "accept": media_type},
+            headers={"content-type": media_type, "accept": media_type, **(headers or {})},
             timeout=client._client.timeout if timeout is None else timeout,
         )
         context = ProtobufRequestContext(rpc_method=path, message=message, request=http_request)

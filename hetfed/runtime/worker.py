@@ -227,11 +227,12 @@ class Worker:
                     log(
                         INFO,
                         "hetfed warm worker: task %d input %.3f s, ClientApp %.3f s, reply %.3f s; %s; "
-                        "objects in one request each way: %d pulled, %d pushed",
+                        "objects in one request each way: %d pulled, %d pushed; %d confirmed with them",
                         task_id,
                         *steps,
                         memory(),
                         *objects.moved,
+                        objects.confirms,
                     )
 
     def _refusal(self, task_input: PullTaskInputResponse) -> str:
