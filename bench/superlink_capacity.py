@@ -78,7 +78,7 @@ REPLIES = ("trained", "light")  # how hetfed's simulated silos answer a train me
 # at the SuperLink (hetfed/runtime/object_batch.py, hetfed/runtime/held_pull.py).
 SUPERLINKS = {
     "stock": ("flower-superlink", "stock"),
-    "hetfed": ("hetfed-superlink, own-message pull, batched objects, held pull", "gated"),
+    "hetfed": ("hetfed-superlink, own-message pull, batched objects and confirmations, held pull", "gated"),
 }
 SILOS_PER_DRIVER = 250
 JOINING = 4  # silos of a driver registering at once
@@ -753,7 +753,9 @@ the ServerApp has pushed its objects (hetfed/runtime/pull.py; the rows named `he
 measured before it), and "batched objects, held pull" where hetfed's silos send through the warm \
 SuperNode's Fleet client, which moves a message's objects in one request each way and whose empty pull \
 the SuperLink holds up to 5 s until one of the silo's messages is complete (hetfed/runtime/object_batch.py, \
-hetfed/runtime/held_pull.py; object requests are counted on the wire, a batch as one); rows measured \
+hetfed/runtime/held_pull.py; object requests are counted on the wire, a batch as one), "and \
+confirmations" where that batch also confirms the message (no ConfirmMessageReceived request of its own; \
+confirmations are counted on the wire); rows measured \
 before hetfed-superlink existed ran `flower-superlink` on both paths, so there the difference is the \
 ServerApp (strategy, reply polling, message packing) and the silos' polling. \
 R rounds per run (silos: R; {rounds}); rounds 2..R-1 \

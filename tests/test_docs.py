@@ -647,7 +647,9 @@ def superlink_claims() -> list[tuple[str, str]]:
         if m["silos"] == 100
         and m.get("replies", "trained") == ("trained" if m["path"] == "hetfed" else "light")
     }
-    hetfed = rows[("hetfed", "hetfed-superlink, own-message pull, batched objects, held pull")]
+    hetfed = rows[
+        ("hetfed", "hetfed-superlink, own-message pull, batched objects and confirmations, held pull")
+    ]
     stock = rows[("stock", "flower-superlink")]
     requests = sum(hetfed["fleet-requests-per-silo-round"].values())
     round_s = {key: f"{row['round-s']:.2f}" for key, row in asgi["measured"].items()}
