@@ -74,7 +74,7 @@ def pulled(state: InMemoryNodeState, object_ids: list[str], confirm: list[str]) 
             Request(scope, receive),
             PullObjectRequest,
             lambda rs: [runtime_handlers.pull_object(r, state, task) for r in rs],
-            lambda c: runtime_handlers.confirm_message_received(c, state, task),
+            lambda cs: [runtime_handlers.confirm_message_received(c, state, task) for c in cs],
         )
     )
     return response.headers, [PullObjectResponse.FromString(f) for f in frames(response.body)]

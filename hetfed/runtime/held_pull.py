@@ -37,7 +37,6 @@ from hetfed.runtime.object_batch import FLEET_PULL, FLEET_PUSH, NOT_OFFERED, Bat
 PULL_MESSAGES = "/v1/fleet/hetfed/pull-messages"
 WAIT = 5.0  # s an empty pull is held (Flower's Fleet client reads 30 s; a stopping SuperLink waits it out)
 RECHECK = 1.0  # s between looks while held even without a ring (a message completed some other way)
-PROTOBUF = "application/protobuf"  # flwr.supercore.protobuf.constants.PROTOBUF_MEDIA_TYPE
 
 CLIENT_SEND = "flwr.supercore.protobuf.client:ProtobufClient._send"
 CORESTATE = "flwr.supercore.corestate.in_memory_corestate:InMemoryCoreState"
@@ -141,6 +140,7 @@ def _route() -> Any:
     message is there, the node's doorbell rang, or :data:`WAIT` passed."""
     from fastapi import HTTPException, Request, Response
     from flwr.proto.fleet_pb2 import PullMessagesRequest
+    from flwr.supercore.protobuf.constants import PROTOBUF_MEDIA_TYPE
     from flwr.superlink.dependencies.linkstate import get_linkstate
     from flwr.superlink.routers.fleet.node_auth import authenticate_node
     from flwr.superlink.servicer.fleet import fleet_handlers
@@ -171,7 +171,7 @@ def _route() -> Any:
                     await asyncio.wait_for(rung.wait(), min(left, RECHECK))
                 except TimeoutError:
                     pass
-        return Response(reply.SerializeToString(), media_type=PROTOBUF)
+        return Response(reply.SerializeToString(), media_type=PROTOBUF_MEDIA_TYPE)
 
     return fleet_held_pull_messages
 
@@ -190,11 +190,12 @@ class HeldPullFleetClient(BatchedObjects):
         import httpx
         from flwr.proto.fleet_pb2 import PullMessagesResponse
         from flwr.supercore import log
+        from flwr.supercore.protobuf.constants import PROTOBUF_MEDIA_TYPE
 
         if self.held:
             try:
                 response = self._send(
-                    PULL_MESSAGES, request.SerializeToString(), request, PROTOBUF, WAIT + 20
+                    PULL_MESSAGES, request.SerializeToString(), request, PROTOBUF_MEDIA_TYPE, WAIT + 20
                 )
             except httpx.TransportError:
                 return self._client.PullMessages(request)

@@ -172,13 +172,14 @@ async def _answer(
     request: Any,
     request_type: Any,
     handle: Callable[[list[Any]], list[Any]],
-    confirm: Callable[[Any], Any] | None = None,
+    confirm: Callable[[list[Any]], Any] | None = None,
 ) -> Any:
     """The reply to a batch: ``handle(requests)`` (Flower's handler per request, in the thread pool
     as Flower runs its own routes) serialized as frames; 400 when the body is not frames of
     ``request_type``. A pull batch whose objects were all there confirms, with ``confirm`` (Flower's
-    handler, given Flower's ConfirmMessageReceivedRequest), each message named in :data:`CONFIRM`
-    whose object it pulled, and names them in :data:`CONFIRMED`: what Flower's client sends next."""
+    handler per ConfirmMessageReceivedRequest, in the same thread pool), each message named in
+    :data:`CONFIRM` whose object it pulled, and names them in :data:`CONFIRMED`: what Flower's client
+    sends next."""
     from fastapi import HTTPException, Response
     from flwr.proto.message_pb2 import ConfirmMessageReceivedRequest
     from google.protobuf.message import DecodeError
@@ -193,12 +194,15 @@ async def _answer(
     if confirm is not None and replies and all(r.object_available for r in replies):
         pulled = {r.object_id for r in requests}
         ids = [i for i in request.headers.get(CONFIRM, "").split(",") if i in pulled]
-        first = requests[0]
-        for object_id in ids:
-            confirming = ConfirmMessageReceivedRequest(node=first.node, run_id=first.run_id)
-            confirming.message_object_id = object_id
-            await run_in_threadpool(confirm, confirming)
         if ids:
+            first = requests[0]
+            await run_in_threadpool(
+                confirm,
+                [
+                    ConfirmMessageReceivedRequest(node=first.node, run_id=first.run_id, message_object_id=i)
+                    for i in ids
+                ],
+            )
             headers[CONFIRMED] = ",".join(ids)
     return Response(framed(r.SerializeToString() for r in replies), media_type=MEDIA_TYPE, headers=headers)
 
@@ -236,7 +240,7 @@ def _runtime_routes() -> tuple[Any, Any]:
             request,
             PullObjectRequest,
             lambda rs: [handlers.pull_object(r, state, task) for r in rs],
-            lambda confirming: handlers.confirm_message_received(confirming, state, task),
+            lambda confirmings: [handlers.confirm_message_received(c, state, task) for c in confirmings],
         )
 
     async def push_objects(
@@ -290,10 +294,11 @@ def _fleet_routes() -> tuple[Any, Any]:
 
         return answer
 
-    def confirm(request: Request) -> Callable[[Any], Any]:
-        def confirm_for_the_node(confirming: Any) -> Any:  # the node the batch authenticated
+    def confirm(request: Request) -> Callable[[list[Any]], Any]:
+        def confirm_for_the_node(confirmings: list[Any]) -> Any:  # the node the batch authenticated
             state = get_linkstate(request)
-            return fleet_handlers.confirm_message_received(confirming, state, state.object_store)
+            store = state.object_store
+            return [fleet_handlers.confirm_message_received(c, state, store) for c in confirmings]
 
         return confirm_for_the_node
 
