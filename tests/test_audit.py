@@ -27,6 +27,7 @@ from hetfed.runtime.pinning import fab_hash
 from tests.conftest import REPO, hetfed_cli
 from tests.test_cli_faults import sets, start_cli, wait_for_round
 
+DOWNED_ROUNDS = 200
 RUN = {"num-rounds": 6, "n-train": 40, "n-test": 30, "num-items": 10, "local-epochs": 1, "seed": 5}
 
 
@@ -128,7 +129,8 @@ def test_start_stop_and_resume_are_audited_with_the_fab_hash_and_the_admitted_ke
     assert json.loads((federation / "audit.jsonl").read_text().splitlines()[1])["event"] == "stop"
 
     # `federation down` ends the runs still going: one stop each, with the config they were submitted with.
-    proc = start_cli(*base, *sets({**RUN, "run-name": "downed"}))
+    # Long enough to be going when `down` looks (a 6-round run once finished first in CI).
+    proc = start_cli(*base, *sets({**RUN, "run-name": "downed", "num-rounds": DOWNED_ROUNDS}))
     wait_for_round(results / "downed", 1, proc, timeout=300)
     down = hetfed_cli("federation", "down", "--dir", str(federation), timeout=120)
     assert down.returncode == 0, down.stderr
@@ -136,5 +138,5 @@ def test_start_stop_and_resume_are_audited_with_the_fab_hash_and_the_admitted_ke
     *_, started, ended = audit.read(federation)
     assert (started["event"], ended["event"]) == ("start", "stop") and started["run-id"] == ended["run-id"]
     assert ended["detail"] == "ended by hetfed federation down" and "federation down" in ended["command"]
-    assert ended["run-config"]["run-name"] == "downed" and ended["run-config"]["num-rounds"] == 6
+    assert ended["run-config"]["run-name"] == "downed" and ended["run-config"]["num-rounds"] == DOWNED_ROUNDS
     assert ended["fab-hash"] == expected and len(ended["nodes"]) == 2
