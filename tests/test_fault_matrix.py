@@ -166,10 +166,15 @@ def assert_prefix(before: list[dict], after: list[dict]) -> None:
     assert [{k: r[k] for k in before[0]} for r in after[: len(before)]] == before
 
 
-def assert_same_metrics(got: dict, want: dict, rel: float = 1e-9) -> None:
-    # A client that failed a round changes the model legitimately: say so before comparing numbers.
+def assert_same_metrics(got: dict, want: dict, rel: float = 1e-9, run_dir: Path | None = None) -> None:
+    # A client that failed a round changes the model legitimately: say so before comparing numbers,
+    # with the failed rows and the segments (which one recorded them) when the run folder is given.
     failed = got.get("failed-rounds")
-    assert failed == want.get("failed-rounds"), (got.get("failed"), failed)
+    why = [got.get("failed"), failed]
+    if run_dir is not None:
+        why += [r for r in rows(run_dir) if r["status"] != "ok"]
+        why += (run_dir / "segments.jsonl").read_text().splitlines()
+    assert failed == want.get("failed-rounds"), why
     assert got["clients"].keys() == want["clients"].keys()
     for client, metrics in want["clients"].items():
         for key, value in metrics.items():
@@ -392,7 +397,7 @@ def test_sigterm_stops_a_simulation_run_and_resume_reaches_the_metrics(tmp_path:
     assert_prefix(before, rows(run_dir))
     resumed = read_json(run_dir / "summary.json")
     assert [s["engine"] for s in resumed["segments"]] == ["simulation", "simulation"]
-    assert_same_metrics(resumed, whole, rel=1e-6)
+    assert_same_metrics(resumed, whole, rel=1e-6, run_dir=run_dir)
 
 
 # --- deployment: one federation for the module ----------------------------------------------------
@@ -480,7 +485,7 @@ def test_a_signal_stops_a_deployment_run_on_the_federation(
     resumed = federation.resume(name)
     assert_prefix(before, rows(run_dir))
     assert [s["status"] for s in resumed["segments"]] == ["interrupted", "completed"]
-    assert_same_metrics(resumed, federation.whole)
+    assert_same_metrics(resumed, federation.whole, run_dir=run_dir)
 
 
 @pytest.mark.deployment
@@ -534,7 +539,7 @@ def test_a_killed_superlink_is_noticed_the_federation_goes_down_whole_and_resume
     federation.up()
     resumed = federation.resume("link-killed")
     assert_prefix(before, rows(run_dir))
-    assert_same_metrics(resumed, federation.whole)
+    assert_same_metrics(resumed, federation.whole, run_dir=run_dir)
 
 
 @pytest.mark.deployment
