@@ -166,15 +166,22 @@ def assert_prefix(before: list[dict], after: list[dict]) -> None:
     assert [{k: r[k] for k in before[0]} for r in after[: len(before)]] == before
 
 
-def assert_same_metrics(got: dict, want: dict, rel: float = 1e-9, run_dir: Path | None = None) -> None:
+def assert_same_metrics(
+    got: dict, want: dict, rel: float = 1e-9, run_dir: Path | None = None, logs: Path | None = None
+) -> None:
     # A client that failed a round changes the model legitimately: say so before comparing numbers,
-    # with the failed rows and the segments (which one recorded them) when the run folder is given.
+    # with the failed rows, the segments (which one recorded them) and the Flower processes' error
+    # lines (``logs``: a federation's folder) when given.
     failed = got.get("failed-rounds")
-    why = [got.get("failed"), failed]
-    if run_dir is not None:
-        why += [r for r in rows(run_dir) if r["status"] != "ok"]
-        why += (run_dir / "segments.jsonl").read_text().splitlines()
-    assert failed == want.get("failed-rounds"), why
+    if failed != want.get("failed-rounds"):
+        why = [got.get("failed"), failed]
+        if run_dir is not None:
+            why += [r for r in rows(run_dir) if r["status"] != "ok"]
+            why += (run_dir / "segments.jsonl").read_text().splitlines()
+        for log in sorted(logs.glob("*.log")) if logs is not None else []:
+            lines = log.read_text(errors="replace").splitlines()
+            why += [f"{log.name}: {line}" for line in lines if "ERROR" in line or "Error:" in line][-20:]
+        pytest.fail("\n".join(map(str, why)))
     assert got["clients"].keys() == want["clients"].keys()
     for client, metrics in want["clients"].items():
         for key, value in metrics.items():
@@ -485,7 +492,7 @@ def test_a_signal_stops_a_deployment_run_on_the_federation(
     resumed = federation.resume(name)
     assert_prefix(before, rows(run_dir))
     assert [s["status"] for s in resumed["segments"]] == ["interrupted", "completed"]
-    assert_same_metrics(resumed, federation.whole, run_dir=run_dir)
+    assert_same_metrics(resumed, federation.whole, run_dir=run_dir, logs=federation.root)
 
 
 @pytest.mark.deployment
@@ -539,7 +546,7 @@ def test_a_killed_superlink_is_noticed_the_federation_goes_down_whole_and_resume
     federation.up()
     resumed = federation.resume("link-killed")
     assert_prefix(before, rows(run_dir))
-    assert_same_metrics(resumed, federation.whole, run_dir=run_dir)
+    assert_same_metrics(resumed, federation.whole, run_dir=run_dir, logs=federation.root)
 
 
 @pytest.mark.deployment
