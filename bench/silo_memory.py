@@ -285,8 +285,9 @@ its problem and torch or SciPy on a run's first message, so an LSA run's worker 
 A worker that served a torch run restarts (same pid, fresh interpreter) on the first message of the \
 next run, so a NumPy run after a torch run holds no torch either; until that message it keeps the \
 torch run's memory. {misses_text}Before any task, a worker holds Flower's own ClientApp stack (the \
-`flwr` package imports gRPC, FastAPI and pydantic, httpx, requests and cryptography; each \
-`flwr-clientapp` process of the stock runtime imports the same), and a torch task adds torch itself \
+`flwr` package imports gRPC, httpx and cryptography; each `flwr-clientapp` process of the stock \
+runtime imports them too, and FastAPI with pydantic and requests as well, which the worker loads only \
+if something uses them: hetfed/runtime/deferred_imports.py), and a torch task adds torch itself \
 and, only for a knapsack whose clients' objectives differ (eta_o > 0), SciPy's linear algebra for \
 the rotations expm(eta_o G_j) (SciPy and the solvers are imported on first use: polytopes with \
 exact oracles, such as the knapsack's, never load them); hetfed's clients never import `torch._dynamo`, \

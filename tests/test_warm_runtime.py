@@ -725,13 +725,19 @@ def maps_torch(pid: int) -> bool:
     return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
 
 
+def maps_pydantic(pid: int) -> bool:
+    """FastAPI's pydantic (its compiled core) is mapped: Flower's imports loaded FastAPI for real."""
+    return "_pydantic_core" in Path(f"/proc/{pid}/maps").read_text()
+
+
 @pytest.mark.deployment
 def test_a_numpy_run_holds_no_torch_even_after_a_torch_run(tmp_path: Path) -> None:
     """Lean silos: PF-LSA on Garnet (NumPy), then FedAvg on the knapsack (torch), then PF-LSA
     again, on the same 2 warm SuperNodes. The NumPy runs' worker never maps libtorch (the third
-    run's first message restarts the worker, which keeps its pid); the RSS and peak it reports
-    are /proc's, far below torch's ~180 MB alone; and the restarted worker's per-client metrics
-    are the inline engine's."""
+    run's first message restarts the worker, which keeps its pid); no run's worker maps FastAPI's
+    pydantic (hetfed/runtime/deferred_imports.py); the RSS and peak it reports are /proc's, far
+    below torch's ~180 MB alone; and the restarted worker's per-client metrics are the inline
+    engine's."""
     numpy_run = {"strategy": "pflsa", "problem": "garnet", "num-rounds": 3, "seed": 2}
     torch_run = {**SMALL, "strategy": "fedavg", "problem": "knapsack", "num-rounds": 1}
     flower = start_federation(tmp_path / "fed", "warm", 2)
@@ -743,6 +749,7 @@ def test_a_numpy_run_holds_no_torch_even_after_a_torch_run(tmp_path: Path) -> No
             cfg = prepare({**overrides, "run-name": name}, "deployment", tmp_path / "results")
             summary = run_to_end(flower, REPO, cfg)
             seen.append((maps_torch(worker), reported_memory(log), proc_memory(worker)))
+            assert not maps_pydantic(worker), name
         assert worker_pids(flower.processes["supernode-0"]) == [worker]
     finally:
         flower.stop()

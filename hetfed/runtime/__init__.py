@@ -18,7 +18,9 @@ SuperNode waits:
 - :mod:`hetfed.runtime.internals`: the self-test of every Flower internal the above
   relies on; any miss -> stock Flower, said in one line;
 - :mod:`hetfed.runtime.pinning`: app pinning, in both runtimes: the SuperNode (and the
-  warm worker) run only the app builds (FAB hashes) the silo approved.
+  warm worker) run only the app builds (FAB hashes) the silo approved;
+- :mod:`hetfed.runtime.deferred_imports`: the worker imports Flower without FastAPI, pydantic
+  and requests, which Flower's client modules name but a worker never uses (loaded if used).
 
 On the SuperLink's side (``hetfed-superlink``, :mod:`hetfed.runtime.superlink`): Flower's
 SuperLink with its middleware gated by API path (:mod:`hetfed.runtime.fast_path` for Fleet and

@@ -43,26 +43,30 @@ from pathlib import Path
 from typing import Any, cast
 
 import httpx
-from flwr.app import Context, Message
-from flwr.app.error import Error
-from flwr.cli.install import install_from_fab
-from flwr.clientapp.client_app import ClientApp, LoadClientAppError
-from flwr.clientapp.utils import get_load_client_app_fn
-from flwr.common.constant import ErrorCode, SubStatus
-from flwr.proto.run_pb2 import Run as RunProto
-from flwr.proto.runtime_pb2 import AcquireTaskRequest, PullTaskInputRequest, PullTaskInputResponse
-from flwr.supercore import log
-from flwr.supercore.constant import TaskType
-from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
-from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
-from flwr.supercore.retry import make_simple_http_retry_invoker
-from flwr.supercore.run import Run
-from flwr.supercore.runtime import RuntimeHttpClient
-from flwr.supernode.runtime.run_clientapp import pull_task_input, push_message, push_task_output
 
-from hetfed.runtime.object_batch import BatchedObjects
-from hetfed.runtime.pinning import AppRefused, reason_for, refused
-from hetfed.runtime.waits import Backoff, shorten_object_pull_backoff
+from hetfed.runtime.deferred_imports import deferring_unused_packages
+
+with deferring_unused_packages():  # FastAPI and requests: Flower names them, a worker never uses them
+    from flwr.app import Context, Message
+    from flwr.app.error import Error
+    from flwr.cli.install import install_from_fab
+    from flwr.clientapp.client_app import ClientApp, LoadClientAppError
+    from flwr.clientapp.utils import get_load_client_app_fn
+    from flwr.common.constant import ErrorCode, SubStatus
+    from flwr.proto.run_pb2 import Run as RunProto
+    from flwr.proto.runtime_pb2 import AcquireTaskRequest, PullTaskInputRequest, PullTaskInputResponse
+    from flwr.supercore import log
+    from flwr.supercore.constant import TaskType
+    from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
+    from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
+    from flwr.supercore.retry import make_simple_http_retry_invoker
+    from flwr.supercore.run import Run
+    from flwr.supercore.runtime import RuntimeHttpClient
+    from flwr.supernode.runtime.run_clientapp import pull_task_input, push_message, push_task_output
+
+    from hetfed.runtime.object_batch import BatchedObjects
+    from hetfed.runtime.pinning import AppRefused, reason_for, refused
+    from hetfed.runtime.waits import Backoff, shorten_object_pull_backoff
 
 WAKE_POLL = 5.0  # s between polls when the SuperNode wakes us after creating a task (safety net only)
 UNREACHABLE_RETRY = 1.0  # s before asking a Runtime API that is not up (yet) again
