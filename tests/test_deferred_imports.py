@@ -23,7 +23,8 @@ import flwr.supercore.utils as utils
 
 out = {"after-worker": sorted(m for m in ("fastapi", "pydantic", "requests") if m in sys.modules)}
 # requests, loaded by Flower's own module on first use:
-out["requests-error"] = utils.requests.RequestException.__module__ + "." + utils.requests.RequestException.__name__
+error = utils.requests.RequestException
+out["requests-error"] = f"{error.__module__}.{error.__name__}"
 out["after-requests"] = sorted(m for m in ("fastapi", "pydantic", "requests") if m in sys.modules)
 
 from starlette.requests import Request
