@@ -807,7 +807,7 @@ def main() -> None:
         default="trained",
         help="hetfed's silos train (default) or answer train messages as the stock ones do (light)",
     )
-    add_note_argument(parser, "other agents' test suites were running on the same 2 cores")
+    add_note_argument(parser)
     args = parser.parse_args()
     os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
     os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
