@@ -1,7 +1,7 @@
 """The centralized yardstick as a registered method (strategy ``centralized``, inline engine): a
-real inline run gives, bit for bit, the committed Table 14 cells of docs/results/knapsack.json
-(computed before by a separate pooled-training loop of the reproduction), and another engine is
-refused before anything starts."""
+real inline run gives the committed Table 14 cells of docs/results/knapsack.json (computed before by
+a separate pooled-training loop of the reproduction) to the last bits, and another engine is refused
+before anything starts."""
 
 from __future__ import annotations
 
@@ -31,7 +31,10 @@ def test_a_centralized_run_gives_the_committed_table14_cell(tmp_path: Path, loss
         echo=lambda _: None,
     )
     assert summary["status"] == "completed" and len(summary["clients"]) == 20
-    assert 100 * summary["aggregate"]["fed-relative-regret"] == cell["values"][0]
+    # Bit for bit on a CPU like the one that computed the cell; torch picks its kernels by the CPU's
+    # vector units (AVX-512 or AVX2), which can move the last bit (1 ulp on an AVX2-only machine),
+    # while another loss, seed or training loop moves it by more than 1e-3.
+    assert 100 * summary["aggregate"]["fed-relative-regret"] == pytest.approx(cell["values"][0], rel=1e-12)
     # one model, evaluated by every client: no personal model
     rounds = json.loads((tmp_path / "yardstick" / "summary.json").read_text())
     assert not any(k.startswith("per-") for k in rounds["aggregate"])
