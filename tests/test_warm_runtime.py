@@ -721,13 +721,10 @@ def proc_memory(pid: int) -> tuple[float, float]:
     return rss, peak
 
 
-def maps_torch(pid: int) -> bool:
-    return "libtorch" in Path(f"/proc/{pid}/maps").read_text()
-
-
-def maps_pydantic(pid: int) -> bool:
-    """FastAPI's pydantic (its compiled core) is mapped: Flower's imports loaded FastAPI for real."""
-    return "_pydantic_core" in Path(f"/proc/{pid}/maps").read_text()
+def maps(pid: int, library: str) -> bool:
+    """Process ``pid`` has a shared library named ``library`` mapped (libtorch: torch is loaded;
+    _pydantic_core: Flower's imports loaded FastAPI for real)."""
+    return library in Path(f"/proc/{pid}/maps").read_text()
 
 
 @pytest.mark.deployment
@@ -748,8 +745,8 @@ def test_a_numpy_run_holds_no_torch_even_after_a_torch_run(tmp_path: Path) -> No
         for name, overrides in (("numpy-1", numpy_run), ("torch", torch_run), ("numpy-2", numpy_run)):
             cfg = prepare({**overrides, "run-name": name}, "deployment", tmp_path / "results")
             summary = run_to_end(flower, REPO, cfg)
-            seen.append((maps_torch(worker), reported_memory(log), proc_memory(worker)))
-            assert not maps_pydantic(worker), name
+            seen.append((maps(worker, "libtorch"), reported_memory(log), proc_memory(worker)))
+            assert not maps(worker, "_pydantic_core"), name
         assert worker_pids(flower.processes["supernode-0"]) == [worker]
     finally:
         flower.stop()

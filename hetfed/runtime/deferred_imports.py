@@ -1,4 +1,4 @@
-"""Packages a warm worker's Flower imports name but never use, loaded only if used (~18 MB a silo).
+"""Packages a warm worker's Flower imports name but never use, loaded only if used (~17 MB a silo).
 
 Flower 1.42's client-side modules import two packages for code a ClientApp worker never runs:
 FastAPI, for the HTTP error translation a SuperLink or SuperNode server installs
@@ -89,8 +89,3 @@ def deferring_unused_packages() -> Iterator[None]:
         for name, module in placed.items():
             if sys.modules.get(name) is module:
                 del sys.modules[name]
-
-
-def loaded() -> list[str]:
-    """Which of the deferred packages this process has loaded for real (for the worker's log)."""
-    return [name for name in ("fastapi", "pydantic", "requests") if name in sys.modules]
