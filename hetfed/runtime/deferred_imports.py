@@ -1,4 +1,4 @@
-"""Packages a warm worker's Flower imports name but never use, loaded only if used (~17 MB a silo).
+"""Packages a warm worker's Flower imports name but never use, loaded only if used (~16 MB a silo).
 
 Flower 1.42's client-side modules import two packages for code a ClientApp worker never runs:
 FastAPI, for the HTTP error translation a SuperLink or SuperNode server installs
