@@ -56,7 +56,7 @@ from hetfed.records import scalar, to_record
 from hetfed.secure_mean import masked, new_key_pair
 
 # Random streams of a client (separate ones for batches, noise and the monitor, as the specification asks).
-BATCHES, NOISE, MONITOR, LOCAL_INIT = 2, 3, 4, 5
+BATCHES, NOISE, MONITOR = 2, 3, 4
 POOLED = 99  # the centralized yardstick's one stream (batches and noise of the pooled training)
 
 

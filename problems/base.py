@@ -126,12 +126,3 @@ def standardized_splits(
         for x, c in zip(xs, c_parts, strict=True)
     )
     return (train, val, test), scaling
-
-
-def standardize(train: torch.Tensor, *others: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """z-score every tensor with the mean/std of ``train`` (per column; std 0 -> 1).
-
-    Used per client, with that client's own training statistics only.
-    """
-    scaling = Standardization.fit(train)
-    return tuple(scaling.apply(t) for t in (train, *others))

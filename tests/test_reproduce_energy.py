@@ -77,7 +77,7 @@ def test_the_papers_other_tables_hold_their_runs_numbers(reproduction: tuple[dic
     from the cold-start table with NumPy; local-only is the local run's own number."""
     import numpy as np
 
-    from hetfed.reproduce.energy.plan import EQUAL_QUOTA, OPTNET_MULTS
+    from hetfed.reproduce.energy.plan import MORE, OPTNET_MULTS
 
     table, runs = reproduction
     more = table["more"]
@@ -89,7 +89,7 @@ def test_the_papers_other_tables_hold_their_runs_numbers(reproduction: tuple[dic
         interp = summary(runs, f"more-{variant}-interp-dffl-s42")["aggregate"]["interp-absolute-regret"]
         assert more["t4"][variant]["Interp-DFFL"]["values"] == [interp]
         equal = json.loads((runs / f"more-{variant}-equal-rspo+-s42" / "config.json").read_text())["config"]
-        assert equal["energy-quota"] == EQUAL_QUOTA
+        assert equal["energy-quota"] == MORE["equal-rspo+"]["energy-quota"]  # Table 13's equal demands
         reported = summary(runs, f"more-{variant}-equal-rspo+-s42")["aggregate"]["per-absolute-regret"]
         assert more["t13"][variant]["rspo+"]["per"]["values"] == [reported]
         local = summary(runs, f"more-{variant}-local-spo+-s42")["aggregate"]["per-absolute-regret"]

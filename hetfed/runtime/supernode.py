@@ -141,7 +141,6 @@ class WorkerSupervisor(threading.Thread):
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         self.worker: subprocess.Popen | None = None
-        self.restarts = 0
 
     def wake(self) -> None:
         """A message arrived: let the worker claim it now."""
@@ -160,7 +159,6 @@ class WorkerSupervisor(threading.Thread):
             if held is not None:
                 self.expire_task(held)
             self.reply_ready.set()
-            self.restarts += 1
             delay = 0.5 if time.monotonic() - started > 10 else min(30.0, delay * 2)
             task = (
                 f" while running task {held} (answered with Flower's ClientApp-crashed error)" if held else ""

@@ -22,7 +22,6 @@ RUNS, MORE = table_runs("ablation"), table_runs("more")
 # Table 5's rows, label -> (run, stage), then rows the paper's table does not have.
 ABLATION, EXTRA = PLAN.budget["table-5"], PLAN.budget["table-5-extra"]
 OPTNET_MULTS = tuple(c["optnet-mult"] for c in MORE.values() if "optnet-mult" in c)
-EQUAL_QUOTA = MORE["equal-rspo+"]["energy-quota"]  # Table 13's equal demands
 
 
 @dataclass(frozen=True)
