@@ -25,26 +25,11 @@ from hetfed.reproduce.runs import cell, curves, plot_rounds
 PLAN = Plan.load("knapsack")  # plans/knapsack.toml: the grid and the paper's numbers
 CLIENTS = 20
 LOSSES, ABLATION_ROWS = tuple(PLAN.axes["losses"]), tuple(PLAN.axes["ablation-rows"])
-PAPER_ORDERINGS = (("rspo+", "spo+", ("fed", "per")), ("spo+", "mse", ("per",)))  # better, worse, stages
-# Table 9's variants -> (table, method, stage) of the results: where each row's numbers come from.
-TABLE9 = {
-    "local-only RSPO+": ("t9", "local-only", "per"),
-    "FedSPO+": ("t3", "spo+", "fed"),
-    "RSPO+ surrogate only": ("t9", "surrogate-only", "fed"),
-    "+ per-client lam/eta": ("t3", "rspo+", "fed"),
-    "+ per-client lam/eta + P": ("t9", "no-anneal", "per"),
-    "full (annealing and freezing)": ("t3", "rspo+", "per"),
-}
+# plans/knapsack.toml [budget]: the paper's orderings, and where each row of Tables 4, 9 and 14 takes
+# our numbers from, (table, method, stage) of the results
+PAPER_ORDERINGS, TABLE4 = PLAN.budget["orderings"], PLAN.budget["table-4"]
+TABLE9, TABLE14 = PLAN.budget["table-9"], PLAN.budget["table-14"]
 FULL = "full (annealing and freezing)"
-# Table 4's columns and Table 14's settings (at (0,0,0)): (table, method, stage) of the results
-TABLE4 = (("t4", "interp-dffl", "interp"), ("t4", "optnet", "per"), ("t3", "rspo+", "per"))
-TABLE14 = {
-    "SPO+ centralized": ("t14", "centralized-spo+", "per"),
-    "SPO+ local-only": ("t14", "spo+-local-only", "per"),
-    "SPO+ Fed": ("t3", "spo+", "fed"),
-    "SPO+ Fed+P": ("t3", "spo+", "per"),
-    "RSPO+ centralized": ("t14", "centralized-rspo+", "per"),
-}
 LEVEL = 0.1  # points: two means closer than this are "level" ("about as good")
 FAR = 2.0  # a regret at least FAR times another is "far" behind it
 BIG = 0.5  # points: a Table 3 cell further than this from the paper is a "gap"
