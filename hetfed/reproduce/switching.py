@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from hetfed.reproduce.common import completed_run, pyplot, render
+from hetfed.reproduce.common import completed_run, pyplot, render, save_figure
 from hetfed.reproduce.plan import Job, Plan, PlanError, run_jobs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -307,10 +307,8 @@ def plot(data: Mapping[str, Any], plotted: list[str], out: Path, stem: str, titl
                 ax.grid(alpha=0.3)
             axes[row][1].legend(fontsize=7, loc="upper right")
         fig.suptitle(f"{title}: mean over {data['seeds']} seeds (band: min-max)", fontsize=10)
-        fig.tight_layout()
         paths.append(out / f"{stem}-{name}.png")
-        fig.savefig(paths[-1], dpi=90)
-        plt.close(fig)
+        save_figure(fig, paths[-1])
     return paths
 
 
