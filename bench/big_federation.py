@@ -26,7 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._report import add_note_argument, markdown_table, write_section  # noqa: E402
+from bench._report import add_note_argument, environment, markdown_table, write_section  # noqa: E402
 from bench.round_latency import RoundClock  # noqa: E402
 from bench.warm_runtime import group_processes, run  # noqa: E402
 
@@ -104,7 +104,12 @@ def main() -> None:
     entry = measure(args.nodes, args.rounds)
     load["after"] = os.getloadavg()[0]
     print(json.dumps(entry), flush=True)
-    RESULTS.write_text(json.dumps({"task": TASK, "load": load, "note": args.note, **entry}, indent=2) + "\n")
+    RESULTS.write_text(
+        json.dumps(
+            {"task": TASK, "load": load, "note": args.note, **entry, "environment": environment()}, indent=2
+        )
+        + "\n"
+    )
     mem = entry.get("memory-used-mb", {})
     walls = entry.get("rounds-s") or []
     row = [

@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._report import markdown_table, write_section  # noqa: E402
+from bench._report import environment, markdown_table, write_section  # noqa: E402
 from bench.round_latency import TASK as LATENCY_TASK  # noqa: E402
 from bench.round_latency import RoundClock  # noqa: E402
 
@@ -149,7 +149,10 @@ def main() -> None:
             measured[str(nodes)] = entry
             print(nodes, json.dumps(entry), flush=True)
     load = f"1-minute load average {load_before:.1f} before and {os.getloadavg()[0]:.1f} after the runs"
-    RESULTS.write_text(json.dumps({"task": TASK, "load": load, "measured": measured}, indent=2) + "\n")
+    RESULTS.write_text(
+        json.dumps({"task": TASK, "load": load, "measured": measured, "environment": environment()}, indent=2)
+        + "\n"
+    )
 
     rows: list[list[Any]] = []
     for size, entry in measured.items():

@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._report import add_note_argument, markdown_table, write_section  # noqa: E402
+from bench._report import add_note_argument, environment, markdown_table, write_section  # noqa: E402
 from bench.round_latency import RoundClock  # noqa: E402
 from bench.superlink_capacity import cpu_seconds  # noqa: E402
 from bench.warm_runtime import TASKS, group_cpu_seconds, run  # noqa: E402
@@ -150,6 +150,7 @@ def main() -> None:
                 "load": load,
                 "per-request-ms": per_request_ms,
                 "measured": measured,
+                "environment": environment(),
             },
             indent=2,
         )

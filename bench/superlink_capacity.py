@@ -63,7 +63,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench._report import add_note_argument, markdown_table, write_section  # noqa: E402
+from bench._report import add_note_argument, environment, markdown_table, write_section  # noqa: E402
 from bench.round_latency import FEDAVG_KNAPSACK, RoundClock  # noqa: E402
 
 STOCK_APP = ROOT / "bench" / "stock_app"
@@ -841,7 +841,7 @@ def main() -> None:
                 m["replies"] = args.replies if path == "hetfed" else "light"
                 m["failed"] = one_line(str(exc))
             m |= {"load": [load, os.getloadavg()[0]], "minutes": (time.time() - started) / 60}
-            m["note"] = args.note
+            m |= {"note": args.note, "environment": environment()}
             measured.append(m)
             print(json.dumps(m), flush=True)
             # Written after every row, so a run stopped at a large size keeps what it measured.

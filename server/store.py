@@ -88,6 +88,31 @@ def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str]:
     return out
 
 
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name (Linux ``/proc/cpuinfo``; else Python's ``platform.processor()``)."""
+    try:
+        lines = cpuinfo.read_text(errors="replace").splitlines()
+    except OSError:
+        lines = []
+    names = [ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name") and ":" in ln]
+    return names[0] if names else platform.processor() or "unknown"
+
+
+def machine_record() -> dict[str, Any]:
+    """Where a result was computed (config.json ``platform``, and every benchmark). The CPU decides
+    speed and also the last bits of a float: torch picks its kernels by the CPU's vector units
+    (``cpu-capability``), and an AVX2 and an AVX-512 kernel may round a sum differently."""
+    return {
+        "machine": platform.machine(),
+        "system": platform.system(),
+        "cpu": cpu_model(),
+        "cpu-capability": torch.backends.cpu.get_cpu_capability(),
+        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+        "python": sys.version.split()[0],
+        "torch-threads": torch.get_num_threads(),
+    }
+
+
 class RunStore:
     """Writes the files of one run under ``root/run_name``."""
 
@@ -122,12 +147,7 @@ class RunStore:
                 "seed": config.get("seed"),
                 "engine": engine,
                 "versions": package_versions(),
-                "platform": {
-                    "machine": platform.machine(),
-                    "system": platform.system(),
-                    "python": sys.version.split()[0],
-                    "torch-threads": torch.get_num_threads(),
-                },
+                "platform": machine_record(),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 **dict(extra or {}),
             },

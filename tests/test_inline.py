@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,12 @@ def rows(tmp_path: Path, name: str = "r") -> list[dict]:
         return list(csv.DictReader(f))
 
 
+def cpu_flags() -> list[str]:
+    """The CPU's feature flags, as the kernel lists them."""
+    lines = Path("/proc/cpuinfo").read_text().splitlines()
+    return next(ln for ln in lines if ln.startswith("flags")).split(":", 1)[1].split()
+
+
 def test_run_writes_complete_results(tmp_path: Path) -> None:
     summary = run(tmp_path, nodes=5, seed=3)
     folder = tmp_path / "r"
@@ -49,6 +56,16 @@ def test_run_writes_complete_results(tmp_path: Path) -> None:
         config["seed"] == 3
         and config["config"]["num-rounds"] == 2
         and config["versions"]["flwr"].startswith("1.42")
+    )
+    # Where it ran: the CPU as lscpu names it, the cores nproc counts, and the kernels torch picked,
+    # which follow the CPU's vector units (the last bits of a result can depend on them).
+    machine, flags = config["platform"], set(cpu_flags())
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert machine["cpu"] == next(ln.split(":", 1)[1].strip() for ln in lscpu if ln.startswith("Model name"))
+    assert machine["cpus"] == int(subprocess.run(["nproc"], capture_output=True, text=True).stdout)
+    avx512 = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma"} <= flags
+    assert machine["cpu-capability"] == (
+        "AVX512" if avx512 else "AVX2" if {"avx2", "fma"} <= flags else "DEFAULT"
     )
     table = rows(tmp_path)
     train = [r for r in table if r["exchange"] == "train"]
