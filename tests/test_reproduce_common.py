@@ -153,3 +153,27 @@ def test_a_malformed_plan_fails_only_its_reproduction_with_its_one_line(
     assert err.count("\n") == 1
     assert not (tmp_path / "out").exists()
     assert main(["config"]) == 0  # every other command still works
+
+
+@pytest.mark.parametrize(
+    "experiment", ["knapsack", "energy", "energy-pilot", "shortest-path", "lp-pilot", "dp-knapsack"]
+)
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--seeds", "0"], "--seeds: must be in 1..5, got 0"),
+        (["--seeds", "6"], "--seeds: must be in 1..5, got 6"),  # was cut to 5 without a word
+        (["--quick", "--seeds", "-2"], "--seeds: must be in 1..5, got -2"),
+        (["--quick", "--workers", "0"], "--workers: must be >= 1, got 0"),  # ran one at a time
+    ],
+)
+def test_a_count_out_of_range_is_refused_in_one_line_before_any_run(
+    experiment: str, option: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hetfed.cli import main
+
+    out, runs = tmp_path / "out", tmp_path / "runs"
+    assert main(["reproduce", experiment, *option, "--out", str(out), "--results-dir", str(runs)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"hetfed: error: {message}\n"
+    assert not out.exists() and not runs.exists()

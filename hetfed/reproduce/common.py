@@ -96,6 +96,8 @@ def run_many(
     ``describe(summary)`` adds to the progress line of each finished run; ``data_path`` is each
     node's data (``{partition}`` = its id; inline and simulation).
     """
+    if workers < 1:
+        raise ValueError(f"--workers: must be >= 1, got {workers}")
     configs = [dict(c) for c in configs]
     todo, done = [], {}
     first: dict[str, int] = {}  # run name -> the index of its first config

@@ -195,9 +195,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from hetfed.problems.ercot import fetch_ercot
 
-    fetch_ercot()  # once, before the clients read it (a no-op when cached)
     started = time.time()
-    plan = Plan.make(args.seeds, args.quick)
+    plan = Plan.make(args.seeds, args.quick)  # checks --seeds
+    fetch_ercot()  # once, before the clients read it (a no-op when cached)
     results_dir = Path(args.results_dir)
     planned = plan.split_jobs("pilot")
     summaries = run_jobs(planned, args, nodes=len(plan.zones))

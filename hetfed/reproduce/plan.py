@@ -86,8 +86,11 @@ class Plan:
         return {**full, **(self.budget.get("quick", {}) if quick else {})}
 
     def chosen_seeds(self, count: int, quick: bool) -> tuple[int, ...]:
-        """The first ``count`` (``--seeds``) of the plan's seeds: at least one, one with ``quick``."""
-        return self.seeds[:1] if quick else self.seeds[: max(1, min(count, len(self.seeds)))]
+        """The first ``count`` (``--seeds``) of the plan's seeds (the first one only with ``quick``);
+        ValueError for a count the plan does not have."""
+        if not 1 <= count <= len(self.seeds):
+            raise ValueError(f"--seeds: must be in 1..{len(self.seeds)}, got {count}")
+        return self.seeds[:1] if quick else self.seeds[:count]
 
 
 def _checked(path: Path, raw: Mapping[str, Any]) -> dict[str, Any]:

@@ -335,8 +335,6 @@ def run(args: argparse.Namespace) -> int:
     name, tag = args.experiment, "-quick" if args.quick else ""
     plan = Plan.load(name)
     g = grid(plan, name, args.quick, args.seeds)
-    if args.workers < 1:
-        raise ValueError(f"--workers: must be >= 1, got {args.workers}")
     out = Path(args.out) if args.out else REPO / ("results/reproduce" if args.quick else "docs/results")
     results_dir = Path(args.results_dir) if args.results_dir else REPO / f"results/reproduce/{name}{tag}"
     runs = run_all(g, results_dir, args.workers, available=args.available)

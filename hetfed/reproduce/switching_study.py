@@ -108,8 +108,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     grids = sweeps(args.quick, args.seeds)
-    if args.workers < 1:
-        raise ValueError(f"--workers: must be >= 1, got {args.workers}")
     results = Path(args.results_dir) if args.results_dir else REPO / "results" / "reproduce"
     out = Path(args.out) if args.out else REPO / ("results/reproduce" if args.quick else "docs/results")
     studies: dict[str, Any] = {}

@@ -36,8 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from hetfed.problems.ercot import fetch_ercot
 
+    plan = Plan.make(args.seeds, args.quick)  # checks --seeds
     fetch_ercot()  # once, before the clients read it (a no-op when cached)
-    plan = Plan.make(args.seeds, args.quick)
     results_dir, zones = Path(args.results_dir), len(plan.zones)
     ablation, more = plan.split_jobs("ablation"), plan.split_jobs("more")
     fed, local = plan.cold_fed_jobs(), plan.cold_local_jobs()
