@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from _pytest.capture import CaptureResult
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import HealthCheck, example, given, seed, settings
 from hypothesis import strategies as st
 
 from hetfed.cli import main
@@ -112,6 +112,7 @@ def completed_or_one_line(code: int, out: CaptureResult[str], folders: list[Path
 @seed(SEED)
 @BUDGET
 @given(changes=run_config_changes())
+@example(changes={"run-name": ""})  # once ran under the default name, then looked for results/report.md
 def test_any_run_config_completes_or_is_one_line(
     tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str], changes: dict[str, Any]
 ) -> None:
