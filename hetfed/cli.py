@@ -59,7 +59,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if settings["engine"] in ("inline", "simulation") and not args.resume:
         check_silo_data({**overrides, "engine": settings["engine"]}, settings["nodes"], settings["data_path"])
     # "" (the default, also when given) is the default name; the run and this command then agree on it
-    name = overrides["run-name"] = cfg["run-name"] or default_run_name(cfg)
+    name = overrides["run-name"] = str(cfg["run-name"]) or default_run_name(cfg)
     run_dir = Path(args.results_dir).resolve() / name
     try:
         with signals_raise():
