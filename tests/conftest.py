@@ -13,6 +13,14 @@ from typing import NoReturn
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def lscpu_model() -> str:
+    """The CPU's model name as lscpu (util-linux) reports it: a reference independent of hetfed's."""
+    lines = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout.splitlines()
+    return next(ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("Model name"))
+
+
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 

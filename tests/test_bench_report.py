@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from bench import _report
+from tests.conftest import lscpu_model
 
 
 def test_a_section_names_the_cpu_and_versions_and_replaces_only_itself(
@@ -23,8 +24,7 @@ def test_a_section_names_the_cpu_and_versions_and_replaces_only_itself(
     text = doc.read_text()
     assert "first body" not in text and "new body" in text and "second body" in text
     assert text.index("new body") < text.index("second body")  # replaced where it was
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout.splitlines()
-    model = next(ln.split(":", 1)[1].strip() for ln in lscpu if ln.startswith("Model name"))
+    model = lscpu_model()
     line = next(ln for ln in text.splitlines() if ln.startswith("_Measured"))
     cores = int(subprocess.run(["nproc"], capture_output=True, text=True, check=True).stdout)
     assert f"{model} ({torch.backends.cpu.get_cpu_capability()}, {cores} cores)" in line

@@ -18,6 +18,7 @@ from hetfed.problems.models import make_mlp
 from hetfed.records import to_numpy, to_record
 from hetfed.server.app import run_server
 from hetfed.server.pool import FederationError
+from tests.conftest import lscpu_model
 
 FAST = {"num-rounds": 2, "n-train": 40, "n-test": 30, "local-epochs": 1, "num-items": 10}
 
@@ -60,8 +61,7 @@ def test_run_writes_complete_results(tmp_path: Path) -> None:
     # Where it ran: the CPU as lscpu names it, the cores nproc counts, and the kernels torch picked,
     # which follow the CPU's vector units (the last bits of a result can depend on them).
     machine, flags = config["platform"], set(cpu_flags())
-    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout.splitlines()
-    assert machine["cpu"] == next(ln.split(":", 1)[1].strip() for ln in lscpu if ln.startswith("Model name"))
+    assert machine["cpu"] == lscpu_model()
     assert machine["cpus"] == int(subprocess.run(["nproc"], capture_output=True, text=True).stdout)
     avx512 = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "fma"} <= flags
     assert machine["cpu-capability"] == (

@@ -7,12 +7,20 @@ seeds, and the share of updates within the clip. The grid is plans/dp-knapsack.t
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 from typing import Any
 
-from hetfed.reproduce.common import add_run_arguments, fmt, publish, pyplot, render, save_figure, stat
+from hetfed.reproduce.common import (
+    add_run_arguments,
+    default_workers,
+    fmt,
+    publish,
+    pyplot,
+    render,
+    save_figure,
+    stat,
+)
 from hetfed.reproduce.plan import Job, Plan, run_jobs
 
 LOSSES = {"rspo+": "FedRSPO+", "mse": "MSE"}
@@ -263,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
             "clip-choice": CLIP_CHOICE,
             "delta": DELTA,
             "config": {k: v for k, v in planned[0].items() if k not in (*varied, "dp-delta")},
-            "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            "cores": default_workers(),  # the usable cores (the default workers are one each)
             "wall-time-s": round(time.time() - started, 1),
             "run-time-s": round(sum(s["wall-time-s"] for s in summaries), 1),
             "metric": "relative regret on each client's test samples, mean over clients",

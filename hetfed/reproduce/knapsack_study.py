@@ -218,8 +218,8 @@ def resolve(args: argparse.Namespace) -> Study:
     study = STUDIES[args.study]
     for row in args.rows or ():
         row_etas(row)
-    if args.seeds is not None and not 1 <= args.seeds <= len(PLAN.seeds):
-        raise ValueError(f"--seeds: must be in 1..{len(PLAN.seeds)}, got {args.seeds}")
+    if args.seeds is not None:
+        PLAN.chosen_seeds(args.seeds, quick=False)  # refuses a count the plan does not have
     if args.clients is not None and args.clients < 1:
         raise ValueError(f"--clients: must be >= 1, got {args.clients}")
     changes = {
