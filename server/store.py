@@ -128,8 +128,9 @@ class RunStore:
         self.local_rows: list[dict[str, Any]] = list(_read_rows(self.path, "local-rounds.csv"))
         self._local_written = len(self.local_rows)  # -1: local-rounds.csv must be rewritten
         self.started = time.time()
-        # Told the whole rows so far after each commit (server/tracking.py sends them to MLflow).
-        self.on_commit: Callable[[Sequence[Mapping[str, Any]]], None] | None = None
+        self.checkpoint_round: int | None = None  # the round of the last checkpoint saved or loaded
+        # Told the rows a resume keeps after each checkpoint (server/tracking.py sends them to MLflow).
+        self.on_checkpoint: Callable[[Sequence[Mapping[str, Any]]], None] | None = None
 
     # --- config ---------------------------------------------------------------
     def write_config(
@@ -224,8 +225,6 @@ class RunStore:
                 "aggregate": _finite(dict(aggregate or {})),
             },
         )
-        if self.on_commit is not None:
-            self.on_commit(self.rows)
 
     def drop_rows_after(self, server_round: int) -> None:
         """Forget rows of rounds after ``server_round`` (a resumed run redoes them)."""
@@ -240,10 +239,24 @@ class RunStore:
         tmp = self.path / ".checkpoint.pt.tmp"
         torch.save(dict(state), tmp)
         os.replace(tmp, self.path / "checkpoint.pt")
+        self.checkpoint_round = int(state["round"])
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(self.checkpointed_rows())
 
     def load_checkpoint(self) -> dict[str, Any] | None:
         """The last checkpoint, None if there is none; StoreError naming the file if it is damaged."""
-        return load_checkpoint_file(self.path / "checkpoint.pt")
+        state = load_checkpoint_file(self.path / "checkpoint.pt")
+        if state is not None:
+            self.checkpoint_round = int(state["round"])
+        return state
+
+    def checkpointed_rows(self) -> list[dict[str, Any]]:
+        """The rows a resume keeps: those of the rounds up to the last checkpoint's. rounds.csv may
+        hold one round more (a process killed between its commit and its checkpoint)."""
+        if self.checkpoint_round is None:
+            self.load_checkpoint()  # a store opened on a stopped run's folder (record_interrupted)
+        last = -1 if self.checkpoint_round is None else self.checkpoint_round
+        return [row for row in self.rows if int(row["round"]) <= last]
 
     # --- segments -------------------------------------------------------------
     def begin_segment(self, engine: str, *, resumed: bool) -> int:

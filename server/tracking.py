@@ -4,16 +4,19 @@ Optional (run-config key ``mlflow-tracking-uri``, extra ``hetfed[mlflow]``). The
 the record; MLflow gets a copy for the tools an operator already runs:
 
 - params: the run's resolved config (once, when the MLflow run is created);
-- metrics, step = the round: each row of rounds.csv as it is committed. The server's row gives the
-  aggregate (``regret``), a client's row gives ``<client>/<exchange>/<metric>``
-  (``client-0/train/regret``); text cells (status, error) are not metrics;
+- metrics, step = the round: each row of rounds.csv once its round is checkpointed (the rows a
+  resume keeps; a round after the checkpoint is redone). The server's row gives the aggregate
+  (``regret``), a client's row gives ``<client>/<exchange>/<metric>`` (``client-0/train/regret``);
+  text cells (status, error) are not metrics;
 - artifacts, at the end of each segment: report.md, summary.json, config.json, rounds.csv,
   local-rounds.csv, rounds.png and the final models (models.npz, models.json).
 
 A resumed run continues the same MLflow run (its id is in the run folder's ``mlflow.json``, with
-how many rows MLflow has), so MLflow holds each committed row once. Tracking that cannot start is a
-one-line error before round 1; a tracking server lost later costs a warning line, and the rows it
-missed are sent with the next commit or at the end.
+how many rows MLflow has and how many a send under way was to bring it to), so MLflow holds each
+kept row once, also when a process was killed in the middle of a send: the next send first asks
+MLflow which of those metrics it already has. Tracking that cannot start is a one-line error
+before round 1; a tracking server lost later costs a warning line, and the rows it missed are sent
+with the next checkpoint or at the end.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -75,10 +79,18 @@ class MlflowTracker:
     """The MLflow run of one hetfed run; :meth:`start` creates or continues it."""
 
     def __init__(
-        self, client: Any, uri: str, run_id: str, store: RunStore, logged: int, say: Callable[[str], None]
+        self,
+        client: Any,
+        uri: str,
+        run_id: str,
+        store: RunStore,
+        say: Callable[[str], None],
+        logged: int = 0,
+        sending: int = 0,
     ) -> None:
         self.client, self.uri, self.run_id, self.store = client, uri, run_id, store
         self.logged = logged  # rows of rounds.csv MLflow has
+        self.sending = max(sending, logged)  # rows MLflow may have: a send up to here began
         self.say = say
         self._warned = False
 
@@ -113,15 +125,16 @@ class MlflowTracker:
             linked = store.read_json(LINK) if (run_dir / LINK).exists() else None
             if linked is not None and linked.get("tracking-uri") == uri:
                 client.update_run(linked["run-id"], status="RUNNING")
-                tracker = cls(client, uri, linked["run-id"], store, int(linked.get("rows-logged", 0)), say)
-                store.on_commit = tracker.log_rows
+                logged, sending = (int(linked.get(key, 0)) for key in ("rows-logged", "rows-sending"))
+                tracker = cls(client, uri, linked["run-id"], store, say, logged, sending)
+                store.on_checkpoint = tracker.log_rows
                 return tracker
             name = str(cfg.get("mlflow-experiment") or "hetfed")
             experiment = client.get_experiment_by_name(name)
             experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
             tags = {"hetfed.run-name": run_dir.name, "hetfed.results": str(run_dir.resolve())}
             run = client.create_run(experiment_id, run_name=run_dir.name, tags=tags)
-            tracker = cls(client, uri, run.info.run_id, store, 0, say)
+            tracker = cls(client, uri, run.info.run_id, store, say)
             tracker._log_params(cfg)
         except ConfigError:
             raise
@@ -131,14 +144,12 @@ class MlflowTracker:
                 f"{where}: MLflow cannot track this run: {type(exc).__name__}: {first}"
             ) from None
         tracker._save_link()
-        store.on_commit = tracker.log_rows
+        store.on_checkpoint = tracker.log_rows
         return tracker
 
     def log_rows(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Send the rows MLflow does not have yet (``rows`` is the run's whole rounds.csv so far, in
-        order; a resume drops rows after the checkpoint, which were never committed). A failure is
-        one warning line; the rows go with the next call."""
-        self.logged = min(self.logged, len(rows))
+        """Send the rows MLflow does not have yet (``rows``: the rows a resume keeps, in order; they
+        only grow). A failure is one warning line; the rows go with the next call."""
         new = rows[self.logged :]
         if not new:
             return
@@ -151,6 +162,10 @@ class MlflowTracker:
             for key, value in row_metrics(row).items()
         ]
         try:
+            if self.sending > self.logged:  # a send began and did not finish: MLflow may hold part of it
+                metrics = self._not_in_mlflow(metrics)
+            self.sending = len(rows)
+            self._save_link()
             for i in range(0, len(metrics), MAX_METRICS):
                 self.client.log_batch(self.run_id, metrics=metrics[i : i + MAX_METRICS])
         except Exception as exc:
@@ -159,10 +174,26 @@ class MlflowTracker:
         self.logged = len(rows)
         self._save_link()
 
+    def _not_in_mlflow(self, metrics: list[Any]) -> list[Any]:
+        """``metrics`` without those MLflow already holds (same key and round): each (key, round) is
+        one cell of the rows being sent, so one found in MLflow came from the unfinished send."""
+        held = Counter(
+            (key, point.step)
+            for key in {m.key for m in metrics}
+            for point in self.client.get_metric_history(self.run_id, key)
+        )
+        missing = []
+        for metric in metrics:
+            if held[metric.key, metric.step]:
+                held[metric.key, metric.step] -= 1
+            else:
+                missing.append(metric)
+        return missing
+
     def finish(self, status: str) -> None:
         """At the end of a segment: the rows not sent yet, the run's files as artifacts, the MLflow
         run's status (completed: FINISHED, failed: FAILED, interrupted: KILLED)."""
-        self.log_rows(self.store.rows)
+        self.log_rows(self.store.checkpointed_rows())
         run_dir = self.store.path
         try:
             for name in ARTIFACTS:
@@ -181,9 +212,8 @@ class MlflowTracker:
             self.client.log_batch(self.run_id, params=params[i : i + MAX_PARAMS])
 
     def _save_link(self) -> None:
-        self.store.write_json(
-            LINK, {"tracking-uri": self.uri, "run-id": self.run_id, "rows-logged": self.logged}
-        )
+        link = {"tracking-uri": self.uri, "run-id": self.run_id, "rows-logged": self.logged}
+        self.store.write_json(LINK, {**link, "rows-sending": self.sending})
 
     def _warn(self, text: str) -> None:
         if not self._warned:  # once per segment: a tracking server down would warn every round

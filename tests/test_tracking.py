@@ -10,10 +10,16 @@ from __future__ import annotations
 import csv
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import torch
 from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.supercore.task_identity import TaskIdentity
 from mlflow.tracking import MlflowClient
@@ -22,20 +28,23 @@ from hetfed.client.app import app as client_app
 from hetfed.config import ConfigError, validate
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.engines.runner import prepare
-from hetfed.server.app import run_server
-from tests.conftest import REPO
+from hetfed.server.app import record_interrupted, run_server
+from tests.conftest import REPO, hetfed_cli
 from tests.test_resume import DyingGrid
 
 FAST = {"num-rounds": 3, "n-train": 40, "n-test": 30, "local-epochs": 1, "num-items": 10, "seed": 5}
 COORDINATES = ("round", "exchange", "partition-id", "client", "status", "error")
 
 
-def expected_metrics(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Independently of server/tracking.py: every numeric cell of rounds.csv under the key the
-    docs name (server row of a round: the metric; a client's: client/exchange/metric)."""
+def expected_metrics(run_dir: Path, through: int | None = None) -> dict[str, list[tuple[int, float]]]:
+    """Independently of server/tracking.py: every numeric cell of rounds.csv (of the rounds up to
+    ``through``) under the key the docs name (server row of a round: the metric; a client's:
+    client/exchange/metric)."""
     out: dict[str, list[tuple[int, float]]] = defaultdict(list)
     with open(run_dir / "rounds.csv", newline="") as f:
         for row in csv.DictReader(f):
+            if through is not None and int(row["round"]) > through:
+                continue
             for name, cell in row.items():
                 if name in COORDINATES or cell == "":
                     continue
@@ -108,6 +117,79 @@ def test_a_resumed_run_continues_its_mlflow_run_without_logging_a_row_twice(tmp_
     resumed = run_inline({**cfg, "resume": True}, node_configs(3))
     assert resumed["status"] == "completed"
     assert_tracked(store, tmp_path / "crash", "FINISHED")  # still one MLflow run; each row once
+
+
+def wait_until(
+    ready: Callable[[], object], what: str, proc: subprocess.Popen, timeout: float = 240
+) -> object:
+    """Poll ``ready()`` until it returns something true (an OSError counts as not yet)."""
+    end = time.time() + timeout
+    while time.time() < end:
+        assert proc.poll() is None, f"the run ended before {what}: {proc.communicate()}"
+        try:
+            if found := ready():
+                return found
+        except OSError:
+            pass
+        time.sleep(0.02)
+    raise TimeoutError(what)
+
+
+def opening_a_fifo(pid: int) -> bool:
+    """A thread of ``pid`` waits in the kernel for a reader of the FIFO it opens to write."""
+    return any(
+        (task / "wchan").read_text() == "wait_for_partner" for task in Path(f"/proc/{pid}/task").iterdir()
+    )
+
+
+@pytest.mark.parametrize("trap", ["mlflow-metric", "checkpoint"])
+def test_a_serverapp_killed_mid_send_or_before_its_checkpoint_logs_each_kept_row_once(
+    tmp_path: Path, trap: str
+) -> None:
+    """The ServerApp is SIGKILLed (as `hetfed run` ends a simulation's on Ctrl-C) where CI once
+    caught it: MLflow holding part of a round's metrics (a metric file of MLflow's file store is a
+    FIFO, so the send stops there) or rounds.csv holding a round its checkpoint does not (the
+    checkpoint's file is the FIFO). Closing the segment sends what the checkpoint covers, once; the
+    resume redoes the rest and MLflow holds each row of rounds.csv once."""
+    store, results = tmp_path / "mlruns", tmp_path / "results"
+    run_dir = results / "killed"
+    sets = {**FAST, "num-rounds": 4, "fraction": 1.0, "run-name": "killed", "mlflow-tracking-uri": str(store)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hetfed.cli", "run", "--engine", "inline", "--nodes", "3",
+         "--results-dir", str(results), *(a for k, v in sets.items() for a in ("--set", f"{k}={v}"))],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        if trap == "mlflow-metric":  # the server's first evaluation metric: sent with the last round
+            link = wait_until(lambda: json.loads((run_dir / "mlflow.json").read_text()), "mlflow.json", proc)
+            (folder,) = store.glob(f"*/{link['run-id']}")
+            fifo = folder / "metrics" / "fed-mse"
+            fifo.parent.mkdir(parents=True, exist_ok=True)
+            os.mkfifo(fifo)
+        else:  # the next checkpoint's file, once a round is done (torch.save writes it, then renames)
+            wait_until(
+                lambda: json.loads((run_dir / "progress.json").read_text())["round"] >= 1, "round 1", proc
+            )
+            fifo = run_dir / ".checkpoint.pt.tmp"
+            wait_until(lambda: os.mkfifo(fifo) or True, "a free checkpoint file", proc)
+        wait_until(lambda: opening_a_fifo(proc.pid), "the ServerApp blocked on the FIFO", proc)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    fifo.unlink()
+    checkpointed = int(torch.load(run_dir / "checkpoint.pt", weights_only=False)["round"])
+    done = max(int(r["round"]) for r in csv.DictReader(open(run_dir / "rounds.csv", newline="")))
+    assert done == checkpointed + (trap == "checkpoint")  # rounds.csv is a round ahead of the checkpoint
+
+    summary = record_interrupted(str(results), "killed", "stopped by SIGKILL")
+    assert summary is not None and summary["status"] == "interrupted"
+    client, run = only_run(store)
+    assert run.info.status == "KILLED"
+    assert logged_metrics(client, run) == expected_metrics(run_dir, through=checkpointed)
+
+    out = hetfed_cli("run", "--resume", "killed", "--results-dir", str(results))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert_tracked(store, run_dir, "FINISHED")  # still one MLflow run; each row of rounds.csv once
 
 
 def test_a_store_that_cannot_be_used_is_one_line_before_round_1(tmp_path: Path) -> None:
