@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import tempfile
 from pathlib import Path
 
 from hetfed.config import ConfigError
@@ -35,8 +36,9 @@ def check_existing(flag: str, pattern: str, paths: list[Path]) -> None:
 
 
 def check_writable_folder(flag: str, path: Path, shown: str | None = None) -> None:
-    """``path`` is a folder, or can be made as one, in a writable place (also for root: a read-only
-    file system is refused by ``access(2)`` with EROFS)."""
+    """``path`` is a folder, or can be made as one, in a writable place. Tried, not asked: root
+    passes every ``access(2)`` check, also on a read-only mount or under /proc, where a folder
+    still cannot be made (a probe folder is made and removed at once)."""
     shown = shown if shown is not None else str(path)
     if not shown.strip():
         raise ConfigError(f"{flag} {shown!r}: empty; give a folder")
@@ -46,8 +48,10 @@ def check_writable_folder(flag: str, path: Path, shown: str | None = None) -> No
     parent = next(p for p in [resolved, *resolved.parents] if p.exists())
     if not parent.is_dir():
         raise ConfigError(f"{flag} {shown}: {parent} is a file, not a folder")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag} {shown}: {parent} is not a writable folder")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".hetfed-probe-", dir=parent))
+    except OSError as exc:
+        raise ConfigError(f"{flag} {shown}: {parent} is not a writable folder ({exc.strerror})") from None
 
 
 def check_port(flag: str, port: int, *, free: bool = True) -> None:

@@ -197,6 +197,7 @@ BAD_ARGS = [
     (["--set", "run-name=x\ny"], "characters '\\n' not allowed"),
     (["--set", "seed=18446744073709551616"], "run config 'seed': 18446744073709551616 does not fit a signed"),
     (["--results-dir", ""], "--results-dir '': empty; give a folder"),
+    (["--results-dir", "/proc/x"], "--results-dir /proc/x: /proc is not a writable folder (No such file"),
     (["--nodes", "100000"], "--nodes 100000: the inline engine holds every client on this machine"),
     (["--resume", "../up"], "--resume: '../up': characters '/' not allowed"),
     (
@@ -430,9 +431,10 @@ def test_a_state_dir_on_a_read_only_file_system_is_refused(tmp_path: Path) -> No
     )
     lines = [ln for ln in out.stderr.splitlines() if ln.startswith("hetfed:")]
     assert out.stdout.split() == ["rc=2", "rc=2"] and "Traceback" not in out.stderr, out.stderr[-2000:]
+    refused = f"{ro} is not a writable folder (Read-only file system)"
     assert lines == [
-        f"hetfed: error: --state-dir {ro}/{{partition}}: {ro} is not a writable folder",
-        f"hetfed: error: --state-dir {ro}/s: {ro} is not a writable folder",
+        f"hetfed: error: --state-dir {ro}/{{partition}}: {refused}",
+        f"hetfed: error: --state-dir {ro}/s: {refused}",
     ]
     assert not (tmp_path / "results").exists() and not (tmp_path / "fed" / "federation.json").exists()
 
