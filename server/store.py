@@ -256,7 +256,10 @@ class RunStore:
         if self.checkpoint_round is None:
             self.load_checkpoint()  # a store opened on a stopped run's folder (record_interrupted)
         last = -1 if self.checkpoint_round is None else self.checkpoint_round
-        return [row for row in self.rows if int(row["round"]) <= last]
+        end = len(self.rows)
+        while end and int(self.rows[end - 1]["round"]) > last:  # rows are in round order
+            end -= 1
+        return self.rows[:end]
 
     # --- segments -------------------------------------------------------------
     def begin_segment(self, engine: str, *, resumed: bool) -> int:
