@@ -11,6 +11,7 @@ import csv
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -57,7 +58,7 @@ def expected_metrics(run_dir: Path, through: int | None = None) -> dict[str, lis
     return {k: sorted(v) for k, v in out.items()}
 
 
-def only_run(store: Path, experiment: str = "hetfed"):
+def only_run(store: Path | str, experiment: str = "hetfed"):
     os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"  # MLflow 3's opt-in to read a file store
     client = MlflowClient(tracking_uri=str(store))
     found = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
@@ -72,7 +73,7 @@ def logged_metrics(client: MlflowClient, run) -> dict[str, list[tuple[int, float
     }
 
 
-def assert_tracked(store: Path, run_dir: Path, status: str, experiment: str = "hetfed") -> None:
+def assert_tracked(store: Path | str, run_dir: Path, status: str, experiment: str = "hetfed") -> None:
     client, run = only_run(store, experiment)
     assert run.info.status == status and run.info.run_name == run_dir.name
     expected = expected_metrics(run_dir)
@@ -135,6 +136,16 @@ def wait_until(
     raise TimeoutError(what)
 
 
+def start_run(results: Path, sets: dict) -> subprocess.Popen:
+    """`hetfed run --engine inline` of 3 silos (every one in every round) in its own process group."""
+    sets = {**FAST, "fraction": 1.0, **sets}
+    return subprocess.Popen(
+        [sys.executable, "-m", "hetfed.cli", "run", "--engine", "inline", "--nodes", "3",
+         "--results-dir", str(results), *(a for k, v in sets.items() for a in ("--set", f"{k}={v}"))],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+
+
 def opening_a_fifo(pid: int) -> bool:
     """A thread of ``pid`` waits in the kernel for a reader of the FIFO it opens to write."""
     return any(
@@ -153,12 +164,7 @@ def test_a_serverapp_killed_mid_send_or_before_its_checkpoint_logs_each_kept_row
     resume redoes the rest and MLflow holds each row of rounds.csv once."""
     store, results = tmp_path / "mlruns", tmp_path / "results"
     run_dir = results / "killed"
-    sets = {**FAST, "num-rounds": 4, "fraction": 1.0, "run-name": "killed", "mlflow-tracking-uri": str(store)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hetfed.cli", "run", "--engine", "inline", "--nodes", "3",
-         "--results-dir", str(results), *(a for k, v in sets.items() for a in ("--set", f"{k}={v}"))],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+    proc = start_run(results, {"num-rounds": 4, "run-name": "killed", "mlflow-tracking-uri": str(store)})
     try:
         if trap == "mlflow-metric":  # the server's first evaluation metric: sent with the last round
             link = wait_until(lambda: json.loads((run_dir / "mlflow.json").read_text()), "mlflow.json", proc)
@@ -190,6 +196,32 @@ def test_a_serverapp_killed_mid_send_or_before_its_checkpoint_logs_each_kept_row
     out = hetfed_cli("run", "--resume", "killed", "--results-dir", str(results))
     assert out.returncode == 0, out.stderr[-3000:]
     assert_tracked(store, run_dir, "FINISHED")  # still one MLflow run; each row of rounds.csv once
+
+
+def test_a_store_lost_for_some_rounds_costs_one_warning_and_gets_every_row_once(tmp_path: Path) -> None:
+    """An SQLite store locked by another process (this test) from round 1 to round 3: the sends in
+    between fail (one warning line, the run goes on), the next send brings what they missed."""
+    db, results = tmp_path / "mlflow.db", tmp_path / "results"
+    uri = f"sqlite:///{db}"
+    # The experiment made first, to keep its artifacts in tmp_path (SQLite stores default to ./mlruns).
+    MlflowClient(uri).create_experiment("hetfed", artifact_location=str(tmp_path / "artifacts"))
+    proc = start_run(results, {"num-rounds": 6, "run-name": "lost", "mlflow-tracking-uri": uri})
+    progress = results / "lost" / "progress.json"
+    try:
+        wait_until(lambda: json.loads(progress.read_text())["round"] >= 1, "round 1", proc)
+        lock = sqlite3.connect(db, timeout=60, isolation_level=None)
+        lock.execute("BEGIN EXCLUSIVE")  # every other connection's read or write now fails
+        wait_until(lambda: json.loads(progress.read_text())["round"] >= 3, "round 3", proc)
+        lock.execute("COMMIT")
+        lock.close()
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, stderr[-3000:]
+    warnings = [line for line in stderr.splitlines() if "MLflow: rows of rounds.csv not sent yet" in line]
+    assert len(warnings) == 1 and "database is locked" in warnings[0], stderr[-3000:]
+    assert_tracked(uri, results / "lost", "FINISHED")
 
 
 def test_a_store_that_cannot_be_used_is_one_line_before_round_1(tmp_path: Path) -> None:
