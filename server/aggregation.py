@@ -25,6 +25,8 @@ from hetfed.server.privacy import DPSettings, Privacy
 from hetfed.server.secure_aggregation import BelowThreshold, SecureRound, threshold_for
 from hetfed.strategies.base import FederatedStrategy, WeightedSum, reply_metrics
 
+RELEASES = "privacy.json"  # in the run folder: the local-DP releases the server has received
+
 
 class Summation:
     """The run's summing settings and DP state (see the module docs)."""
@@ -37,6 +39,7 @@ class Summation:
         self.step = secagg.step_of(self.range, int(cfg["secagg-bits"]))
         self.dp = DPSettings.from_config(cfg)
         self.privacy: Privacy | None = None
+        self.summed_rounds = 0  # the plan's summed rounds (each one release under DP)
 
     @property
     def active(self) -> bool:
@@ -59,8 +62,8 @@ class Summation:
         # Local DP: every release is seen by the server, who knows who was sampled (no amplification).
         self.privacy = Privacy(self.dp, m, m) if self.dp.mode == "local" else Privacy(self.dp, n, m)
         self.privacy.update_noise_multiplier()  # adaptive clipping: refused here if it leaves no noise
-        summed = sum(1 for r in range(1, strategy.num_rounds + 1) if strategy.sums(r))
-        self.privacy.check_budget(summed)
+        self.summed_rounds = sum(1 for r in range(1, strategy.num_rounds + 1) if strategy.sums(r))
+        self.privacy.check_budget(self.summed_rounds)
 
     def run(
         self,
@@ -88,9 +91,14 @@ class Summation:
         else:
             replies = self.pool.screen(self.pool.send(messages, server_round), check)
             flat = self._plain(strategy, replies, weights, layout)
+        contributors = sorted(self._contributors(replies))
+        if self.privacy is not None and self.dp.mode == "local" and (flat is not None or contributors):
+            # The server holds noised updates (their sum): kept on disk before anything else, since
+            # the round's checkpoint comes later and a stop before it makes the resume redo the round.
+            self.privacy.received()
+            self.pool.store.write_json(RELEASES, {"releases": self.privacy.releases})
         if flat is None:
             return replies, None, {}
-        contributors = sorted(self._contributors(replies))
         values, weight, within = flat[:-2], float(flat[-2]), float(flat[-1])
         columns: dict[str, float] = {}
         if self.privacy is not None:
@@ -148,6 +156,7 @@ class Summation:
                 "delta": self.dp.delta,
                 "noise-multiplier": self.dp.noise_multiplier,
                 "releases": self.privacy.releases,
+                **({"redone-releases": self.privacy.redone} if self.privacy.redone else {}),
                 "clients-per-round": self.privacy.sample_size,
                 "clients": self.privacy.population,
                 "final-clip": self.privacy.clip,
@@ -158,8 +167,12 @@ class Summation:
         return self.privacy.state_dict() if self.privacy is not None else {}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """The checkpoint's DP state, with the local-DP releases the server received after it (a
+        resume redoes those rounds); the budget is checked again with them."""
         if self.privacy is not None and state:
-            self.privacy.load_state_dict(state)
+            received = (self.pool.store.read_json(RELEASES) or {}).get("releases", 0)
+            self.privacy.load_state_dict(state, int(received) if self.dp.mode == "local" else 0)
+            self.privacy.check_budget(self.summed_rounds)
 
 
 def _unflatten(values: np.ndarray, layout: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarray]:

@@ -110,20 +110,26 @@ class Privacy:
         self.population, self.sample_size = population, sample_size
         self.clip = settings.clipping_norm
         self.releases = 0
+        self.redone = 0  # local DP: releases of rounds the server received and then redid (a resume)
         self.rng = np.random.default_rng()  # the noise must not be reproducible: fresh entropy
 
     def check_budget(self, planned_rounds: int) -> None:
-        """ConfigError (one line) when the planned summed rounds would spend more than dp-epsilon."""
+        """ConfigError (one line) when the planned summed rounds, with the releases of rounds redone
+        so far, would spend more than dp-epsilon."""
         s = self.settings
         if not s.on or s.epsilon_budget <= 0:
             return
-        eps = epsilon_after(planned_rounds, s.noise_multiplier, self.population, self.sample_size, s.delta)
+        releases = planned_rounds + self.redone
+        eps = epsilon_after(releases, s.noise_multiplier, self.population, self.sample_size, s.delta)
         if eps > s.epsilon_budget:
+            redone, advice = "", "raise the noise or lower num-rounds"
+            if self.redone:  # a resume: the releases are made, the config is the run's
+                redone = f" (and {self.redone} more releases of rounds redone after a stop)"
+                advice = "this run cannot go on within it"
             raise ConfigError(
-                f"run config 'dp-epsilon': {planned_rounds} rounds of {self.sample_size} of "
+                f"run config 'dp-epsilon': {planned_rounds} rounds{redone} of {self.sample_size} of "
                 f"{self.population} clients at dp-noise-multiplier {s.noise_multiplier:g} spend epsilon "
-                f"{eps:.4g} at delta {s.delta:g}, over the budget {s.epsilon_budget:g}; "
-                "raise the noise or lower num-rounds"
+                f"{eps:.4g} at delta {s.delta:g}, over the budget {s.epsilon_budget:g}; {advice}"
             )
 
     def client_values(self) -> dict[str, float]:
@@ -168,8 +174,15 @@ class Privacy:
         if s.adaptive:
             noisy = (within + self.rng.normal(0.0, self.count_stddev())) / max(contributors, 1)
             self.clip = float(used * math.exp(-s.clip_learning_rate * (noisy - s.target_quantile)))
-        self.releases += 1
+        if s.mode == "central":
+            self.releases += 1  # local DP counted its release when the server received it (received)
         return total, {"dp-clip": used, "dp-epsilon": self.epsilon()}
+
+    def received(self) -> None:
+        """Local DP: the server now holds the round's noised updates, one release. Counted at once,
+        before the round's checkpoint: a stop before it makes the resume redo the round, a second
+        release of the same data."""
+        self.releases += 1
 
     def epsilon(self) -> float:
         s = self.settings
@@ -178,7 +191,13 @@ class Privacy:
         return epsilon_after(self.releases, s.noise_multiplier, self.population, self.sample_size, s.delta)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"clip": self.clip, "releases": self.releases}
+        return {"clip": self.clip, "releases": self.releases, "redone": self.redone}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.clip, self.releases = float(state["clip"]), int(state["releases"])
+    def load_state_dict(self, state: Mapping[str, Any], received: int = 0) -> None:
+        """The checkpoint's state. ``received``: the releases the server had received when it
+        stopped (local DP); more than the checkpoint's when a round after it had released, and the
+        resume redoes that round: the accountant counts both."""
+        self.clip = float(state["clip"])
+        checkpointed = int(state["releases"])
+        self.redone = int(state.get("redone", 0)) + max(0, received - checkpointed)
+        self.releases = max(checkpointed, received)

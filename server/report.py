@@ -47,9 +47,13 @@ def privacy_line(privacy: Mapping[str, Any]) -> str:
     """What protected the updates (summary.json ``privacy``), in one line."""
     parts = ["secure aggregation" if privacy.get("secure-aggregation") else "no secure aggregation"]
     if privacy.get("dp", "off") != "off":
+        redone = privacy.get("redone-releases", 0)
+        releases = f"{privacy['releases']} rounds"
+        if redone:  # a round redone on resume: the server received its noised updates twice
+            releases = f"{privacy['releases']} releases ({redone} of rounds redone after a stop)"
         parts.append(
             f"{privacy['dp']} DP, epsilon {_fmt(privacy['epsilon'])} at delta {_fmt(privacy['delta'])} after "
-            f"{privacy['releases']} rounds (noise multiplier {_fmt(privacy['noise-multiplier'])}, "
+            f"{releases} (noise multiplier {_fmt(privacy['noise-multiplier'])}, "
             f"{privacy['clients-per-round']} of {privacy['clients']} clients per round)"
         )
     return "; ".join(parts)

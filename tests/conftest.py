@@ -3,12 +3,15 @@ in-process messages, and a throw-away real deployment (SuperLink + SuperNodes on
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
@@ -22,6 +25,57 @@ def lscpu_model() -> str:
 
 
 SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+# --- a run killed at a chosen point -------------------------------------------------------------
+def start_inline_run(results: Path, sets: Mapping[str, object], nodes: int = 3) -> subprocess.Popen:
+    """`hetfed run --engine inline` in its own process group (to be killed with its workers)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "hetfed.cli", "run", "--engine", "inline", "--nodes", str(nodes),
+         "--results-dir", str(results), *(a for k, v in sets.items() for a in ("--set", f"{k}={v}"))],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def wait_until(ready: Callable[[], Any], what: str, proc: subprocess.Popen, timeout: float = 240) -> Any:
+    """Poll ``ready()`` until it returns something true (an OSError counts as not yet)."""
+    end = time.time() + timeout
+    while time.time() < end:
+        assert proc.poll() is None, f"the run ended before {what}: {proc.communicate()}"
+        try:
+            if found := ready():
+                return found
+        except OSError:
+            pass
+        time.sleep(0.02)
+    raise TimeoutError(what)
+
+
+def kill_when_blocked(proc: subprocess.Popen, fifo: Path) -> None:
+    """SIGKILL ``proc``'s process group once a thread of it waits to open ``fifo`` for writing (the
+    kernel's ``wait_for_partner``), then remove the FIFO: the run stopped exactly before that write."""
+
+    def blocked() -> bool:
+        return any(
+            (task / "wchan").read_text() == "wait_for_partner"
+            for task in Path(f"/proc/{proc.pid}/task").iterdir()
+        )
+
+    try:
+        wait_until(blocked, f"the run blocked on {fifo.name}", proc)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        fifo.unlink(missing_ok=True)
+
+
+def kill_at_a_checkpoint(proc: subprocess.Popen, run_dir: Path) -> None:
+    """Kill the run as it writes a checkpoint after round 1 (its file made a FIFO; torch.save writes
+    ``.checkpoint.pt.tmp``, then renames it): rounds.csv then holds a round its checkpoint does not."""
+    progress, fifo = run_dir / "progress.json", run_dir / ".checkpoint.pt.tmp"
+    wait_until(lambda: json.loads(progress.read_text())["round"] >= 1, "round 1", proc)
+    wait_until(lambda: os.mkfifo(fifo) or True, "a free checkpoint file", proc)  # not mid-write
+    kill_when_blocked(proc, fifo)
 
 
 @pytest.fixture(autouse=True, scope="session")

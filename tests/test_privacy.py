@@ -12,11 +12,13 @@ from pathlib import Path
 import mpmath
 import numpy as np
 import pytest
+import torch
 
 from hetfed.client.secure_aggregation import privatized
 from hetfed.config import ConfigError, validate
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.server.privacy import DPSettings, Privacy, accountant, epsilon_after
+from tests.conftest import hetfed_cli, kill_at_a_checkpoint, start_inline_run
 
 FEDAVG = {"num-rounds": 3, "n-train": 40, "n-test": 30, "local-epochs": 1, "num-items": 10, "fraction": 1.0}
 
@@ -239,3 +241,51 @@ def test_local_dp_is_accounted_without_amplification_and_noised_on_the_clients(t
     # Each round's mean carries the clients' noise: N(0, (z S)^2 / m) per entry, 3 rounds.
     expected = 50.0 * 0.01 * math.sqrt(3 * size / 2)
     assert gap == pytest.approx(expected, rel=0.1)
+
+
+@pytest.mark.parametrize("secure", [True, False])
+def test_a_local_dp_round_redone_after_a_kill_is_accounted_twice(tmp_path: Path, secure: bool) -> None:
+    """Local DP: the server holds the clients' noised updates (their sum, with secure aggregation)
+    once a round's replies are in. Killed before that round's checkpoint, the run redoes the round on
+    resume, with fresh noise: the server then holds two releases of it and the accountant counts
+    both (summary, report, rounds.csv). With a budget that the extra release exceeds, the resume is
+    refused in one line and the run folder keeps what it had."""
+    z, rounds = 2.0, 4
+    orders = library_orders()
+
+    def gaussian_epsilon(releases: int) -> float:  # every client in every round: no amplification
+        return epsilon_from_rdp([releases * gaussian_rdp(a, z) for a in orders], orders, 1e-5)
+
+    run_dir = tmp_path / "local"
+    sets = {**FEDAVG, "num-rounds": rounds, "seed": 5, "run-name": "local", "dp": "local"}
+    sets |= {"dp-noise-multiplier": z, "dp-clipping-norm": 0.05, "secure-aggregation": str(secure).lower()}
+    if not secure:  # a budget the planned rounds meet and one more release does not
+        sets["dp-epsilon"] = round((gaussian_epsilon(rounds) + gaussian_epsilon(rounds + 1)) / 2, 3)
+    kill_at_a_checkpoint(start_inline_run(tmp_path, sets), run_dir)
+    received = json.loads((run_dir / "privacy.json").read_text())["releases"]
+    checkpointed = int(torch.load(run_dir / "checkpoint.pt", weights_only=False)["privacy"]["releases"])
+    assert received == checkpointed + 1  # the round after the checkpoint had released
+
+    out = hetfed_cli("run", "--resume", "local", "--results-dir", str(tmp_path))
+    if not secure:
+        line = (
+            f"run config 'dp-epsilon': {rounds} rounds (and 1 more releases of rounds redone after a stop) "
+            f"of 3 of 3 clients at dp-noise-multiplier 2 spend epsilon {gaussian_epsilon(rounds + 1):.4g}"
+        )
+        assert out.returncode == 2 and line in out.stderr and "Traceback" not in out.stderr, out.stderr[
+            -3000:
+        ]
+        assert json.loads((run_dir / "privacy.json").read_text())["releases"] == received  # nothing sent
+        return
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    privacy = summary["privacy"]
+    assert privacy["releases"] == rounds + 1 and privacy["redone-releases"] == 1
+    assert privacy["epsilon"] == pytest.approx(gaussian_epsilon(rounds + 1), abs=1e-6)
+    with open(run_dir / "rounds.csv", newline="") as f:
+        last = [r for r in csv.DictReader(f) if r["client"] == "server"][-1]
+    assert float(last["dp-epsilon"]) == pytest.approx(gaussian_epsilon(rounds + 1), abs=1e-6)
+    assert (
+        f"after {rounds + 1} releases (1 of rounds redone after a stop)"
+        in (run_dir / "report.md").read_text()
+    )

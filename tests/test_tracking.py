@@ -13,10 +13,7 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
-import time
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,7 +27,14 @@ from hetfed.config import ConfigError, validate
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.engines.runner import prepare
 from hetfed.server.app import record_interrupted, run_server
-from tests.conftest import REPO, hetfed_cli
+from tests.conftest import (
+    REPO,
+    hetfed_cli,
+    kill_at_a_checkpoint,
+    kill_when_blocked,
+    start_inline_run,
+    wait_until,
+)
 from tests.test_resume import DyingGrid
 
 FAST = {"num-rounds": 3, "n-train": 40, "n-test": 30, "local-epochs": 1, "num-items": 10, "seed": 5}
@@ -120,37 +124,9 @@ def test_a_resumed_run_continues_its_mlflow_run_without_logging_a_row_twice(tmp_
     assert_tracked(store, tmp_path / "crash", "FINISHED")  # still one MLflow run; each row once
 
 
-def wait_until(
-    ready: Callable[[], object], what: str, proc: subprocess.Popen, timeout: float = 240
-) -> object:
-    """Poll ``ready()`` until it returns something true (an OSError counts as not yet)."""
-    end = time.time() + timeout
-    while time.time() < end:
-        assert proc.poll() is None, f"the run ended before {what}: {proc.communicate()}"
-        try:
-            if found := ready():
-                return found
-        except OSError:
-            pass
-        time.sleep(0.02)
-    raise TimeoutError(what)
-
-
 def start_run(results: Path, sets: dict) -> subprocess.Popen:
     """`hetfed run --engine inline` of 3 silos (every one in every round) in its own process group."""
-    sets = {**FAST, "fraction": 1.0, **sets}
-    return subprocess.Popen(
-        [sys.executable, "-m", "hetfed.cli", "run", "--engine", "inline", "--nodes", "3",
-         "--results-dir", str(results), *(a for k, v in sets.items() for a in ("--set", f"{k}={v}"))],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
-
-
-def opening_a_fifo(pid: int) -> bool:
-    """A thread of ``pid`` waits in the kernel for a reader of the FIFO it opens to write."""
-    return any(
-        (task / "wchan").read_text() == "wait_for_partner" for task in Path(f"/proc/{pid}/task").iterdir()
-    )
+    return start_inline_run(results, {**FAST, "fraction": 1.0, **sets})
 
 
 @pytest.mark.parametrize("trap", ["mlflow-metric", "checkpoint"])
@@ -165,24 +141,15 @@ def test_a_serverapp_killed_mid_send_or_before_its_checkpoint_logs_each_kept_row
     store, results = tmp_path / "mlruns", tmp_path / "results"
     run_dir = results / "killed"
     proc = start_run(results, {"num-rounds": 4, "run-name": "killed", "mlflow-tracking-uri": str(store)})
-    try:
-        if trap == "mlflow-metric":  # the server's first evaluation metric: sent with the last round
-            link = wait_until(lambda: json.loads((run_dir / "mlflow.json").read_text()), "mlflow.json", proc)
-            (folder,) = store.glob(f"*/{link['run-id']}")
-            fifo = folder / "metrics" / "fed-mse"
-            fifo.parent.mkdir(parents=True, exist_ok=True)
-            os.mkfifo(fifo)
-        else:  # the next checkpoint's file, once a round is done (torch.save writes it, then renames)
-            wait_until(
-                lambda: json.loads((run_dir / "progress.json").read_text())["round"] >= 1, "round 1", proc
-            )
-            fifo = run_dir / ".checkpoint.pt.tmp"
-            wait_until(lambda: os.mkfifo(fifo) or True, "a free checkpoint file", proc)
-        wait_until(lambda: opening_a_fifo(proc.pid), "the ServerApp blocked on the FIFO", proc)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-    fifo.unlink()
+    if trap == "mlflow-metric":  # the server's first evaluation metric: sent with the last round
+        link = wait_until(lambda: json.loads((run_dir / "mlflow.json").read_text()), "mlflow.json", proc)
+        (folder,) = store.glob(f"*/{link['run-id']}")
+        fifo = folder / "metrics" / "fed-mse"
+        fifo.parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(fifo)
+        kill_when_blocked(proc, fifo)
+    else:
+        kill_at_a_checkpoint(proc, run_dir)
     checkpointed = int(torch.load(run_dir / "checkpoint.pt", weights_only=False)["round"])
     done = max(int(r["round"]) for r in csv.DictReader(open(run_dir / "rounds.csv", newline="")))
     assert done == checkpointed + (trap == "checkpoint")  # rounds.csv is a round ahead of the checkpoint
