@@ -51,6 +51,20 @@ def wait_until(ready: Callable[[], Any], what: str, proc: subprocess.Popen, time
     raise TimeoutError(what)
 
 
+def wait_for_round(run_dir: Path, server_round: int, proc: subprocess.Popen, timeout: float = 240) -> None:
+    """Until the run's progress.json says ``server_round`` is done (``proc`` must stay alive)."""
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            if json.loads((run_dir / "progress.json").read_text())["round"] >= server_round:
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise TimeoutError(f"round {server_round} not reached")
+
+
 def kill_when_blocked(proc: subprocess.Popen, fifo: Path) -> None:
     """SIGKILL ``proc``'s process group once a thread of it waits to open ``fifo`` for writing (the
     kernel's ``wait_for_partner``), then remove the FIFO: the run stopped exactly before that write."""
@@ -72,8 +86,8 @@ def kill_when_blocked(proc: subprocess.Popen, fifo: Path) -> None:
 def kill_at_a_checkpoint(proc: subprocess.Popen, run_dir: Path) -> None:
     """Kill the run as it writes a checkpoint after round 1 (its file made a FIFO; torch.save writes
     ``.checkpoint.pt.tmp``, then renames it): rounds.csv then holds a round its checkpoint does not."""
-    progress, fifo = run_dir / "progress.json", run_dir / ".checkpoint.pt.tmp"
-    wait_until(lambda: json.loads(progress.read_text())["round"] >= 1, "round 1", proc)
+    fifo = run_dir / ".checkpoint.pt.tmp"
+    wait_for_round(run_dir, 1, proc)
     wait_until(lambda: os.mkfifo(fifo) or True, "a free checkpoint file", proc)  # not mid-write
     kill_when_blocked(proc, fifo)
 

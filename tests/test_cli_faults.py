@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from _pytest.capture import CaptureResult
 
-from tests.conftest import REPO, cannot_run, hetfed_cli
+from tests.conftest import REPO, cannot_run, hetfed_cli, wait_for_round
 from tests.test_tracking import assert_tracked, only_run
 
 # Long enough to be interrupted mid-run (about 0.3 s a round), short enough to finish quickly.
@@ -47,19 +47,6 @@ def start_cli(*args: str) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-def wait_for_round(run_dir: Path, server_round: int, proc: subprocess.Popen, timeout: float = 240) -> None:
-    end = time.time() + timeout
-    while time.time() < end:
-        try:
-            if json.loads((run_dir / "progress.json").read_text())["round"] >= server_round:
-                return
-        except (OSError, ValueError, KeyError):
-            pass
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
-    raise TimeoutError(f"round {server_round} not reached")
 
 
 def one_line(

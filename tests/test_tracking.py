@@ -33,6 +33,7 @@ from tests.conftest import (
     kill_at_a_checkpoint,
     kill_when_blocked,
     start_inline_run,
+    wait_for_round,
     wait_until,
 )
 from tests.test_resume import DyingGrid
@@ -173,12 +174,11 @@ def test_a_store_lost_for_some_rounds_costs_one_warning_and_gets_every_row_once(
     # The experiment made first, to keep its artifacts in tmp_path (SQLite stores default to ./mlruns).
     MlflowClient(uri).create_experiment("hetfed", artifact_location=str(tmp_path / "artifacts"))
     proc = start_run(results, {"num-rounds": 6, "run-name": "lost", "mlflow-tracking-uri": uri})
-    progress = results / "lost" / "progress.json"
     try:
-        wait_until(lambda: json.loads(progress.read_text())["round"] >= 1, "round 1", proc)
+        wait_for_round(results / "lost", 1, proc)
         lock = sqlite3.connect(db, timeout=60, isolation_level=None)
         lock.execute("BEGIN EXCLUSIVE")  # every other connection's read or write now fails
-        wait_until(lambda: json.loads(progress.read_text())["round"] >= 3, "round 3", proc)
+        wait_for_round(results / "lost", 3, proc)
         lock.execute("COMMIT")
         lock.close()
         _, stderr = proc.communicate(timeout=300)
