@@ -172,7 +172,8 @@ class Summation:
         if self.privacy is not None and state:
             received = (self.pool.store.read_json(RELEASES) or {}).get("releases", 0)
             self.privacy.load_state_dict(state, int(received) if self.dp.mode == "local" else 0)
-            self.privacy.check_budget(self.summed_rounds)
+            if self.privacy.redone:  # without, start() has checked this very plan
+                self.privacy.check_budget(self.summed_rounds)
 
 
 def _unflatten(values: np.ndarray, layout: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
