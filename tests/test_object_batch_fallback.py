@@ -61,6 +61,29 @@ def test_a_batch_that_meets_no_server_goes_to_flowers_single_request() -> None:
     assert isinstance(raised, httpx.ConnectError)
 
 
+def read_request(conn: socket.socket) -> None:
+    """Read one HTTP request whole (headers and Content-Length body). Closing with part of it still
+    unread makes the kernel reset the connection (httpx ReadError) instead of closing it (httpx
+    RemoteProtocolError): which one the client saw depended on how the request's bytes arrived."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        (
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        ),
+        0,
+    )
+    while len(body) < length and (chunk := conn.recv(65536)):
+        body += chunk
+
+
 def test_a_batch_whose_connection_drops_goes_to_flowers_single_request() -> None:
     """A server that reads each request and closes without answering (a SuperLink killed mid-request)."""
     with socket.socket() as server:
@@ -70,7 +93,7 @@ def test_a_batch_whose_connection_drops_goes_to_flowers_single_request() -> None
         def hang_up(requests: int) -> None:
             for _ in range(requests):
                 conn, _ = server.accept()
-                conn.recv(65536)
+                read_request(conn)
                 conn.close()
 
         closer = threading.Thread(target=hang_up, args=(2,), daemon=True)
