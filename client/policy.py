@@ -21,7 +21,11 @@ optional and a missing key allows everything (deploy/policy.example.toml, README
   ``require-dp``: only in a round whose message declares DP (``dp-clip`` > 0); ``max-epsilon``
   (implies ``require-dp``): and declares an epsilon budget (``dp-epsilon``, enforced by the
   server before round 1, server/privacy.py) no larger. A message that does not declare what a
-  rule needs is refused with the reason that the run did not declare it.
+  rule needs is refused with the reason that the run did not declare it;
+- ``min-secagg-threshold``, ``min-round-clients``, ``secagg-tolerated-corrupt`` (c): this silo
+  shares its secure-aggregation keys (``query.secagg_shares``) only for a threshold t at least the
+  minimum, a round of at least that many participants m, and 2t > m + c with the silo's own c
+  (the protocol itself already refuses 2t <= m + c for the run's declared c).
 
 Discovery (``query.info``: the partition's name and size) is not checked against the rules, so
 a refusing silo stays in the run's client list and each refusal is a failed exchange in
@@ -67,6 +71,9 @@ class Policy:
     require_secure_aggregation: bool = False
     require_dp: bool = False
     max_epsilon: float | None = None
+    min_secagg_threshold: int | None = None
+    min_round_clients: int | None = None
+    secagg_tolerated_corrupt: int | None = None
 
     def check_message(self, kind: str, config: Mapping[str, ConfigRecordValues]) -> None:
         """PolicyRefusal when the message asks what the rules do not allow (before the ClientApp runs)."""
@@ -84,6 +91,8 @@ class Policy:
                 self.refuse("max-local-epochs", f"local-epochs {epochs:g} > {self.max_local_epochs}")
         if kind == "train":
             self._protected(config)
+        if kind == "query.secagg_shares":
+            self._secure_round(config)
 
     def check_reply(self, kind: str, config: Mapping[str, ConfigRecordValues], reply: Message) -> None:
         """PolicyRefusal when the reply would carry what the rules keep on the silo."""
@@ -129,6 +138,25 @@ class Policy:
         if budget > self.max_epsilon:
             self.refuse("max-epsilon", f"the run's epsilon budget {budget:g} > {self.max_epsilon:g}")
 
+    def _secure_round(self, config: Mapping[str, ConfigRecordValues]) -> None:
+        """Before this silo shares its keys: the round's threshold t and participants m against the
+        silo's own minimums and its tolerance of colluding silos (2t > m + c, hetfed/secagg.py)."""
+        from hetfed import secagg  # the protocol's rule, one place for the run's c and the silo's
+
+        peers, t = config.get("secagg-peers"), config.get("secagg-threshold")
+        m = len(peers) if isinstance(peers, list) else 0
+        t = int(t) if isinstance(t, int) and not isinstance(t, bool) else 0
+        if self.min_round_clients is not None and m < self.min_round_clients:
+            self.refuse(
+                "min-round-clients", f"the round has {m} participants, fewer than {self.min_round_clients}"
+            )
+        if self.min_secagg_threshold is not None and t < self.min_secagg_threshold:
+            self.refuse("min-secagg-threshold", f"threshold {t} < {self.min_secagg_threshold}")
+        if self.secagg_tolerated_corrupt is not None and (
+            problem := secagg.threshold_problem(t, m, self.secagg_tolerated_corrupt)
+        ):
+            self.refuse("secagg-tolerated-corrupt", problem)
+
     def refuse(self, rule: str, why: str) -> None:
         raise PolicyRefusal(f"refused by this silo's policy, rule {rule!r}: {why} (policy file {self.path})")
 
@@ -159,6 +187,9 @@ RULES: dict[str, tuple[str, str, Callable[[Any], bool]]] = {
         "a number > 0",
         lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0,
     ),
+    "min-secagg-threshold": ("min_secagg_threshold", "an integer >= 0", _count),
+    "min-round-clients": ("min_round_clients", "an integer >= 0", _count),
+    "secagg-tolerated-corrupt": ("secagg_tolerated_corrupt", "an integer >= 0", _count),
 }
 
 

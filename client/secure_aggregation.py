@@ -86,13 +86,15 @@ def finish_reply(
         if "metrics" in reply.metric_records and float(config.get("dp-clip", 0.0)) > 0:
             reply.metric_records["metrics"]["dp-within"] = int(within)
         return reply
-    weight = config["sum-weight"]
-    a = _weight(reply, weight)
-    bound = float(config["secagg-range"])  # the fixed-point code's range: beyond it, values are clipped
+    state = _state(context, str(config.get("run-id", "")), secagg.one(config, "secagg-round", int))
+    bits, bound, max_weight = (float(v) for v in secagg.items(state["code"], float))
+    a = _weight(reply, config["sum-weight"])
+    if not 0 <= a <= max_weight:  # beyond it the sum of the codes could wrap (checked at the shares)
+        raise Refused(f"refused: this client's weight {a:g} is outside 0..{max_weight:g} (secagg-max-weight)")
     flat = np.concatenate([x[k].ravel() for k in sorted(x)])
     clipped = int(np.count_nonzero(np.abs(flat) > bound))
     vector = np.concatenate([a * np.clip(flat, -bound, bound), [a, float(within)]])
-    y = _masked_input(vector, config, context)
+    y = _masked_input(vector, secagg.step_of(bound, int(bits)), state, context)
     out = RecordDict({k: v for k, v in reply.items() if k != "arrays"})
     if "metrics" in out.metric_records:
         out.metric_records["metrics"]["secagg-clipped"] = clipped
@@ -148,10 +150,18 @@ def _state(context: Context, run_id: str, rnd: int) -> ConfigRecord:
 
 
 def _shares(state: ConfigRecord, config: Mapping[str, Any], context: Context, pid: int) -> RecordDict:
-    """Shamir shares of b and s_sk for every participant, each encrypted for its recipient."""
-    peers, t = secagg.items(config["secagg-peers"], int), int(config["secagg-threshold"])
-    if pid not in peers or not 2 <= t <= len(peers) or len(set(peers)) != len(peers):
-        raise Refused(f"refused: threshold {t} over participants {peers} (this client is {pid})")
+    """Shamir shares of b and s_sk for every participant, each encrypted for its recipient; refused
+    (before any share leaves) for a threshold or a fixed-point code this client cannot accept."""
+    peers, t = secagg.items(config["secagg-peers"], int), secagg.one(config, "secagg-threshold", int)
+    if pid not in peers or len(set(peers)) != len(peers):
+        raise Refused(f"refused: participants {peers} do not name this client ({pid}) once each")
+    # The run's declared tolerance, from the run config the operator started (not from the message).
+    corrupt = int(context.run_config.get("secagg-tolerated-corrupt", 0))
+    if problem := secagg.threshold_problem(t, len(peers), corrupt):
+        raise Refused(f"refused to share keys: {problem}")
+    code = _code_settings(config)
+    if problem := secagg.code_problem(len(peers), *code):
+        raise Refused(f"refused to share keys: {problem}")
     c_pk = dict(zip(peers, secagg.items(config["secagg-c-pk"], bytes), strict=True))
     run_id, rnd = str(state["run-id"]), secagg.one(state, "round", int)
     b = os.urandom(secagg.SECRET_BYTES)
@@ -178,6 +188,9 @@ def _shares(state: ConfigRecord, config: Mapping[str, Any], context: Context, pi
             "s-pk": secagg.items(config["secagg-s-pk"], bytes),
             "d-pk": secagg.items(config["secagg-d-pk"], bytes),
             "c-pk": secagg.items(config["secagg-c-pk"], bytes),
+            # The code this client checked: its train reply is encoded with these, not the train
+            # message's (which could differ).
+            "code": [float(v) for v in code],
             "held-from": [pid],  # whose shares this client holds: its own first
             "held-b": [b_shares[own]],
             "held-s": [s_shares[own]],
@@ -185,6 +198,19 @@ def _shares(state: ConfigRecord, config: Mapping[str, Any], context: Context, pi
     )
     context.state[STATE] = state
     return RecordDict({"secagg": ConfigRecord({"to": to, "ciphertexts": ciphertexts})})
+
+
+def _code_settings(config: Mapping[str, Any]) -> tuple[int, float, float]:
+    """(bits, range, weight bound) of the round's fixed-point code, as the shares query declares them."""
+    bits, bound = secagg.one(config, "secagg-bits", int), config.get("secagg-range")
+    weight = config.get("secagg-max-weight")
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in (bound, weight)):
+        raise Refused(
+            "refused to share keys: the round declares no positive secagg-range and secagg-max-weight"
+        )
+    if not 8 <= bits <= 62:
+        raise Refused(f"refused to share keys: secagg-bits {bits} is not within 8..62")
+    return bits, float(bound), float(weight)  # type: ignore[arg-type]
 
 
 def receive_shares(content: RecordDict, context: Context, config: Mapping[str, Any], pid: int) -> None:
@@ -216,15 +242,14 @@ def receive_shares(content: RecordDict, context: Context, config: Mapping[str, A
     context.state[STATE] = state
 
 
-def _masked_input(vector: np.ndarray, config: Mapping[str, Any], context: Context) -> np.ndarray:
+def _masked_input(vector: np.ndarray, step: float, state: ConfigRecord, context: Context) -> np.ndarray:
     """y = q(vector) + PRG(b) + sum over the peers that sent shares of +-PRG(s_ij) (mod 2^64)."""
-    state = _state(context, str(config.get("run-id", "")), secagg.one(config, "secagg-round", int))
     pid = secagg.one(state, "pid", int)
     run_id, rnd = str(state["run-id"]), secagg.one(state, "round", int)
     peers = secagg.items(state["peers"], int)
     s_pk = dict(zip(peers, secagg.items(state["s-pk"], bytes), strict=True))
     y = secagg.add(
-        secagg.encode(vector, float(config["secagg-step"])),
+        secagg.encode(vector, step),
         secagg.mask(secagg.one(state, "b", bytes), vector.size),
     )
     for peer in secagg.items(state["held-from"], int)[1:]:

@@ -76,7 +76,22 @@ RUN_KEYS: dict[str, Key] = {
 PRIVACY_KEYS: dict[str, Key] = {
     "secure-aggregation": Key(False, "SecAgg+ for every summed round: the server learns only the sum"),
     "secagg-threshold": Key(
-        0, "Clients whose shares unmask a round (t); 0 = a majority of the round's clients, at least 2", low=0
+        0,
+        "Clients whose shares unmask a round (t); 0 = the smallest the clients accept: (m + c) // 2 + 1, "
+        "at least 2",
+        low=0,
+    ),
+    "secagg-tolerated-corrupt": Key(
+        0,
+        "Silos colluding with the server that secure aggregation tolerates (c): every client refuses a "
+        "threshold t with 2t <= m + c",
+        low=0,
+    ),
+    "secagg-max-weight": Key(
+        0.0,
+        "Largest weight a_j of a secure sum (its fixed-point slot); 0 = the strategy's own bound (the "
+        "largest training set for data-size weights, else 1)",
+        low=0.0,
     ),
     "secagg-bits": Key(32, "Bits of the fixed-point code of a value within secagg-range", low=8, high=48),
     "secagg-range": Key(

@@ -15,6 +15,7 @@ decodes to the sum of the values while it stays below 2^63 steps in magnitude.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
@@ -129,6 +130,49 @@ def contribution(sent: Mapping[str, np.ndarray], reply: Mapping[str, np.ndarray]
 def step_of(clip: float, bits: int) -> float:
     """The fixed-point resolution ``clip / 2^(bits - 1)``."""
     return clip / 2.0 ** (bits - 1)
+
+
+def smallest_threshold(participants: int, corrupt: int) -> int:
+    """The smallest t a client accepts: 2t > m + c, and t >= 2 (docs/algorithms.md "Secure aggregation").
+
+    With t at or below (m + c) / 2 a server that tells two groups of clients different stories about
+    who dropped out gets t shares of one client's self-mask seed from one group and t of its mask key
+    from the other (c of the holders colluding with it answer both): that client's input unmasked
+    (Bonawitz et al. 2017, the active setting)."""
+    return max(2, (participants + corrupt) // 2 + 1)
+
+
+def threshold_problem(threshold: int, participants: int, corrupt: int) -> str | None:
+    """Why threshold t over m participants with c colluding is unsafe or unusable, or None."""
+    if participants < 2:
+        return f"{participants} participant(s): secure aggregation needs at least 2"
+    if threshold > participants:
+        return f"threshold {threshold} exceeds the {participants} participants (no sum could be unmasked)"
+    if threshold < smallest_threshold(participants, corrupt):
+        return (
+            f"threshold {threshold} over {participants} participants with {corrupt} colluding tolerated "
+            f"lets a server that splits the clients' views unmask one client (needs 2t > m + c: "
+            f"t >= {smallest_threshold(participants, corrupt)})"
+        )
+    return None
+
+
+def largest_code(bits: int, bound: float, max_weight: float) -> int:
+    """The largest |q(v)| of an entry of a summed round's vector [a x, a, c]: |a x_k| <= A range
+    (x clipped to +-range), |a| <= A, c in {0, 1}, so |q| <= ceil(max(A range, A, 1) / step)."""
+    return math.ceil(max(max_weight * bound, max_weight, 1.0) / step_of(bound, bits))
+
+
+def code_problem(participants: int, bits: int, bound: float, max_weight: float) -> str | None:
+    """Why m participants' codes could wrap: a sum decodes right while |sum| <= m |q|_max < 2^63."""
+    largest = largest_code(bits, bound, max_weight)
+    if participants * largest < 2**63:
+        return None
+    fits = (2**63 - 1) // largest
+    return (
+        f"{participants} clients' fixed-point codes of {bits} bits within +-{bound:g} at weights up to "
+        f"{max_weight:g} can wrap the 64-bit sum (at most {fits} fit)"
+    )
 
 
 def encode(values: np.ndarray, step: float) -> np.ndarray:

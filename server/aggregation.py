@@ -22,7 +22,7 @@ from hetfed import secagg
 from hetfed.config import ConfigError
 from hetfed.server.pool import ClientPool, with_config
 from hetfed.server.privacy import DPSettings, Privacy
-from hetfed.server.secure_aggregation import BelowThreshold, SecureRound, threshold_for
+from hetfed.server.secure_aggregation import BelowThreshold, FixedPointCode, SecureRound, threshold_for
 from hetfed.strategies.base import FederatedStrategy, WeightedSum, reply_metrics
 
 RELEASES = "privacy.json"  # in the run folder: the local-DP releases the server has received
@@ -35,8 +35,10 @@ class Summation:
         self.pool = pool
         self.secure = bool(cfg["secure-aggregation"])
         self.requested_threshold = int(cfg["secagg-threshold"])
-        self.range = float(cfg["secagg-range"])
-        self.step = secagg.step_of(self.range, int(cfg["secagg-bits"]))
+        self.corrupt = int(cfg["secagg-tolerated-corrupt"])
+        self.bits, self.range = int(cfg["secagg-bits"]), float(cfg["secagg-range"])
+        self.requested_max_weight = float(cfg["secagg-max-weight"])
+        self.code = FixedPointCode(self.bits, self.range, self.requested_max_weight or 1.0)
         self.dp = DPSettings.from_config(cfg)
         self.privacy: Privacy | None = None
         self.summed_rounds = 0  # the plan's summed rounds (each one release under DP)
@@ -51,12 +53,8 @@ class Summation:
         against the budget (each a one-line ConfigError)."""
         n = len(self.pool.partitions)
         m = strategy.planned_sample(n)
-        if self.secure and m < max(2, self.requested_threshold):
-            raise ConfigError(
-                f"run config 'secagg-threshold': secure aggregation needs at least "
-                f"{max(2, self.requested_threshold)} clients per round, the plan has {m} of {n}; "
-                "raise 'fraction' (or 'switching-m'), add clients or lower secagg-threshold"
-            )
+        if self.secure:
+            self._check_secure_plan(strategy, m, n)
         if not self.dp.on:
             return
         # Local DP: every release is seen by the server, who knows who was sampled (no amplification).
@@ -64,6 +62,30 @@ class Summation:
         self.privacy.update_noise_multiplier()  # adaptive clipping: refused here if it leaves no noise
         self.summed_rounds = sum(1 for r in range(1, strategy.num_rounds + 1) if strategy.sums(r))
         self.privacy.check_budget(self.summed_rounds)
+
+    def _check_secure_plan(self, strategy: FederatedStrategy, m: int, n: int) -> None:
+        """The threshold and the fixed-point code the clients will check, refused here first (one line
+        naming the keys), for the plan's m clients per round; fixes the weight bound of the code."""
+        if m < max(2, self.requested_threshold):
+            raise ConfigError(
+                f"run config 'secagg-threshold': secure aggregation needs at least "
+                f"{max(2, self.requested_threshold)} clients per round, the plan has {m} of {n}; "
+                "raise 'fraction' (or 'switching-m'), add clients or lower secagg-threshold"
+            )
+        t = threshold_for(self.requested_threshold, m, self.corrupt)
+        if problem := secagg.threshold_problem(t, m, self.corrupt):
+            raise ConfigError(
+                f"run config 'secagg-threshold' / 'secagg-tolerated-corrupt': {problem}; every client would "
+                "refuse it"
+            )
+        sizes = {p: self.pool.clients[p].num_examples for p in self.pool.partitions}
+        max_weight = self.requested_max_weight or (1.0 if self.dp.on else strategy.max_sum_weight(sizes))
+        self.code = FixedPointCode(self.bits, self.range, max(max_weight, 1e-12))
+        if problem := secagg.code_problem(m, self.bits, self.range, self.code.max_weight):
+            raise ConfigError(
+                f"run config 'secagg-bits' / 'secagg-range' / 'secagg-max-weight': {problem}; lower "
+                "secagg-bits or raise secagg-range"
+            )
 
     def run(
         self,
@@ -81,13 +103,13 @@ class Summation:
         }
         extra: dict[str, Any] = dict(self.privacy.client_values() if self.privacy else {})
         if self.secure:
-            extra |= {"secagg-step": self.step, "secagg-range": self.range}
+            extra |= {"secagg-step": self.code.step}
         messages = [
             with_config(m, {**extra, "sum-weight": weights[self.pool.partition_to(m)]}) for m in train
         ]
         layout = strategy.sum_layout()
         if self.secure:
-            replies, flat = self._secure(messages, server_round, layout)
+            replies, flat = self._secure(messages, server_round, layout, weights)
         else:
             replies = self.pool.screen(self.pool.send(messages, server_round), check)
             flat = self._plain(strategy, replies, weights, layout)
@@ -115,17 +137,55 @@ class Summation:
         ]
 
     def _secure(
-        self, messages: list[Message], server_round: int, layout: Mapping[str, tuple[int, ...]]
+        self,
+        messages: list[Message],
+        server_round: int,
+        layout: Mapping[str, tuple[int, ...]],
+        weights: Mapping[int, float | str],
     ) -> tuple[list[Message], np.ndarray | None]:
         size = sum(math.prod(s) for s in layout.values()) + 2
-        t = threshold_for(self.requested_threshold, len(messages))
-        protocol = SecureRound(self.pool, server_round, threshold=t, step=self.step, log=self.pool.log)
+        t = threshold_for(self.requested_threshold, len(messages), self.corrupt)
+        protocol = SecureRound(self.pool, server_round, threshold=t, code=self.code, log=self.pool.log)
         try:
             replies, unmasked = protocol.run(messages, size)
         except BelowThreshold as exc:
             self.pool.log(str(exc))
             return [], None
+        expected = sum(self._known_weight(weights[self.pool.partition_of(r)], r) for r in replies)
+        if problem := self._implausible(unmasked.total, expected, len(unmasked.survivors)):
+            # A bad silo's masked input is arbitrary; what the server can check of the sum it checks.
+            self.pool.log(f"round {server_round}: the secure sum is refused: {problem}; the round has no sum")
+            if self.privacy is not None and self.dp.mode == "local":
+                self.privacy.received()  # the server held the (noised) sum all the same
+                self.pool.store.write_json(RELEASES, {"releases": self.privacy.releases})
+            return [], None
         return replies, unmasked.total
+
+    def _known_weight(self, weight: float | str, reply: Message) -> float:
+        """a_j as the server knows it: the number it sent, or the reply's metric, which is in clear."""
+        if not isinstance(weight, str):
+            return float(weight)
+        value = reply_metrics(reply.content).get(weight)
+        return float(value) if isinstance(value, int | float) else math.nan
+
+    def _implausible(self, total: np.ndarray, expected_weight: float, survivors: int) -> str | None:
+        """What of the unmasked sum [sum a x, sum a, sum c] contradicts what the server knows: the weight
+        slot is the known sum of the survivors' weights, the count is within 0..m, and under DP
+        without local noise ||sum a x|| <= (sum a) S; each up to m half-steps of rounding
+        (docs/algorithms.md "Secure aggregation"). Range proofs are out of scope: within these a bad
+        silo's input still counts (README, threat model)."""
+        slack = survivors * self.code.step / 2 * (1 + 1e-9)
+        weight, count = float(total[-2]), float(total[-1])
+        if not abs(weight - expected_weight) <= slack:
+            return f"its weight slot is {weight:.6g}, the survivors' weights sum to {expected_weight:.6g}"
+        if not -slack <= count <= survivors + slack:
+            return f"its within-clip count is {count:.6g}, outside 0..{survivors}"
+        if self.privacy is not None and self.dp.mode == "central":
+            norm = float(np.linalg.norm(total[:-2]))
+            bound = expected_weight * self.privacy.clip + slack * math.sqrt(total.size - 2)
+            if norm > bound:
+                return f"its norm {norm:.6g} exceeds the survivors' weights times the clip ({bound:.6g})"
+        return None
 
     def _plain(
         self,
@@ -149,7 +209,11 @@ class Summation:
         """The summary's ``privacy``: what protected the updates, and the epsilon spent."""
         out: dict[str, Any] = {"secure-aggregation": self.secure, "dp": self.dp.mode}
         if self.secure:
-            out["secagg-step"] = self.step
+            out |= {
+                "secagg-step": self.code.step,
+                "secagg-max-weight": self.code.max_weight,
+                "secagg-tolerated-corrupt": self.corrupt,
+            }
         if self.privacy is not None:
             out |= {
                 "epsilon": self.privacy.epsilon(),

@@ -50,18 +50,42 @@ class BelowThreshold(RuntimeError):
     """Fewer clients than the threshold remain at some exchange: the round has no sum."""
 
 
-def threshold_for(requested: int, participants: int) -> int:
-    """t: the requested one, or (0) a majority of the round's participants, at least 2."""
-    return requested or max(2, participants // 2 + 1)
+def threshold_for(requested: int, participants: int, corrupt: int) -> int:
+    """t: the requested one, or (0) the smallest every client accepts, 2t > m + c (smallest_threshold)."""
+    return requested or secagg.smallest_threshold(participants, corrupt)
+
+
+@dataclass(frozen=True)
+class FixedPointCode:
+    """The round's fixed-point code (hetfed/secagg.py): ``bits`` within +-``bound``, weights up to
+    ``max_weight``; every client checks it against the participants before it shares a key."""
+
+    bits: int
+    bound: float
+    max_weight: float
+
+    @property
+    def step(self) -> float:
+        return secagg.step_of(self.bound, self.bits)
+
+    def declared(self) -> dict[str, Any]:
+        """What the shares query declares of it (client/secure_aggregation.py checks it)."""
+        return {"secagg-bits": self.bits, "secagg-range": self.bound, "secagg-max-weight": self.max_weight}
 
 
 class SecureRound:
     """The five exchanges of one summed round (see the module docs)."""
 
     def __init__(
-        self, pool: ClientPool, server_round: int, *, threshold: int, step: float, log: Callable[[str], None]
+        self,
+        pool: ClientPool,
+        server_round: int,
+        *,
+        threshold: int,
+        code: FixedPointCode,
+        log: Callable[[str], None],
     ):
-        self.pool, self.round, self.t, self.step, self.log = pool, server_round, threshold, step, log
+        self.pool, self.round, self.t, self.code, self.log = pool, server_round, threshold, code, log
         self.keys: dict[int, dict[str, bytes]] = {}
         self.peers: list[int] = []
 
@@ -89,7 +113,7 @@ class SecureRound:
         dropped = sorted(set(senders) - set(survivors))
         total = self._unmask(masked, survivors, dropped)
         return [r for r in replies if self.pool.partition_of(r) in masked], Unmasked(
-            secagg.decode(total, self.step), survivors, dropped
+            secagg.decode(total, self.code.step), survivors, dropped
         )
 
     def _require(self, n: int, what: str) -> None:
@@ -122,6 +146,7 @@ class SecureRound:
         values = {
             "secagg-peers": self.peers,
             "secagg-threshold": self.t,
+            **self.code.declared(),
             **{f"secagg-{k}": [self.keys[p][k] for p in self.peers] for k in ("c-pk", "s-pk", "d-pk")},
         }
         out = {}

@@ -233,6 +233,11 @@ class FederatedStrategy:
         """a_j: a number, or the name of the reply metric that is the weight (``num-examples``)."""
         return 1.0
 
+    def max_sum_weight(self, sizes: Mapping[int, int]) -> float:
+        """The largest a_j a summed round can give, from the clients' training-set sizes by partition
+        (secure aggregation bounds its code's weight slot by it). Default: 1 (numeric weights in [0, 1])."""
+        return 1.0
+
     def sum_reference(self) -> dict[str, np.ndarray]:
         """What the round's train messages sent of the arrays a reply returns (x_j = reply - this)."""
         return {}

@@ -145,6 +145,9 @@ class FedAvg(FederatedStrategy):
     def sum_weight(self, partition_id: int) -> float | str:
         return "num-examples"
 
+    def max_sum_weight(self, sizes: Mapping[int, int]) -> float:
+        return float(max(sizes.values(), default=1))
+
     def sum_reference(self) -> dict[str, np.ndarray]:
         assert self.arrays is not None  # FedAvg always holds its model
         return to_numpy(self.arrays)
