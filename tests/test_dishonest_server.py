@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import logging
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -278,3 +279,62 @@ def test_every_client_refuses_a_code_that_could_wrap(
     assert len(failed) == 4 and all(r["status"] == "failed" and line in r["error"] for r in failed), failed
     server = [r for r in rows(tmp_path / "d") if r["client"] == "server"]
     assert server[-1]["clients-used"] == "0" and summary["status"] == "completed"
+
+
+# --- a bad silo under secure aggregation: what the server checks of the sum ------------------------
+def bad_input(slot: str, vector: np.ndarray) -> np.ndarray:
+    """What a bad silo encodes instead of its vector [a x, a, c]."""
+    out = vector.copy()
+    if slot == "weight":
+        out[-2] *= 100  # claims 100 times its data
+    elif slot == "count":
+        out[-1] = 50  # 50 clients within the clip, of 4
+    else:
+        out[:-2] = 0.0
+        out[0] = 40.0  # norm 40 at weight 1 under DP: ten times what four clients within clip 1 sum to
+    return out
+
+
+@pytest.mark.parametrize(
+    ("slot", "cfg", "problem"),
+    [
+        ("weight", {}, "its weight slot is 4120, the survivors' weights sum to 160"),
+        (
+            "count",
+            {"dp": "central", "dp-noise-multiplier": 0.01},
+            "its within-clip count is 53, outside 0..4",
+        ),
+        (
+            "norm",
+            {"dp": "central", "dp-noise-multiplier": 0.01},
+            "exceeds the survivors' weights times the clip",
+        ),
+    ],
+)
+def test_a_sum_a_bad_silo_broke_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slot: str, cfg: dict, problem: str
+) -> None:
+    """Silo 1 encodes a vector that breaks one of the sum's checks: the round has no sum (one line)
+    and the model is unchanged; the clean run of the same config sums all four."""
+    original = client_side._masked_input
+
+    def bad(vector: np.ndarray, step: float, state: Any, context: Any) -> np.ndarray:
+        if secagg.one(state, "pid", int) == 1:
+            vector = bad_input(slot, vector)
+        return original(vector, step, state, context)
+
+    clean = run(tmp_path, "clean", **cfg)
+    assert [r["clients-used"] for r in rows(tmp_path / "clean") if r["client"] == "server"][-1] == "4"
+    monkeypatch.setattr(client_side, "_masked_input", bad)
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("flwr").addHandler(handler)  # the ServerApp logs through Flower's logger
+    try:
+        summary = run(tmp_path, "bad", **cfg)
+    finally:
+        logging.getLogger("flwr").removeHandler(handler)
+    refused = [line for line in lines if "the secure sum is refused" in line]
+    assert len(refused) == 1 and problem in refused[0] and "\n" not in refused[0], refused
+    assert [r["clients-used"] for r in rows(tmp_path / "bad") if r["client"] == "server"][-1] == "0"
+    assert summary["status"] == clean["status"] == "completed"
