@@ -304,3 +304,36 @@ def test_krum_below_2f_plus_3_planned_clients_is_refused_before_round_1(tmp_path
     assert not [r for r in rows(tmp_path / "krum") if r["exchange"] == "train"]
     summary = json.loads((tmp_path / "krum" / "summary.json").read_text())
     assert summary["status"] == "failed"
+
+
+def test_switching_steps_by_the_median_weighted_by_its_plan(tmp_path: Path) -> None:
+    """Softmax switching keeps its plan's weights: w_{k+1} = w_k - eta wmedian(u_i; weight_i), the
+    weights as rounds.csv records them (which differ, so the unweighted median would not do)."""
+    seen: dict[tuple[str, int], list[tuple[Message, Message]]] = {}
+
+    def observe(instruction: Message, reply: Message) -> None:
+        key = (instruction.metadata.message_type, int(instruction.metadata.group_id))
+        seen.setdefault(key, []).append((instruction, reply))
+
+    cfg = {"strategy": "softmax-switching", "problem": "quadratic", "num-rounds": 3, "switching-m": 5}
+    run_config = {"results-dir": str(tmp_path), "run-name": "s", "aggregation": "median", **cfg}
+    grid = InlineGrid(client_app, node_configs(5), run_config)
+    grid.observers.append(observe)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
+    eta = run_server(grid, run_config)["aggregate"]["setting-eta"]
+    train = [r for r in rows(tmp_path / "s") if r["exchange"] == "train"]
+    for k in (1, 2):
+        weights = {r["client"]: float(r["weight"]) for r in train if r["round"] == str(k)}
+        assert len(set(weights.values())) == len(weights)  # the plan's weights differ
+        w_k = to_numpy(seen[("query.fg", k)][0][0].content["arrays"])
+        w_next = to_numpy(seen[("query.fg", k + 1)][0][0].content["arrays"])
+        pairs = seen[("train", k)]
+        names = [
+            f"client-{grid.contexts[i.metadata.dst_node_id].node_config['partition-id']}" for i, _ in pairs
+        ]
+        for key, w in w_k.items():
+            u = np.stack([to_numpy(r.content["arrays"])[key].astype(np.float64).ravel() for _, r in pairs])
+            expected = w.astype(np.float64).ravel() - eta * weighted_median(u, [weights[n] for n in names])
+            unweighted = w.astype(np.float64).ravel() - eta * np.median(u, axis=0)
+            np.testing.assert_allclose(w_next[key].ravel(), expected, rtol=1e-12, atol=1e-12)
+            assert not np.allclose(w_next[key].ravel(), unweighted, rtol=1e-6, atol=1e-9)
