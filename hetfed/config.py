@@ -128,6 +128,26 @@ PRIVACY_KEYS: dict[str, Key] = {
 }
 RUN_KEYS |= PRIVACY_KEYS
 
+# --- robust aggregation against a bad silo, in plain mode (strategies/robust.py) ---------------
+ROBUST_KEYS: dict[str, Key] = {
+    "aggregation": Key(
+        "mean",
+        "A summed round's rule in plain mode: the weighted mean, or robust to a bad silo "
+        "(trimmed-mean, median, krum)",
+        choices=("mean", "trimmed-mean", "median", "krum"),
+    ),
+    "aggregation-trim": Key(
+        0.1, "trimmed-mean: fraction of the weight trimmed at each end (below 0.5)", low=0.0, high=0.49
+    ),
+    "aggregation-krum-f": Key(
+        1, "krum: bad updates tolerated f (needs n >= 2f + 3 clients per round)", low=0
+    ),
+    "aggregation-max-norm": Key(
+        0.0, "Reject an update whose L2 norm exceeds this (rounds.csv names it); 0 = no bound", low=0.0
+    ),
+}
+RUN_KEYS |= ROBUST_KEYS
+
 # --- experiment tracking (server/tracking.py) ---------------------------------------------------
 TRACKING_KEYS: dict[str, Key] = {
     "mlflow-tracking-uri": Key(

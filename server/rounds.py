@@ -40,6 +40,8 @@ def run_rounds(
     rounds the strategy sums run through it (server/aggregation.py).
     """
     strategy.pool = pool
+    # Krum's n >= 2f + 3, a trim of at least one client: against the plan, before anything is sent.
+    strategy.aggregation.check_round_clients(strategy.planned_sample(len(pool.partitions)))
     summing = summation is not None and summation.active
     if summation is not None and summing:
         summation.start(strategy)  # the DP budget is refused here, before anything is sent

@@ -36,6 +36,7 @@ from flwr.app.typing import MetricRecordValues
 from hetfed.params import Params
 from hetfed.records import to_numpy, to_record
 from hetfed.secagg import contribution
+from hetfed.strategies.robust import RobustAggregation
 
 
 class FederationError(RuntimeError):
@@ -69,7 +70,8 @@ class WeightedSum:
     """What a summed round gives its strategy (docs/algorithms.md "Summed rounds"): ``total`` =
     sum_j a_j x_j over the ``contributors`` j, x_j = the reply minus what was sent
     (hetfed.secagg.contribution), and ``weight`` = sum_j a_j; with secure aggregation the server
-    learns only these, with DP ``total`` carries the Gaussian noise."""
+    learns only these, with DP ``total`` carries the Gaussian noise. A robust aggregation
+    (strategies/robust.py) gives its estimate as ``total`` with ``weight`` 1."""
 
     total: dict[str, np.ndarray]
     weight: float
@@ -131,6 +133,8 @@ class FederatedStrategy:
     client_handler: ClassVar[str] = ""  # the client class that serves this strategy (client/app.py)
     params_type: ClassVar[type[Params]] = Params  # its parameters (hetfed/methods: the registry's)
     method: str = ""  # the run-config strategy name it was built for (strategies/registry.py: build_strategy)
+    # Why a robust aggregation cannot replace its summed round's mean (empty: it can; strategies/robust.py).
+    robust_refusal: ClassVar[str] = "its rounds are not a model average"
 
     def __init__(
         self,
@@ -145,6 +149,7 @@ class FederatedStrategy:
         self.params = params or self.params_type()
         self.check_params()
         self.arrays = initial_arrays
+        self.aggregation = RobustAggregation()  # the run's, set by build_strategy (strategies/registry.py)
         self._pool: Clients | None = None  # set by the round loop
         self.history: dict[int, dict[str, float]] = {}  # round -> aggregate metrics
         # The last evaluate phase's summary (clients, aggregate, failed), which ``finish`` returns.
@@ -203,10 +208,10 @@ class FederatedStrategy:
         draw: Callable[[int], Mapping[str, Any]] | None = None,
     ) -> Phase:
         """A phase whose replies may enter only a weighted sum (when :meth:`sums` says so for the
-        round): in clear it folds :meth:`plain_sum` of the usable replies with ``fold_sum``."""
+        round): in clear it folds :meth:`plain_aggregate` of the usable replies with ``fold_sum``."""
 
         def in_clear(t: int, replies: list[Message]) -> Folded:
-            return fold_sum(t, replies, self.plain_sum(replies))
+            return fold_sum(t, replies, self.plain_aggregate(t, replies))
 
         summed = fold_sum if self.sums(server_round) else None
         return Phase(name, messages, in_clear, summed, self.unusable, draw)
@@ -253,8 +258,12 @@ class FederatedStrategy:
         )
 
     def unusable(self, reply: Message) -> str | None:
-        """Why a reply's arrays cannot enter the sum (None: they can): a summed phase's ``check``."""
-        return self.contribution(reply)[1]
+        """Why a reply's arrays cannot enter the sum (None: they can): a summed phase's ``check``;
+        with ``aggregation-max-norm``, also an update x_j above it."""
+        arrays, problem = self.contribution(reply)
+        if arrays is None or not self.aggregation.max_norm:
+            return problem
+        return self.aggregation.norm_violation(contribution(self.sum_reference(), arrays))
 
     def aggregate_sum(self, server_round: int, replies: list[Message], summed: WeightedSum | None) -> Folded:
         """Fold the round's weighted sum (None: no usable reply, or secure aggregation failed);
@@ -266,22 +275,45 @@ class FederatedStrategy:
     ) -> WeightedSum | None:
         """The weighted sum of ``replies`` in clear, which the round loop has checked
         (:meth:`unusable`); weights by partition, or from :meth:`sum_weight`. None without replies."""
-        reference = self.sum_reference()
         total: dict[str, np.ndarray] = {}
         weight, used = 0.0, []
-        for reply in replies:
-            arrays, problem = self.contribution(reply)
-            if arrays is None:  # a reply no check screened: a bug of the caller, not of the client
-                raise ValueError(f"plain_sum: an unusable reply reached the sum ({problem})")
-            pid = self.pool.partition_of(reply)
+        for reply, pid, update in self._updates(replies):
             a = weights[pid] if weights is not None else self.sum_weight(pid)
             if isinstance(a, str):
                 a = float(reply_metrics(reply.content)[a])
-            for key, x in contribution(reference, arrays).items():
+            for key, x in update.items():
                 total[key] = total.get(key, 0.0) + a * x
             weight += a
             used.append(pid)
         return WeightedSum(total, weight, used) if used else None
+
+    def plain_aggregate(self, server_round: int, replies: Iterable[Message]) -> WeightedSum | None:
+        """A summed round in clear: :meth:`plain_sum`, or with a robust ``aggregation`` its estimate
+        of the updates (strategies/robust.py) as a sum of weight 1, weighted by :meth:`sum_weight`
+        where that is the strategy's number and equally where it is a client's claim (a reply
+        metric). None without replies, or with too few for the rule (logged)."""
+        if not self.aggregation.robust:
+            return self.plain_sum(replies)
+        found = self._updates(replies)
+        if not found:
+            return None
+        weights = [1.0 if isinstance(a := self.sum_weight(pid), str) else float(a) for _, pid, _ in found]
+        estimate, why = self.aggregation.estimate([update for _, _, update in found], weights)
+        if estimate is None:
+            self.log(f"round {server_round}: {why}")
+            return None
+        return WeightedSum(estimate, 1.0, [pid for _, pid, _ in found])
+
+    def _updates(self, replies: Iterable[Message]) -> list[tuple[Message, int, dict[str, np.ndarray]]]:
+        """Each reply with its partition and its update x_j (the round loop has checked them)."""
+        reference = self.sum_reference()
+        out = []
+        for reply in replies:
+            arrays, problem = self.contribution(reply)
+            if arrays is None:  # a reply no check screened: a bug of the caller, not of the client
+                raise ValueError(f"an unusable reply reached the sum ({problem})")
+            out.append((reply, self.pool.partition_of(reply), contribution(reference, arrays)))
+        return out
 
     def apply(self, state: Mapping[str, Any]) -> None:
         """Take the new values of the state a fold returned (the round loop, after the fold)."""

@@ -22,6 +22,7 @@ class Centralized(FedAvg):
     """One model on the pooled data, with FedRSPO+'s settings and epoch budget; evaluated per client."""
 
     client_handler = "decision-pooled"
+    robust_refusal = "one model trains on the pooled data; nothing is averaged"
     params_type = CalibratedParams
     params: CalibratedParams
 

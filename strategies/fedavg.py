@@ -47,6 +47,7 @@ class FedAvg(FederatedStrategy):
     params_type = DecisionParams
     params: DecisionParams
     own_model: ClassVar[bool] = False  # local-only: each client trains and evaluates its own model (no sum)
+    robust_refusal: ClassVar[str] = ""  # its summed round is a model average
 
     def __init__(
         self,

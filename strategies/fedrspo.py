@@ -248,6 +248,7 @@ class LocalOnly(FedRSPO):
 
     own_model = True
     client_handler = "decision-local"
+    robust_refusal = "every client trains its own model; nothing is averaged"
 
     def sample(self, rng: np.random.Generator) -> list[int]:
         return self.participants()  # every client, every round

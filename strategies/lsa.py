@@ -74,6 +74,7 @@ class LSAStrategy(FederatedStrategy):
     broadcast_key: ClassVar[str | None] = None
     reply_key: ClassVar[str | None] = None
     family = "lsa"
+    robust_refusal: ClassVar[str] = "the LSA methods' fixed points need the mean of the agents' updates"
     params_type: ClassVar[type[LSAParams]] = LSAParams
     params: LSAParams
 

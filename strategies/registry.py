@@ -20,6 +20,7 @@ from hetfed.methods import METHODS
 from hetfed.params import ConfigError
 from hetfed.problems.registry import get_problem
 from hetfed.strategies.base import FederatedStrategy
+from hetfed.strategies.robust import RobustAggregation
 
 __all__ = ["METHODS", "build_strategy", "strategy_class"]
 
@@ -44,4 +45,5 @@ def build_strategy(cfg: Mapping[str, Any]) -> FederatedStrategy:
         )
     strategy = cls.build(cfg)
     strategy.method = name  # recorded by the clients with the models they keep
+    strategy.aggregation = RobustAggregation.for_run(cfg, cls.robust_refusal)
     return strategy

@@ -187,6 +187,7 @@ class ConstrainedRounds(FederatedStrategy):
 
     family = "constrained"
     client_handler = "constrained"
+    robust_refusal: ClassVar[str] = ""  # its summed round is a (plan-weighted) model average
     params_type: ClassVar[type[ConstrainedParams]] = ConstrainedParams
     params: ConstrainedParams
 
