@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ import numpy as np
 from flwr.app import Context, Message, RecordDict
 
 from hetfed.client.session import node_path
+from hetfed.client.silo_budget import DEFAULT_DELTA, RELEASE, epsilon, release_of, releases
 from hetfed.jsonl import append_entry, read_entries
 from hetfed.records import to_numpy
 
@@ -89,9 +90,10 @@ def read(state_dir: str | Path) -> list[dict[str, Any]]:
     return read_entries(path)
 
 
-def summary_lines(entries: Iterable[Mapping[str, Any]]) -> list[str]:
+def summary_lines(entries: Sequence[Mapping[str, Any]], delta: float = DEFAULT_DELTA) -> list[str]:
     """Per run: how many replies of each message type left, in which rounds, how many array bytes,
-    which metric names, how many errors."""
+    which metric names, how many errors, and the local-DP releases with their epsilon at ``delta``;
+    then (several runs) the total over every run, the silo's lifetime epsilon."""
     runs: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
     for e in entries:
         runs[(str(e.get("run-name", "")), str(e.get("flower-run-id", "")))].append(e)
@@ -108,8 +110,19 @@ def summary_lines(entries: Iterable[Mapping[str, Any]]) -> list[str]:
             f"{replies[0]['time']} to {replies[-1]['time']}; "
             + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
             + f"; {size / 1024:.1f} KiB of arrays; {errors} errors; metrics: {', '.join(metrics) or 'none'}"
+            + _budget(releases(replies), delta)
         )
+    if len(runs) > 1 or not lines:
+        lines.append(f"all runs: {sum(map(len, runs.values()))} replies" + _budget(releases(entries), delta))
     return lines
+
+
+def _budget(multipliers: list[float], delta: float) -> str:
+    """What a summary line says of this silo's local-DP releases (client/silo_budget.py)."""
+    if not multipliers:
+        return "; no local-DP release"
+    spent = epsilon(multipliers, delta)
+    return f"; {len(multipliers)} local-DP releases, epsilon {spent:.4g} at delta {delta:g}"
 
 
 def _entry(message: Message, context: Context, reply: Message | None, error: str) -> dict[str, Any]:
@@ -129,6 +142,8 @@ def _entry(message: Message, context: Context, reply: Message | None, error: str
     entry |= describe_reply(content)
     if error:
         entry["error"] = error
+    elif content.array_records and (z := release_of(config)) is not None:
+        entry[RELEASE] = z  # a local-DP release of this silo's data (client/silo_budget.py counts them)
     return entry
 
 

@@ -20,8 +20,12 @@ optional and a missing key allows everything (deploy/policy.example.toml, README
   only in a round whose message declares secure aggregation (``secagg-step``);
   ``require-dp``: only in a round whose message declares DP (``dp-clip`` > 0); ``max-epsilon``
   (implies ``require-dp``): and declares an epsilon budget (``dp-epsilon``, enforced by the
-  server before round 1, server/privacy.py) no larger. A message that does not declare what a
-  rule needs is refused with the reason that the run did not declare it;
+  server before round 1, server/privacy.py) no larger. Under local DP the silo does not take
+  the server's word: ``max-epsilon`` (this run) and ``lifetime-epsilon`` (every run it served)
+  bound its own count of the releases it made (its ledger; client/silo_budget.py), at
+  ``budget-delta`` (default 1e-5); under central DP the silo cannot check the noise, and
+  ``max-epsilon`` trusts the run's declaration. A message that does not declare what a rule
+  needs is refused with the reason that the run did not declare it;
 - ``min-secagg-threshold``, ``min-round-clients``, ``secagg-tolerated-corrupt`` (c): this silo
   shares its secure-aggregation keys (``query.secagg_shares``) only for a threshold t at least the
   minimum, a round of at least that many participants m, and 2t > m + c with the silo's own c
@@ -49,6 +53,10 @@ from typing import Any
 from flwr.app import ConfigRecordValues, Context, Message
 from flwr.common.logger import log
 
+from hetfed.client.ledger import ledger_path
+from hetfed.client.silo_budget import DEFAULT_DELTA, epsilon, release_of, releases
+from hetfed.jsonl import read_entries
+
 
 class PolicyError(ValueError):
     """The node's policy file cannot be read or is malformed (one line: file, line or key, culprit)."""
@@ -71,12 +79,17 @@ class Policy:
     require_secure_aggregation: bool = False
     require_dp: bool = False
     max_epsilon: float | None = None
+    lifetime_epsilon: float | None = None
+    budget_delta: float = DEFAULT_DELTA
     min_secagg_threshold: int | None = None
     min_round_clients: int | None = None
     secagg_tolerated_corrupt: int | None = None
 
-    def check_message(self, kind: str, config: Mapping[str, ConfigRecordValues]) -> None:
-        """PolicyRefusal when the message asks what the rules do not allow (before the ClientApp runs)."""
+    def check_message(
+        self, kind: str, config: Mapping[str, ConfigRecordValues], ledger: list[dict[str, Any]] | None = None
+    ) -> None:
+        """PolicyRefusal when the message asks what the rules do not allow (before the ClientApp runs);
+        ``ledger``: this silo's ledger entries (None: it keeps none), its own count of local-DP releases."""
         self._allowed("strategies", self.strategies, "method", "strategy", config)
         self._allowed("losses", self.losses, "loss", "loss", config)
         if self.max_rounds is not None:
@@ -91,6 +104,8 @@ class Policy:
                 self.refuse("max-local-epochs", f"local-epochs {epochs:g} > {self.max_local_epochs}")
         if kind == "train":
             self._protected(config)
+            if (z := release_of(config)) is not None:
+                self._own_budget(z, str(config.get("run-id", "")), ledger)
         if kind == "query.secagg_shares":
             self._secure_round(config)
 
@@ -130,13 +145,36 @@ class Policy:
         clip = config.get("dp-clip", 0.0)
         if not isinstance(clip, int | float) or clip <= 0:
             self.refuse("require-dp", "the run did not declare differential privacy for it (dp-clip)")
-        if self.max_epsilon is None:
-            return
+        if self.max_epsilon is None or release_of(config) is not None:
+            return  # local DP: the silo counts its own releases (_own_budget), whatever the run declares
         budget = _number(config.get("dp-epsilon", 0.0))
         if budget <= 0:
             self.refuse("max-epsilon", "the run did not declare an epsilon budget (dp-epsilon)")
         if budget > self.max_epsilon:
             self.refuse("max-epsilon", f"the run's epsilon budget {budget:g} > {self.max_epsilon:g}")
+
+    def _own_budget(self, z: float, run_id: str, ledger: list[dict[str, Any]] | None) -> None:
+        """Local DP: one more release at noise multiplier z, counted with those this silo's ledger
+        holds, against max-epsilon (this run) and lifetime-epsilon (every run; client/silo_budget.py)."""
+        limits = [
+            ("max-epsilon", self.max_epsilon, run_id),
+            ("lifetime-epsilon", self.lifetime_epsilon, None),
+        ]
+        for rule, limit, run in limits:
+            if limit is None:
+                continue
+            if ledger is None:
+                self.refuse(rule, "this silo keeps no ledger (no state-dir) to count its releases")
+            made = releases(ledger or [], run)
+            spent = epsilon([*made, z], self.budget_delta)
+            if spent > limit:
+                where = "this run" if run is not None else "all runs"
+                self.refuse(
+                    rule,
+                    f"one more local-DP release at noise multiplier {z:g} would make {len(made) + 1} in "
+                    f"{where}, epsilon {spent:.4g} at delta {self.budget_delta:g} by this silo's own count, "
+                    f"over {limit:g}",
+                )
 
     def _secure_round(self, config: Mapping[str, ConfigRecordValues]) -> None:
         """Before this silo shares its keys: the round's threshold t and participants m against the
@@ -186,6 +224,16 @@ RULES: dict[str, tuple[str, str, Callable[[Any], bool]]] = {
         "max_epsilon",
         "a number > 0",
         lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0,
+    ),
+    "lifetime-epsilon": (
+        "lifetime_epsilon",
+        "a number > 0",
+        lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0,
+    ),
+    "budget-delta": (
+        "budget_delta",
+        "a number in (0, 0.5]",
+        lambda v: isinstance(v, int | float) and not isinstance(v, bool) and 0 < v <= 0.5,
     ),
     "min-secagg-threshold": ("min_secagg_threshold", "an integer >= 0", _count),
     "min-round-clients": ("min_round_clients", "an integer >= 0", _count),
@@ -238,7 +286,7 @@ def policy_mod(
     records = message.content.config_records
     config: Mapping[str, ConfigRecordValues] = records["config"] if "config" in records else {}
     try:
-        policy.check_message(kind, config)
+        policy.check_message(kind, config, _ledger(context) if release_of(config) is not None else None)
         reply = call_next(message, context)
         if not reply.has_error():
             policy.check_reply(kind, config, reply)
@@ -246,6 +294,15 @@ def policy_mod(
         log(WARNING, "round %s %s: %s", message.metadata.group_id, kind, exc)
         raise
     return reply
+
+
+def _ledger(context: Context) -> list[dict[str, Any]] | None:
+    """This silo's ledger entries (its own count of releases), [] before its first reply, None without
+    a state dir."""
+    path = ledger_path(context)
+    if path is None:
+        return None
+    return read_entries(path) if path.exists() else []
 
 
 def _number(value: Any) -> float:

@@ -119,7 +119,7 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     for state_dir in dirs:
         entries = read(state_dir)
         print(f"{Path(state_dir) / LEDGER_FILE}: {len(entries)} replies left this silo")
-        print("\n".join(f"  {line}" for line in summary_lines(entries)))
+        print("\n".join(f"  {line}" for line in summary_lines(entries, args.delta)))
     return 0
 
 
@@ -477,6 +477,12 @@ def add_federation_parser(sub: argparse._SubParsersAction) -> None:
     ledger = actions.add_parser("ledger", help="what left each silo: a summary of its ledger.jsonl")
     ledger.add_argument("--state-dir", action="append", help="a silo's state dir (repeat; default: --dir's)")
     ledger.add_argument("--dir", default=DEFAULT_DIR, help="the local federation's folder (its state dirs)")
+    ledger.add_argument(
+        "--delta",
+        type=float,
+        default=1e-5,
+        help="delta of the silo's local-DP epsilon per run and over all runs (default 1e-5)",
+    )
     ledger.set_defaults(func=cmd_ledger)
 
     state = actions.add_parser("state", help="list or remove the client state runs left on the silos")
