@@ -38,6 +38,9 @@ class Summation:
         self.range = float(cfg["secagg-range"])
         self.step = secagg.step_of(self.range, int(cfg["secagg-bits"]))
         self.dp = DPSettings.from_config(cfg)
+        # The clients sum the bit 1{||x|| <= S} (adaptive clipping's count), except under local DP,
+        # whose clients release nothing un-noised (client/secure_aggregation.py).
+        self.within_bit = self.dp.mode != "local"
         self.privacy: Privacy | None = None
         self.summed_rounds = 0  # the plan's summed rounds (each one release under DP)
 
@@ -99,7 +102,9 @@ class Summation:
             self.pool.store.write_json(RELEASES, {"releases": self.privacy.releases})
         if flat is None:
             return replies, None, {}
-        values, weight, within = flat[:-2], float(flat[-2]), float(flat[-1])
+        size = sum(math.prod(s) for s in layout.values())
+        values, weight = flat[:size], float(flat[size])
+        within = float(flat[size + 1]) if self.within_bit else None
         columns: dict[str, float] = {}
         if self.privacy is not None:
             values, columns = self.privacy.noised(values, within, len(contributors))
@@ -117,7 +122,7 @@ class Summation:
     def _secure(
         self, messages: list[Message], server_round: int, layout: Mapping[str, tuple[int, ...]]
     ) -> tuple[list[Message], np.ndarray | None]:
-        size = sum(math.prod(s) for s in layout.values()) + 2
+        size = sum(math.prod(s) for s in layout.values()) + 1 + int(self.within_bit)
         t = threshold_for(self.requested_threshold, len(messages))
         protocol = SecureRound(self.pool, server_round, threshold=t, step=self.step, log=self.pool.log)
         try:
@@ -137,13 +142,15 @@ class Summation:
         summed = strategy.plain_sum(replies, weights)
         if summed is None:
             return None
-        within = sum(
-            float(reply_metrics(r.content).get("dp-within", 1))
-            for r in replies
-            if self.pool.partition_of(r) in summed.contributors
-        )
+        within = [
+            sum(
+                float(reply_metrics(r.content).get("dp-within", 1))
+                for r in replies
+                if self.pool.partition_of(r) in summed.contributors
+            )
+        ]
         flat = [np.asarray(summed.total[k], dtype=np.float64).ravel() for k in sorted(layout)]
-        return np.concatenate([*flat, [summed.weight, within]])
+        return np.concatenate([*flat, [summed.weight], within if self.within_bit else []])
 
     def report(self) -> dict[str, Any]:
         """The summary's ``privacy``: what protected the updates, and the epsilon spent."""

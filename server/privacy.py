@@ -163,15 +163,16 @@ class Privacy:
         return self.settings.clipped_count_stddev or self.sample_size / 20
 
     def noised(
-        self, total: np.ndarray, within: float, contributors: int
+        self, total: np.ndarray, within: float | None, contributors: int
     ) -> tuple[np.ndarray, dict[str, float]]:
         """The released sum: central noise added to ``total``; the adaptive clip moved by ``within``
-        (sum_i c_i). Returns the sum and the round's DP columns (clip used, epsilon so far)."""
+        (sum_i c_i; None under local DP, whose clients send no such bit and which has no adaptive
+        clip). Returns the sum and the round's DP columns (clip used, epsilon so far)."""
         s = self.settings
         used = self.clip
         if s.mode == "central":
             total = total + self.rng.normal(0.0, self.update_noise_multiplier() * used, size=total.shape)
-        if s.adaptive:
+        if s.adaptive and within is not None:
             noisy = (within + self.rng.normal(0.0, self.count_stddev())) / max(contributors, 1)
             self.clip = float(used * math.exp(-s.clip_learning_rate * (noisy - s.target_quantile)))
         if s.mode == "central":
