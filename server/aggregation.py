@@ -62,11 +62,28 @@ class Summation:
             )
         if not self.dp.on:
             return
-        # Local DP: every release is seen by the server, who knows who was sampled (no amplification).
-        self.privacy = Privacy(self.dp, m, m) if self.dp.mode == "local" else Privacy(self.dp, n, m)
+        self.privacy = Privacy(self.dp, n, m)
         self.privacy.update_noise_multiplier()  # adaptive clipping: refused here if it leaves no noise
         self.summed_rounds = sum(1 for r in range(1, strategy.num_rounds + 1) if strategy.sums(r))
+        if self.dp.secret_sample:
+            self._check_secret_sample(strategy, n, m)
         self.privacy.check_budget(self.summed_rounds)
+
+    def _check_secret_sample(self, strategy: FederatedStrategy, n: int, m: int) -> None:
+        """ConfigError (one line) when the strategy cannot keep its sample secret: it draws it for an
+        exchange beside the summed one (which names the sampled clients), sums no round, or trains
+        every client (nothing to keep secret)."""
+        why = ""
+        if not strategy.samples_in_sum:
+            why = "draws its clients outside the summed round (an exchange the server reads names them)"
+        elif not self.summed_rounds:
+            why = "sums no round (no release to sample for)"
+        elif m >= n:
+            why = f"trains every client in every summed round ({m} of {n}): there is no sample to keep secret"
+        if why:
+            raise ConfigError(
+                f"run config 'dp-sampling': strategy {strategy.method!r} {why}; use dp-sampling = public"
+            )
 
     def run(
         self,
@@ -89,25 +106,30 @@ class Summation:
             with_config(m, {**extra, "sum-weight": weights[self.pool.partition_to(m)]}) for m in train
         ]
         layout = strategy.sum_layout()
-        if self.secure:
-            replies, flat = self._secure(messages, server_round, layout)
-        else:
-            replies = self.pool.screen(self.pool.send(messages, server_round), check)
-            flat = self._plain(strategy, replies, weights, layout)
+        with self.pool.unlisted(self.dp.secret_sample):  # a secret sample: counts only (below)
+            if self.secure:
+                replies, flat = self._secure(messages, server_round, layout)
+            else:
+                replies = self.pool.screen(self.pool.send(messages, server_round), check)
+                flat = self._plain(strategy, replies, weights, layout)
         contributors = sorted(self._contributors(replies))
+        counts: dict[str, float] = {}
+        if self.dp.secret_sample:
+            counts = {"clients-sampled": len(messages), "clients-failed": len(self.pool.failed)}
         if self.privacy is not None and self.dp.mode == "local" and (flat is not None or contributors):
             # The server holds noised updates (their sum): kept on disk before anything else, since
             # the round's checkpoint comes later and a stop before it makes the resume redo the round.
             self.privacy.received()
             self.pool.store.write_json(RELEASES, {"releases": self.privacy.releases})
         if flat is None:
-            return replies, None, {}
+            return replies, None, counts
         size = sum(math.prod(s) for s in layout.values())
         values, weight = flat[:size], float(flat[size])
         within = float(flat[size + 1]) if self.within_bit else None
-        columns: dict[str, float] = {}
+        columns: dict[str, float] = dict(counts)
         if self.privacy is not None:
-            values, columns = self.privacy.noised(values, within, len(contributors))
+            values, noised = self.privacy.noised(values, within, len(contributors))
+            columns |= noised
         return replies, WeightedSum(_unflatten(values, layout), weight, contributors), columns
 
     def _weight(self, weight: float | str) -> float | str:
@@ -158,16 +180,7 @@ class Summation:
         if self.secure:
             out["secagg-step"] = self.step
         if self.privacy is not None:
-            out |= {
-                "epsilon": self.privacy.epsilon(),
-                "delta": self.dp.delta,
-                "noise-multiplier": self.dp.noise_multiplier,
-                "releases": self.privacy.releases,
-                **({"redone-releases": self.privacy.redone} if self.privacy.redone else {}),
-                "clients-per-round": self.privacy.sample_size,
-                "clients": self.privacy.population,
-                "final-clip": self.privacy.clip,
-            }
+            out |= self.privacy.report()
         return out
 
     def state_dict(self) -> dict[str, Any]:

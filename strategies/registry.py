@@ -44,4 +44,5 @@ def build_strategy(cfg: Mapping[str, Any]) -> FederatedStrategy:
         )
     strategy = cls.build(cfg)
     strategy.method = name  # recorded by the clients with the models they keep
+    strategy.secret_sample = cfg["dp"] != "off" and cfg["dp-sampling"] == "secret"
     return strategy
