@@ -109,6 +109,15 @@ def test_the_problem_keys_are_the_registered_problems_parameters() -> None:
             "run config 'dp-epsilon': set while dp = off; set dp = central or local, or drop it",
         ),
         (
+            {"dp-sampling": "secret"},
+            "run config 'dp-sampling': set while dp = off; set dp = central or local, or drop it",
+        ),
+        (
+            {"dp": "local", "dp-sampling": "secret"},
+            "run config 'dp-sampling': a secret sample amplifies only against those who cannot see it, and "
+            "local DP's adversary is the server, which sees every release; use dp-sampling = public",
+        ),
+        (
             {"dp": "local", "dp-clipping": "adaptive"},
             "run config 'dp-clipping': adaptive clipping needs each client's within-clip bit, which "
             "local DP does not release; use dp-clipping = fixed, or dp = central",

@@ -18,7 +18,7 @@ from dp_accounting.privacy_accountant import NeighboringRelation
 from dp_accounting.rdp import RdpAccountant
 from flwr.app import Message
 
-from hetfed.config import ConfigError, validate
+from hetfed.config import ConfigError
 from hetfed.dashboard import Dashboard
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.server.privacy import epsilon_after
@@ -100,26 +100,6 @@ def test_a_public_sample_is_accounted_without_amplification_and_a_secret_one_wit
 
 
 # --- refusals ---------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("config", "line"),
-    [
-        (
-            {"dp-sampling": "secret"},
-            "run config 'dp-sampling': set while dp = off; set dp = central or local, or drop it",
-        ),
-        (
-            {"dp": "local", "dp-sampling": "secret"},
-            "run config 'dp-sampling': a secret sample amplifies only against those who cannot see it, and "
-            "local DP's adversary is the server, which sees every release; use dp-sampling = public",
-        ),
-    ],
-)
-def test_a_secret_sample_that_cannot_hold_is_refused_by_the_config(config: dict, line: str) -> None:
-    with pytest.raises(ConfigError) as err:
-        validate(config)
-    assert str(err.value) == line
-
-
 SWITCHING = {"problem": "quadratic", "num-rounds": 2, "switching-m": 2, "switching-local-steps": 1}
 
 
