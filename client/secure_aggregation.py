@@ -9,9 +9,13 @@ client. The client's contribution is
     x = reply - sent   (per array the reply shares with the instruction; the reply itself otherwise),
 
 clipped to ||x||_2 <= dp-clip (DP), plus N(0, (dp-local-noise dp-clip)^2 I) (local DP). Without
-secure aggregation the reply carries ``sent + x`` in clear. With it the reply carries only
+secure aggregation the reply carries ``sent + x`` in clear (with DP, and the metric ``dp-within``
+= 1{||x|| <= clip}). With it the reply carries only
 
     y = q([a x, a, 1{||x|| <= clip}]) + PRG(b) + sum_{j != i} +-PRG(s_ij)   (mod 2^64)
+
+Under local DP the within-clip bit is sent neither way: it is not noised, and the server, which local
+DP does not trust, would learn from it whether this silo's update was within the clip.
 
 and the exchanges around the train message run the rest of SecAgg+ (Bell et al. 2020) with this
 client's secrets in the SuperNode's memory (``context.state``), never on disk:
@@ -74,16 +78,16 @@ def finish_reply(
     if not all(np.all(np.isfinite(v)) for v in x.values()):
         raise secagg.SecAggError("the update contains NaN or Inf; it is not sent")
     rng = np.random.default_rng()  # noise must not be reproducible by anyone else: fresh entropy
-    x, within = privatized(
-        x, float(config.get("dp-clip", 0.0)), float(config.get("dp-local-noise", 0.0)), rng
-    )
+    local_noise = float(config.get("dp-local-noise", 0.0))
+    x, within = privatized(x, float(config.get("dp-clip", 0.0)), local_noise, rng)
+    bit = [] if local_noise > 0 else [float(within)]  # local DP: no un-noised bit (module docs)
     if "secagg-step" not in config:  # in clear: the clipped (noised) update, as the model it gives
         model = {
             k: reference[k] + v if k in reference and reference[k].shape == v.shape else v
             for k, v in x.items()
         }
         reply["arrays"] = to_record({k: v.astype(received[k].dtype) for k, v in model.items()})
-        if "metrics" in reply.metric_records and float(config.get("dp-clip", 0.0)) > 0:
+        if "metrics" in reply.metric_records and float(config.get("dp-clip", 0.0)) > 0 and bit:
             reply.metric_records["metrics"]["dp-within"] = int(within)
         return reply
     state = _state(context, str(config.get("run-id", "")), secagg.one(config, "secagg-round", int))
@@ -93,7 +97,7 @@ def finish_reply(
         raise Refused(f"refused: this client's weight {a:g} is outside 0..{max_weight:g} (secagg-max-weight)")
     flat = np.concatenate([x[k].ravel() for k in sorted(x)])
     clipped = int(np.count_nonzero(np.abs(flat) > bound))
-    vector = np.concatenate([a * np.clip(flat, -bound, bound), [a, float(within)]])
+    vector = np.concatenate([a * np.clip(flat, -bound, bound), [a, *bit]])
     y = _masked_input(vector, secagg.step_of(bound, int(bits)), state, context)
     out = RecordDict({k: v for k, v in reply.items() if k != "arrays"})
     if "metrics" in out.metric_records:

@@ -123,6 +123,12 @@ PRIVACY_KEYS: dict[str, Key] = {
     "dp-clipped-count-stddev": Key(
         0.0, "Adaptive clipping: noise of the clipped count; 0 = clients/20", low=0.0
     ),
+    "dp-sampling": Key(
+        "public",
+        "public: the seeded sample, listed in rounds.csv, accounted without amplification; secret (central "
+        "DP): drawn from OS entropy, written nowhere (counts only), amplified by sampling",
+        choices=("public", "secret"),
+    ),
     "dp-delta": Key(1e-5, "delta at which the accountant reports epsilon", low=0.0, low_open=True, high=0.5),
     "dp-epsilon": Key(0.0, "Budget: refuse a run whose planned rounds spend more epsilon; 0 = none", low=0.0),
 }
@@ -198,8 +204,8 @@ def defaults() -> dict[str, Value]:
 def validate(run_config: Mapping[str, Any]) -> dict[str, Value]:
     """Check every key of ``run_config`` against :data:`SCHEMA`; fill in defaults.
 
-    Raises ConfigError on the first unknown key, wrong type or out-of-range value, or a strategy
-    on an engine it does not run on.
+    Raises ConfigError on the first unknown key, wrong type or out-of-range value, a strategy
+    on an engine it does not run on, or DP keys that do not go together (:func:`check_privacy`).
     """
     unknown = sorted(set(run_config) - set(SCHEMA))
     if unknown:
@@ -207,6 +213,7 @@ def validate(run_config: Mapping[str, Any]) -> dict[str, Value]:
     resolved = defaults()
     for name, value in run_config.items():
         resolved[name] = SCHEMA[name].check(name, value)
+    check_privacy(resolved)
     engines, engine = METHODS[str(resolved["strategy"])].engines, resolved["engine"]
     if engine and engines and engine not in engines:
         raise ConfigError(
@@ -214,6 +221,31 @@ def validate(run_config: Mapping[str, Any]) -> dict[str, Value]:
             f"only, not {engine!r}"
         )
     return resolved
+
+
+def check_privacy(resolved: Mapping[str, Value]) -> None:
+    """The DP keys' cross-key rules (ConfigError naming the key). The ServerApp sees the merged run
+    config (defaults and overrides), so a dp-* key differs from its default only when it was given:
+    given while ``dp = off`` it would run without any DP, and is refused. Local DP sends no
+    within-clip bit (it is not noised), which adaptive clipping needs, and its adversary, the server,
+    sees the sample (no amplification: no secret sample). The strategy's side of a secret sample is
+    checked with the clients (server/aggregation.py ``Summation.start``)."""
+    if resolved["dp"] == "off":
+        for name in PRIVACY_KEYS:
+            if name.startswith("dp-") and resolved[name] != PRIVACY_KEYS[name].default:
+                raise ConfigError(
+                    f"run config {name!r}: set while dp = off; set dp = central or local, or drop it"
+                )
+    if resolved["dp"] == "local" and resolved["dp-sampling"] == "secret":
+        raise ConfigError(
+            "run config 'dp-sampling': a secret sample amplifies only against those who cannot see it, "
+            "and local DP's adversary is the server, which sees every release; use dp-sampling = public"
+        )
+    if resolved["dp"] == "local" and resolved["dp-clipping"] == "adaptive":
+        raise ConfigError(
+            "run config 'dp-clipping': adaptive clipping needs each client's within-clip bit, which "
+            "local DP does not release; use dp-clipping = fixed, or dp = central"
+        )
 
 
 def parse_assignments(items: Iterable[str]) -> dict[str, Value]:

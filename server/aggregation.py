@@ -40,6 +40,9 @@ class Summation:
         self.requested_max_weight = float(cfg["secagg-max-weight"])
         self.code = FixedPointCode(self.bits, self.range, self.requested_max_weight or 1.0)
         self.dp = DPSettings.from_config(cfg)
+        # The clients sum the bit 1{||x|| <= S} (adaptive clipping's count), except under local DP,
+        # whose clients release nothing un-noised (client/secure_aggregation.py).
+        self.within_bit = self.dp.mode != "local"
         self.privacy: Privacy | None = None
         self.summed_rounds = 0  # the plan's summed rounds (each one release under DP)
 
@@ -57,10 +60,11 @@ class Summation:
             self._check_secure_plan(strategy, m, n)
         if not self.dp.on:
             return
-        # Local DP: every release is seen by the server, who knows who was sampled (no amplification).
-        self.privacy = Privacy(self.dp, m, m) if self.dp.mode == "local" else Privacy(self.dp, n, m)
+        self.privacy = Privacy(self.dp, n, m)
         self.privacy.update_noise_multiplier()  # adaptive clipping: refused here if it leaves no noise
         self.summed_rounds = sum(1 for r in range(1, strategy.num_rounds + 1) if strategy.sums(r))
+        if self.dp.secret_sample:
+            self._check_secret_sample(strategy, n, m)
         self.privacy.check_budget(self.summed_rounds)
 
     def _check_secure_plan(self, strategy: FederatedStrategy, m: int, n: int) -> None:
@@ -87,6 +91,22 @@ class Summation:
                 "secagg-bits or raise secagg-range"
             )
 
+    def _check_secret_sample(self, strategy: FederatedStrategy, n: int, m: int) -> None:
+        """ConfigError (one line) when the strategy cannot keep its sample secret: it draws it for an
+        exchange beside the summed one (which names the sampled clients), sums no round, or trains
+        every client (nothing to keep secret)."""
+        why = ""
+        if not strategy.samples_in_sum:
+            why = "draws its clients outside the summed round (an exchange the server reads names them)"
+        elif not self.summed_rounds:
+            why = "sums no round (no release to sample for)"
+        elif m >= n:
+            why = f"trains every client in every summed round ({m} of {n}): there is no sample to keep secret"
+        if why:
+            raise ConfigError(
+                f"run config 'dp-sampling': strategy {strategy.method!r} {why}; use dp-sampling = public"
+            )
+
     def run(
         self,
         strategy: FederatedStrategy,
@@ -108,23 +128,30 @@ class Summation:
             with_config(m, {**extra, "sum-weight": weights[self.pool.partition_to(m)]}) for m in train
         ]
         layout = strategy.sum_layout()
-        if self.secure:
-            replies, flat = self._secure(messages, server_round, layout, weights)
-        else:
-            replies = self.pool.screen(self.pool.send(messages, server_round), check)
-            flat = self._plain(strategy, replies, weights, layout)
+        with self.pool.unlisted(self.dp.secret_sample):  # a secret sample: counts only (below)
+            if self.secure:
+                replies, flat = self._secure(messages, server_round, layout, weights)
+            else:
+                replies = self.pool.screen(self.pool.send(messages, server_round), check)
+                flat = self._plain(strategy, replies, weights, layout)
         contributors = sorted(self._contributors(replies))
+        counts: dict[str, float] = {}
+        if self.dp.secret_sample:
+            counts = {"clients-sampled": len(messages), "clients-failed": len(self.pool.failed)}
         if self.privacy is not None and self.dp.mode == "local" and (flat is not None or contributors):
             # The server holds noised updates (their sum): kept on disk before anything else, since
             # the round's checkpoint comes later and a stop before it makes the resume redo the round.
             self.privacy.received()
             self.pool.store.write_json(RELEASES, {"releases": self.privacy.releases})
         if flat is None:
-            return replies, None, {}
-        values, weight, within = flat[:-2], float(flat[-2]), float(flat[-1])
-        columns: dict[str, float] = {}
+            return replies, None, counts
+        size = sum(math.prod(s) for s in layout.values())
+        values, weight = flat[:size], float(flat[size])
+        within = float(flat[size + 1]) if self.within_bit else None
+        columns: dict[str, float] = dict(counts)
         if self.privacy is not None:
-            values, columns = self.privacy.noised(values, within, len(contributors))
+            values, noised = self.privacy.noised(values, within, len(contributors))
+            columns |= noised
         return replies, WeightedSum(_unflatten(values, layout), weight, contributors), columns
 
     def _weight(self, weight: float | str) -> float | str:
@@ -143,7 +170,7 @@ class Summation:
         layout: Mapping[str, tuple[int, ...]],
         weights: Mapping[int, float | str],
     ) -> tuple[list[Message], np.ndarray | None]:
-        size = sum(math.prod(s) for s in layout.values()) + 2
+        size = sum(math.prod(s) for s in layout.values()) + 1 + int(self.within_bit)
         t = threshold_for(self.requested_threshold, len(messages), self.corrupt)
         protocol = SecureRound(self.pool, server_round, threshold=t, code=self.code, log=self.pool.log)
         try:
@@ -169,20 +196,21 @@ class Summation:
         return float(value) if isinstance(value, int | float) else math.nan
 
     def _implausible(self, total: np.ndarray, expected_weight: float, survivors: int) -> str | None:
-        """What of the unmasked sum [sum a x, sum a, sum c] contradicts what the server knows: the weight
+        """What of the unmasked sum [sum a x, sum a, (sum c)] contradicts what the server knows: the weight
         slot is the known sum of the survivors' weights, the count is within 0..m, and under DP
         without local noise ||sum a x|| <= (sum a) S; each up to m half-steps of rounding
         (docs/algorithms.md "Secure aggregation"). Range proofs are out of scope: within these a bad
         silo's input still counts (README, threat model)."""
         slack = survivors * self.code.step / 2 * (1 + 1e-9)
-        weight, count = float(total[-2]), float(total[-1])
+        size = total.size - 1 - int(self.within_bit)  # the values; then the weight (and the count)
+        weight = float(total[size])
         if not abs(weight - expected_weight) <= slack:
             return f"its weight slot is {weight:.6g}, the survivors' weights sum to {expected_weight:.6g}"
-        if not -slack <= count <= survivors + slack:
+        if self.within_bit and not -slack <= (count := float(total[size + 1])) <= survivors + slack:
             return f"its within-clip count is {count:.6g}, outside 0..{survivors}"
         if self.privacy is not None and self.dp.mode == "central":
-            norm = float(np.linalg.norm(total[:-2]))
-            bound = expected_weight * self.privacy.clip + slack * math.sqrt(total.size - 2)
+            norm = float(np.linalg.norm(total[:size]))
+            bound = expected_weight * self.privacy.clip + slack * math.sqrt(size)
             if norm > bound:
                 return f"its norm {norm:.6g} exceeds the survivors' weights times the clip ({bound:.6g})"
         return None
@@ -197,13 +225,15 @@ class Summation:
         summed = strategy.plain_sum(replies, weights)
         if summed is None:
             return None
-        within = sum(
-            float(reply_metrics(r.content).get("dp-within", 1))
-            for r in replies
-            if self.pool.partition_of(r) in summed.contributors
-        )
+        within = [
+            sum(
+                float(reply_metrics(r.content).get("dp-within", 1))
+                for r in replies
+                if self.pool.partition_of(r) in summed.contributors
+            )
+        ]
         flat = [np.asarray(summed.total[k], dtype=np.float64).ravel() for k in sorted(layout)]
-        return np.concatenate([*flat, [summed.weight, within]])
+        return np.concatenate([*flat, [summed.weight], within if self.within_bit else []])
 
     def report(self) -> dict[str, Any]:
         """The summary's ``privacy``: what protected the updates, and the epsilon spent."""
@@ -215,16 +245,7 @@ class Summation:
                 "secagg-tolerated-corrupt": self.corrupt,
             }
         if self.privacy is not None:
-            out |= {
-                "epsilon": self.privacy.epsilon(),
-                "delta": self.dp.delta,
-                "noise-multiplier": self.dp.noise_multiplier,
-                "releases": self.privacy.releases,
-                **({"redone-releases": self.privacy.redone} if self.privacy.redone else {}),
-                "clients-per-round": self.privacy.sample_size,
-                "clients": self.privacy.population,
-                "final-clip": self.privacy.clip,
-            }
+            out |= self.privacy.report()
         return out
 
     def state_dict(self) -> dict[str, Any]:

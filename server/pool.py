@@ -6,7 +6,8 @@ a node holds, from its node config), so that the same seed samples the same
 clients on every engine. :class:`ClientPool` discovers the partition of every
 node with a ``query.info`` exchange, sends per-partition messages, maps replies
 (and errors, which the SuperLink may send on a node's behalf) back to partitions,
-and records one results row per client and exchange. Every message it builds carries the
+and records one results row per client and exchange (:meth:`ClientPool.unlisted`: none, for the
+exchanges of a secret sample, which name no client anywhere). Every message it builds carries the
 strategy's client settings (``settings``: the client handler's name and the method values it
 reads) in its ConfigRecord, beside the exchange's own values.
 """
@@ -16,7 +17,8 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +75,7 @@ class ClientPool:
         self._sent: dict[str, int] = {}  # message id -> partition
         self._sent_aside: dict[str, int] = {}  # the same, for the last send_aside
         self._rows: dict[int, dict[str, Any]] = {}  # partition -> results row of the last exchange
+        self.listing = True  # False within :meth:`unlisted`
 
     # --- discovery ----------------------------------------------------------------
     def connect(self, run_name: str) -> None:
@@ -221,6 +224,21 @@ class ClientPool:
             raise FederationError(f"nodes disagree on num-partitions: {sorted(found.num_partitions)}")
 
     # --- exchanges ---------------------------------------------------------------
+    @contextmanager
+    def unlisted(self, secret: bool = True) -> Iterator[None]:
+        """With ``secret``, the exchanges within name none of their clients (dp-sampling = secret,
+        whose sample is written nowhere): no results rows (the caller writes counts in the server's
+        row), traffic.jsonl lines without a partition, no record of client state, logs without names."""
+        before, self.listing = self.listing, self.listing and not secret
+        try:
+            yield
+        finally:
+            self.listing = before
+
+    def who(self, partition_id: int) -> str:
+        """A client as logs name it: name and partition, or nobody within :meth:`unlisted`."""
+        return f"{self.name(partition_id)} (partition {partition_id})" if self.listing else "a sampled client"
+
     @property
     def partitions(self) -> list[int]:
         """Partition ids of the connected clients, sorted."""
@@ -311,17 +329,27 @@ class ClientPool:
                 ok.append(reply)
                 metrics, local_rounds = split_local_rounds(_scalar_metrics(reply.content))
                 row.update(metrics)
-                self._client_state(pid, reply.content, row, f"round {server_round} {kind}")
+                if self.listing:  # which clients hold state would tell who took part
+                    self._client_state(pid, reply.content, row, f"round {server_round} {kind}")
                 if self.audit:
-                    self.store.audit(_traffic(server_round, kind, pid, reply.content))
+                    self.store.audit(
+                        _traffic(server_round, kind, pid if self.listing else None, reply.content)
+                    )
             if pid in failed:
                 row.update(status="failed", error=failed[pid])
-                who = f"{self.name(pid)} (partition {pid})"
-                self.log(f"round {server_round} {kind}: {who} failed: {failed[pid]}")
-            rows[pid] = self.store.add_row(**row)  # reject() and note() complete this row
-            if pid not in failed and local_rounds:
+                if self.listing:  # a client's reason may name its partition
+                    self.log(f"round {server_round} {kind}: {self.who(pid)} failed: {failed[pid]}")
+            rows[pid] = self._record(row)  # reject() and note() complete this row
+            if pid not in failed and local_rounds and self.listing:
                 self.store.add_local_rounds(row, local_rounds)
+        if failed and not self.listing:
+            self.log(f"round {server_round} {kind}: {len(failed)} of {len(msgs)} clients failed")
         return ok, failed, sent, rows
+
+    def _record(self, row: dict[str, Any]) -> dict[str, Any]:
+        """A client's row of an exchange: added to rounds.csv, or, within :meth:`unlisted`, kept for
+        this exchange only (:meth:`reject` and :meth:`note` complete it) and never written."""
+        return self.store.add_row(**row) if self.listing else row
 
     def _client_state(self, pid: int, content: RecordDict, row: dict[str, Any], where: str) -> None:
         """Which clients hold state (``client-state`` ``kept``) and whose state was lost (``lost``:
@@ -347,7 +375,7 @@ class ClientPool:
         pid = self.partition_of(reply)
         self.failed[pid] = reason
         self._rows[pid].update(status="rejected", error=reason)
-        self.log(f"rejected the reply of {self.name(pid)} (partition {pid}): {reason}")
+        self.log(f"rejected the reply of {self.who(pid)}: {reason}")
 
     def screen(self, replies: list[Message], check: Callable[[Message], str | None] | None) -> list[Message]:
         """The replies ``check`` finds usable; the others are rejected (:meth:`reject`)."""
@@ -495,8 +523,9 @@ def _scalar_metrics(content: RecordDict) -> dict[str, float | int]:
     return out
 
 
-def _traffic(server_round: int, kind: str, pid: int, content: RecordDict) -> dict[str, Any]:
-    """What a reply carried: array names with shapes and dtypes, metric and config names with value kinds."""
+def _traffic(server_round: int, kind: str, pid: int | None, content: RecordDict) -> dict[str, Any]:
+    """What a reply carried: array names with shapes and dtypes, metric and config names with value
+    kinds; from partition ``pid`` (None: not said, a secret sample's exchange)."""
     numpy = {
         f"{name}/{key}": value
         for name, record in content.array_records.items()
@@ -517,7 +546,7 @@ def _traffic(server_round: int, kind: str, pid: int, content: RecordDict) -> dic
     return {
         "round": server_round,
         "exchange": kind,
-        "partition-id": pid,
+        **({"partition-id": pid} if pid is not None else {}),
         "arrays": arrays,
         "dtypes": dtypes,
         "metrics": metrics,

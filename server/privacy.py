@@ -15,10 +15,17 @@ S <- S exp(-eta_C (b - gamma)); the update noise is then z_u = (z^-2 - (2 sigma_
 that both releases together cost what one Gaussian release of multiplier z does.
 
 The accountant is Flower's :class:`~flwr.serverapp.RdpAccountant` (Google's dp-accounting): one
-sampled Gaussian release per summed round, m of the n clients. With every client in every round
-there is no amplification (add/remove-one, multiplier z); with m < n, sampling without replacement
-(Wang, Balle, Kasiviswanathan 2019), which dp-accounting accounts only for replace-one neighbours,
-whose sensitivity is 2S: multiplier z/2.
+Gaussian release per summed round, m of the n clients, for the neighbouring relation of the run's
+``dp-sampling`` (the summary's ``privacy`` states it, with the adversary it holds against):
+
+- ``public`` (the seeded sample, which config.json reproduces and rounds.csv lists): no amplification
+  by sampling; add-or-remove-one neighbours (one client's update present or absent), sensitivity S,
+  multiplier z. Local DP likewise: each client's own release is the Gaussian mechanism at z.
+- ``secret`` (central DP only; the sample is drawn from OS entropy and written nowhere): sampling
+  without replacement (Wang, Balle, Kasiviswanathan 2019), which dp-accounting accounts only for
+  replace-one neighbours, whose sensitivity is 2S: multiplier z/2. The amplification holds only
+  against those who cannot see the sample: not the server, not the sampled silos (secure
+  aggregation tells them their peers); against them, the same replace-one releases without it.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any
 
 import numpy as np
@@ -53,6 +61,7 @@ class DPSettings:
     clipped_count_stddev: float  # 0: m / 20 (Andrew et al.'s recommendation)
     delta: float
     epsilon_budget: float  # 0: none
+    secret_sample: bool  # dp-sampling = secret: amplification by sampling (module docs)
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> DPSettings:
@@ -66,6 +75,7 @@ class DPSettings:
             clipped_count_stddev=float(cfg["dp-clipped-count-stddev"]),
             delta=float(cfg["dp-delta"]),
             epsilon_budget=float(cfg["dp-epsilon"]),
+            secret_sample=cfg["dp-sampling"] == "secret",
         )
 
     @property
@@ -73,32 +83,59 @@ class DPSettings:
         return self.mode != "off"
 
 
-def accountant(population: int, sample_size: int, delta: float) -> RdpAccountant:
-    """Flower's RDP accountant for rounds of ``sample_size`` of ``population`` clients."""
-    everyone = sample_size >= population
+ADVERSARY = {
+    "central": "anyone who sees the released model/sum, trusting the server to add the noise",
+    "local": "the server and anyone after it",
+}
+UNSEEN_SAMPLE = (
+    "only against those who cannot see the sample: not the server, not the sampled silos (secure "
+    "aggregation tells them their peers, and each knows it was sampled)"
+)
+
+
+def relation(secret_sample: bool) -> NeighboringRelation:
+    """The neighbouring relation epsilon holds for (module docs)."""
+    return NeighboringRelation.REPLACE_ONE if secret_sample else NeighboringRelation.ADD_OR_REMOVE_ONE
+
+
+def accountant(population: int, delta: float, secret_sample: bool = False) -> RdpAccountant:
+    """Flower's RDP accountant for ``population`` clients: without amplification for a public sample,
+    sampling without replacement for a secret one (module docs)."""
     config = PrivacyConfig(
         target_delta=delta,
         population_size=population,
-        neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE
-        if everyone
-        else NeighboringRelation.REPLACE_ONE,
-        sampling_method=SamplingMethod.NO_AMPLIFICATION if everyone else SamplingMethod.WITHOUT_REPLACEMENT,
+        neighboring_relation=relation(secret_sample),
+        sampling_method=SamplingMethod.WITHOUT_REPLACEMENT
+        if secret_sample
+        else SamplingMethod.NO_AMPLIFICATION,
     )
     return RdpAccountant(config)
 
 
-def release(noise_multiplier: float, population: int, sample_size: int) -> GaussianPrivacyEvent:
-    """One round's release as the accountant sees it (z, or z/2 for replace-one; module docs)."""
-    z = noise_multiplier if sample_size >= population else noise_multiplier / 2
+def accounted_multiplier(noise_multiplier: float, secret_sample: bool) -> float:
+    """The multiplier per sensitivity: z for add-or-remove-one (S), z/2 for replace-one (2S)."""
+    return noise_multiplier / 2 if secret_sample else noise_multiplier
+
+
+def release(
+    noise_multiplier: float, population: int, sample_size: int, secret_sample: bool = False
+) -> GaussianPrivacyEvent:
+    """One round's release as the accountant sees it (module docs)."""
+    z = accounted_multiplier(noise_multiplier, secret_sample)
     return GaussianPrivacyEvent(noise_multiplier=z, sample_size=sample_size, population_size=population)
 
 
 def epsilon_after(
-    rounds: int, noise_multiplier: float, population: int, sample_size: int, delta: float
+    rounds: int,
+    noise_multiplier: float,
+    population: int,
+    sample_size: int,
+    delta: float,
+    secret_sample: bool = False,
 ) -> float:
-    """epsilon at ``delta`` after ``rounds`` summed rounds."""
-    acc = accountant(population, sample_size, delta)
-    acc.compose(release(noise_multiplier, population, sample_size), rounds)
+    """epsilon at ``delta`` after ``rounds`` summed rounds of ``sample_size`` of ``population`` clients."""
+    acc = accountant(population, delta, secret_sample)
+    acc.compose(release(noise_multiplier, population, sample_size, secret_sample), rounds)
     return acc.get_epsilon(delta)
 
 
@@ -120,7 +157,7 @@ class Privacy:
         if not s.on or s.epsilon_budget <= 0:
             return
         releases = planned_rounds + self.redone
-        eps = epsilon_after(releases, s.noise_multiplier, self.population, self.sample_size, s.delta)
+        eps = self.epsilon_of(releases)
         if eps > s.epsilon_budget:
             redone, advice = "", "raise the noise or lower num-rounds"
             if self.redone:  # a resume: the releases are made, the config is the run's
@@ -163,15 +200,16 @@ class Privacy:
         return self.settings.clipped_count_stddev or self.sample_size / 20
 
     def noised(
-        self, total: np.ndarray, within: float, contributors: int
+        self, total: np.ndarray, within: float | None, contributors: int
     ) -> tuple[np.ndarray, dict[str, float]]:
         """The released sum: central noise added to ``total``; the adaptive clip moved by ``within``
-        (sum_i c_i). Returns the sum and the round's DP columns (clip used, epsilon so far)."""
+        (sum_i c_i; None under local DP, whose clients send no such bit and which has no adaptive
+        clip). Returns the sum and the round's DP columns (clip used, epsilon so far)."""
         s = self.settings
         used = self.clip
         if s.mode == "central":
             total = total + self.rng.normal(0.0, self.update_noise_multiplier() * used, size=total.shape)
-        if s.adaptive:
+        if s.adaptive and within is not None:
             noisy = (within + self.rng.normal(0.0, self.count_stddev())) / max(contributors, 1)
             self.clip = float(used * math.exp(-s.clip_learning_rate * (noisy - s.target_quantile)))
         if s.mode == "central":
@@ -185,10 +223,54 @@ class Privacy:
         self.releases += 1
 
     def epsilon(self) -> float:
+        """epsilon after the releases so far (0 before the first)."""
+        return self.epsilon_of(self.releases) if self.releases else 0.0
+
+    def epsilon_of(self, releases: int, amplified: bool = True) -> float:
+        """epsilon after ``releases`` summed rounds; ``amplified`` False: a secret sample's releases
+        against those who see the sample (replace-one, no amplification)."""
         s = self.settings
-        if self.releases == 0:
-            return 0.0
-        return epsilon_after(self.releases, s.noise_multiplier, self.population, self.sample_size, s.delta)
+        if s.secret_sample and not amplified:  # the same Gaussian per 2S, without sampling
+            z = accounted_multiplier(s.noise_multiplier, True)
+            return epsilon_after(releases, z, self.population, self.sample_size, s.delta)
+        return epsilon_after(
+            releases, s.noise_multiplier, self.population, self.sample_size, s.delta, s.secret_sample
+        )
+
+    def report(self) -> dict[str, Any]:
+        """What the summary's ``privacy`` states of the DP releases (module docs): the relation and
+        the adversary epsilon holds against, n, m, z, S, delta, epsilon, the sampling, the accountant."""
+        s = self.settings
+        secret = s.secret_sample
+        sampling: dict[str, Any] = {
+            "dp-sampling": "secret" if secret else "public",
+            "amplification": "sampling without replacement, m of n" if secret else "none",
+        }
+        if secret:
+            sampling["holds-against"] = UNSEEN_SAMPLE
+            sampling["epsilon-without-amplification"] = self.epsilon_of(self.releases, amplified=False)
+        return {
+            "neighbouring-relation": relation(secret).value,
+            "sensitivity": "2 S" if secret else "S",
+            "adversary": ADVERSARY[s.mode],
+            "clients": self.population,
+            "clients-per-round": self.sample_size,
+            "noise-multiplier": s.noise_multiplier,
+            "clipping-norm": s.clipping_norm,
+            "clipping": "adaptive" if s.adaptive else "fixed",
+            "final-clip": self.clip,
+            "delta": s.delta,
+            "epsilon": self.epsilon(),
+            "releases": self.releases,
+            **({"redone-releases": self.redone} if self.redone else {}),
+            "sampling": sampling,
+            "accountant": {
+                "method": "Renyi DP (flwr RdpAccountant over dp-accounting)",
+                "accounted-noise-multiplier": accounted_multiplier(s.noise_multiplier, secret),
+                "dp-accounting": metadata.version("dp-accounting"),
+                "flwr": metadata.version("flwr"),
+            },
+        }
 
     def state_dict(self) -> dict[str, Any]:
         return {"clip": self.clip, "releases": self.releases, "redone": self.redone}

@@ -54,7 +54,10 @@ def privacy_line(privacy: Mapping[str, Any]) -> str:
         parts.append(
             f"{privacy['dp']} DP, epsilon {_fmt(privacy['epsilon'])} at delta {_fmt(privacy['delta'])} after "
             f"{releases} (noise multiplier {_fmt(privacy['noise-multiplier'])}, "
-            f"{privacy['clients-per-round']} of {privacy['clients']} clients per round)"
+            f"{privacy['clients-per-round']} of {privacy['clients']} clients per round"
+            + (f", {relation} neighbours" if (relation := privacy.get("neighbouring-relation")) else "")
+            + (f", {sample} sample" if (sample := privacy.get("sampling", {}).get("dp-sampling")) else "")
+            + ")"
         )
     return "; ".join(parts)
 

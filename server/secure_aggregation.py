@@ -219,7 +219,7 @@ class SecureRound:
         got = dict(list(shares.get(owner, {}).items())[: self.t])
         if len(got) < self.t:
             raise BelowThreshold(
-                f"round {self.round}: only {len(got)} shares of {self.pool.name(owner)}'s {what}, "
+                f"round {self.round}: only {len(got)} shares of {self.pool.who(owner)}'s {what}, "
                 f"{self.t} needed; the round has no sum"
             )
         return secagg.combine(got)

@@ -112,10 +112,16 @@ class Phase:
     draw: Callable[[int], Mapping[str, Any]] | None = None
 
 
-def drawn(rng: np.random.Generator, sample: Callable[[np.random.Generator], list[int]]) -> dict[str, Any]:
+def drawn(
+    rng: np.random.Generator, sample: Callable[[np.random.Generator], list[int]], secret: bool = False
+) -> dict[str, Any]:
     """A phase's ``draw``: ``sample`` drawn from a copy of the sampling stream ``rng``, returned as
     the state's new ``rng`` (the copy, advanced past the draw) and ``sampled``; ``rng`` is untouched,
-    so the draw is the stream's next one whether or not the round loop applies it."""
+    so the draw is the stream's next one whether or not the round loop applies it. ``secret``
+    (``dp-sampling = secret``): drawn from OS entropy instead, and the stream stays where it was, so
+    neither the seed nor the checkpoint's stream tells the sample."""
+    if secret:
+        return {"sampled": sample(np.random.default_rng())}
     stream = copy.deepcopy(rng)
     return {"rng": stream, "sampled": sample(stream)}
 
@@ -135,6 +141,12 @@ class FederatedStrategy:
     method: str = ""  # the run-config strategy name it was built for (strategies/registry.py: build_strategy)
     # Why a robust aggregation cannot replace its summed round's mean (empty: it can; strategies/robust.py).
     robust_refusal: ClassVar[str] = "its rounds are not a model average"
+    # Whether its sample is drawn for the summed phase alone, so that no other exchange names the
+    # sampled clients: then ``dp-sampling = secret`` can keep it (server/aggregation.py).
+    samples_in_sum: ClassVar[bool] = False
+    secret_sample: bool = (
+        False  # dp-sampling = secret: draws from OS entropy (:func:`drawn`), set by build_strategy
+    )
 
     def __init__(
         self,

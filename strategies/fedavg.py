@@ -48,6 +48,7 @@ class FedAvg(FederatedStrategy):
     params: DecisionParams
     own_model: ClassVar[bool] = False  # local-only: each client trains and evaluates its own model (no sum)
     robust_refusal: ClassVar[str] = ""  # its summed round is a model average
+    samples_in_sum = True  # S_t is drawn for the train phase, which is summed
 
     def __init__(
         self,
@@ -98,7 +99,7 @@ class FedAvg(FederatedStrategy):
 
     def draw_sample(self, server_round: int) -> dict[str, Any]:
         """The train phase's draw: S_t and the sampling stream after it."""
-        return drawn(self.rng, self.sample)
+        return drawn(self.rng, self.sample, self.secret_sample)
 
     def planned_sample(self, population: int) -> int:
         """Clients per round (for the DP accountant's plan)."""
@@ -127,7 +128,8 @@ class FedAvg(FederatedStrategy):
         """w_t to the round's sample S_t (the phase's draw)."""
         assert self.arrays is not None  # FedAvg always holds its model
         sampled = self.sampled
-        self.log(f"round {server_round}: sampled " + ", ".join(self.pool.name(p) for p in sampled))
+        named = f"{len(sampled)} clients" if self.secret_sample else ", ".join(map(self.pool.name, sampled))
+        self.log(f"round {server_round}: sampled {named}")
         config = self.round_config(server_round)
         return [
             self.pool.message(

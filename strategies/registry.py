@@ -46,4 +46,5 @@ def build_strategy(cfg: Mapping[str, Any]) -> FederatedStrategy:
     strategy = cls.build(cfg)
     strategy.method = name  # recorded by the clients with the models they keep
     strategy.aggregation = RobustAggregation.for_run(cfg, cls.robust_refusal)
+    strategy.secret_sample = cfg["dp"] != "off" and cfg["dp-sampling"] == "secret"
     return strategy

@@ -91,3 +91,48 @@ def test_the_problem_keys_are_the_registered_problems_parameters() -> None:
     for key, spec in declared:
         assert PROBLEM_SCHEMA[key] == spec, key
     assert {"n-train", "num-features"} <= set(PROBLEMS["shortest-path"].params.schema())
+
+
+@pytest.mark.parametrize(
+    ("config", "line"),
+    [
+        (
+            {"dp-noise-multiplier": 2.0},
+            "run config 'dp-noise-multiplier': set while dp = off; set dp = central or local, or drop it",
+        ),
+        (
+            {"dp": "off", "dp-clipping-norm": 0.5, "dp-epsilon": 3.0},
+            "run config 'dp-clipping-norm': set while dp = off; set dp = central or local, or drop it",
+        ),
+        (
+            {"dp-epsilon": 3.0},
+            "run config 'dp-epsilon': set while dp = off; set dp = central or local, or drop it",
+        ),
+        (
+            {"dp-sampling": "secret"},
+            "run config 'dp-sampling': set while dp = off; set dp = central or local, or drop it",
+        ),
+        (
+            {"dp": "local", "dp-sampling": "secret"},
+            "run config 'dp-sampling': a secret sample amplifies only against those who cannot see it, and "
+            "local DP's adversary is the server, which sees every release; use dp-sampling = public",
+        ),
+        (
+            {"dp": "local", "dp-clipping": "adaptive"},
+            "run config 'dp-clipping': adaptive clipping needs each client's within-clip bit, which "
+            "local DP does not release; use dp-clipping = fixed, or dp = central",
+        ),
+    ],
+)
+def test_dp_keys_that_would_not_take_effect_are_refused_in_one_line(config: dict, line: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        validate(config)
+    assert str(err.value) == line
+
+
+def test_dp_keys_at_their_defaults_pass_without_dp() -> None:
+    """The ServerApp sees the merged run config: every dp-* key at its default means "not given"."""
+    defaults = {name: key.default for name, key in SCHEMA.items() if name.startswith("dp")}
+    assert validate(defaults)["dp"] == "off"
+    assert validate({"dp": "central", "dp-noise-multiplier": 2.0})["dp-noise-multiplier"] == 2.0
+    assert validate({"dp": "central", "dp-clipping": "adaptive"})["dp-clipping"] == "adaptive"

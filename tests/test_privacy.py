@@ -25,7 +25,7 @@ FEDAVG = {"num-rounds": 3, "n-train": 40, "n-test": 30, "local-epochs": 1, "num-
 
 # --- the accountant against the published formulas ------------------------------------------
 def library_orders() -> list[float]:
-    return [float(a) for a in accountant(10, 10, 1e-5).state_dict()["orders"]]  # type: ignore[union-attr]
+    return [float(a) for a in accountant(10, 1e-5).state_dict()["orders"]]  # type: ignore[union-attr]
 
 
 def epsilon_from_rdp(rdp: list[float], orders: list[float], delta: float) -> float:
@@ -107,11 +107,12 @@ def test_epsilon_with_every_client_equals_the_gaussian_closed_form(
 @pytest.mark.parametrize("rounds", [1, 30])
 @pytest.mark.parametrize(("m", "n"), [(2, 10), (10, 100)])
 def test_epsilon_of_sampled_rounds_equals_theorem_27(z: float, rounds: int, m: int, n: int) -> None:
-    """m of n clients without replacement: replace-one neighbours, sensitivity 2 S, sigma = z / 2."""
+    """A secret sample of m of n clients without replacement: replace-one neighbours, sensitivity 2 S,
+    sigma = z / 2."""
     orders = [a for a in library_orders() if a <= 64]  # the higher orders never win at these settings
     rdp = [rounds * wor_subsampled_gaussian_rdp(a, z / 2, m / n) for a in orders]
     expected = epsilon_from_rdp(rdp, orders, 1e-5)
-    assert epsilon_after(rounds, z, n, m, 1e-5) == pytest.approx(expected, abs=1e-6)
+    assert epsilon_after(rounds, z, n, m, 1e-5, secret_sample=True) == pytest.approx(expected, abs=1e-6)
 
 
 # --- the clip, the noise, the adaptive clip --------------------------------------------------
@@ -228,8 +229,11 @@ def test_local_dp_is_accounted_without_amplification_and_noised_on_the_clients(t
     cfg = {**FEDAVG, "results-dir": str(tmp_path), "fraction": 0.5, "dp": "local", "dp-clipping-norm": 0.01}
     run_inline({**cfg, "run-name": "q", "dp-noise-multiplier": 1e-9}, node_configs(4))
     loud = run_inline({**cfg, "run-name": "l", "dp-noise-multiplier": 50.0}, node_configs(4))
-    # The server knows whom it sampled: no amplification by sampling (2 of 4 accounted as 2 of 2).
-    assert loud["privacy"]["epsilon"] == pytest.approx(epsilon_after(3, 50.0, 2, 2, 1e-5))
+    # The server knows whom it sampled: no amplification by sampling; the population is all 4 clients.
+    orders = library_orders()
+    gaussian = epsilon_from_rdp([3 * gaussian_rdp(a, 50.0) for a in orders], orders, 1e-5)
+    assert loud["privacy"]["epsilon"] == pytest.approx(gaussian, abs=1e-6)
+    assert loud["privacy"]["clients"] == 4 and loud["privacy"]["clients-per-round"] == 2
     steps = {}
     for name in ("q", "l"):
         with np.load(tmp_path / name / "models.npz") as z:
