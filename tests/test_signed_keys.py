@@ -137,6 +137,29 @@ def test_an_identity_open_to_others_or_not_ed25519_or_not_in_the_roster_is_refus
         client_side.silo_keys({"secagg-identity": str(key)}, 0)
 
 
+def test_a_new_silo_enrols_with_the_identity_command_and_a_silo_host_checks_its_files(tmp_path: Path) -> None:
+    """`hetfed federation identity` makes a silo's identity and its roster line; `federation silo`
+    puts both in the node config after checking they agree for its partition (one line if not)."""
+    from hetfed.federation import silo_host
+    from tests.conftest import hetfed_cli
+
+    key, roster = tmp_path / "silo-5.key", tmp_path / "roster.toml"
+    made = hetfed_cli(
+        "federation", "identity", "--key", str(key), "--partition-id", "5", "--roster", str(roster)
+    )
+    assert made.returncode == 0, made.stderr
+    public = silo_identity.read_identity(key).public_key().public_bytes_raw()
+    assert made.stdout.splitlines()[0] == f'5 = "{public.hex()}"'
+    assert silo_identity.read_roster(roster) == {5: public} and stat.S_IMODE(os.stat(key).st_mode) == 0o600
+    common = {"superlink": "127.0.0.1:9092", "ca": None, "key": None, "num_partitions": 6}
+    command = silo_host(**common, partition_id=5, state_dir=tmp_path / "s", identity=key, roster=roster)
+    assert f'secagg-identity="{key}" secagg-roster="{roster}"' in command.argv[-1]
+    with pytest.raises(silo_identity.IdentityError, match=f"roster file {roster}: partition 4 has no entry"):
+        silo_host(**common, partition_id=4, state_dir=tmp_path / "s", identity=key, roster=roster)
+    with pytest.raises(ValueError, match="--identity and --roster go together"):
+        silo_host(**common, partition_id=5, state_dir=tmp_path / "s", identity=key)
+
+
 # --- honest runs ---------------------------------------------------------------------------------
 def test_an_honest_run_with_rosters_equals_the_plain_run_and_records_authenticated_keys(
     tmp_path: Path,
@@ -384,3 +407,42 @@ def test_a_replayed_round_is_refused_by_every_client_with_a_roster(
         assert all(r["status"] == "failed" and line in r["error"] for r in again), again
     else:
         assert all(r["status"] == "ok" for r in again)
+
+
+# --- a real local federation ---------------------------------------------------------------------------
+@pytest.mark.deployment
+def test_federation_up_installs_identities_and_a_secure_run_records_authenticated_keys(
+    tmp_path: Path,
+) -> None:
+    """`federation up` makes an identity per silo and one roster, names them in every node config; a
+    secure run on the real SuperNodes signs and verifies every round's keys and says so in its summary,
+    and its model equals the plain inline run's within the fixed-point resolution."""
+    import json
+
+    from hetfed.engines.runner import prepare
+    from hetfed.federation import federation_down, federation_up
+    from tests.conftest import REPO
+
+    cfg = {**FEDAVG, **SECURE, "num-rounds": 2, "seed": 2, "round-timeout": 300.0}
+    info = federation_up(tmp_path / "fed", 3, app_dir=REPO)
+    try:
+        roster = silo_identity.read_roster(info.root / "identities" / "roster.toml")
+        for i in range(3):
+            key = silo_identity.read_identity(info.root / "identities" / f"silo-{i}.key")
+            assert roster[i] == key.public_key().public_bytes_raw()
+        flower = info.flower()
+        run_id = flower.submit(REPO, prepare({**cfg, "run-name": "signed"}, "deployment", tmp_path))
+        assert flower.wait_run(run_id, timeout=900) == "finished:completed"
+    finally:
+        federation_down(info.root)
+    summary = json.loads((tmp_path / "signed" / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["privacy"]["secagg-authenticated-keys"] is True
+    assert [r for r in rows(tmp_path / "signed") if r["status"] != "ok"] == []
+    assert {r["exchange"] for r in rows(tmp_path / "signed")} >= {
+        "query.secagg_shares",
+        "query.secagg_unmask",
+    }
+    plain = {**cfg, "secure-aggregation": False, "results-dir": str(tmp_path), "run-name": "plain"}
+    run_inline(plain, node_configs(3))
+    with np.load(tmp_path / "plain" / "models.npz") as a, np.load(tmp_path / "signed" / "models.npz") as b:
+        assert max(float(np.abs(a[k] - b[k]).max()) for k in a.files) <= 3 * STEP
