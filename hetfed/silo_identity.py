@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import os
 import stat
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from hetfed.credentials import write_private
+from hetfed.paths import read_toml
 
 
 class IdentityError(ValueError):
@@ -81,15 +81,7 @@ def public_hex(key: Ed25519PrivateKey) -> str:
 
 def read_roster(path: str | os.PathLike) -> dict[int, bytes]:
     """The roster at ``path``: partition id -> raw Ed25519 public key; IdentityError in one line."""
-    try:
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
-    except OSError as exc:
-        raise IdentityError(
-            f"roster file {path} (node config 'secagg-roster') cannot be read: {exc.strerror}"
-        ) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise IdentityError(f"roster file {path} is not TOML: {exc}") from None
+    raw = read_toml(path, "roster", "secagg-roster", IdentityError)
     if set(raw) != {"silos"} or not isinstance(raw["silos"], dict):
         raise IdentityError(f"roster file {path}: expected one table [silos], got keys {sorted(raw)}")
     roster: dict[int, bytes] = {}

@@ -9,6 +9,7 @@ every honest client refuses it in one line and nothing leaves."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import stat
 from collections.abc import Mapping
@@ -23,6 +24,7 @@ from hetfed.client import secure_aggregation as client_side
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.server import aggregation
 from hetfed.server.secure_aggregation import SecureRound
+from tests.test_dishonest_server import record_inputs
 
 FEDAVG = {"num-rounds": 1, "n-train": 40, "n-test": 30, "local-epochs": 1, "num-items": 10, "fraction": 1.0}
 SECURE = {"secure-aggregation": True}
@@ -57,23 +59,12 @@ def roster_of(tmp_path: Path) -> Path:
 
 
 def run_id(path: Path) -> str:
-    import json
-
     return str(json.loads((path / "config.json").read_text())["run-id"])
 
 
 @pytest.fixture
 def inputs(monkeypatch: pytest.MonkeyPatch) -> dict[int, np.ndarray]:
-    """Each client's vector [a x, a, c] as it encodes it (the truth an attack is measured by)."""
-    seen: dict[int, np.ndarray] = {}
-    original = client_side._masked_input
-
-    def recording(vector: np.ndarray, step: float, state: Any, context: Any) -> np.ndarray:
-        seen[secagg.one(state, "pid", int)] = vector.copy()
-        return original(vector, step, state, context)
-
-    monkeypatch.setattr(client_side, "_masked_input", recording)
-    return seen
+    return record_inputs(monkeypatch)
 
 
 # --- the files -----------------------------------------------------------------------------------
@@ -358,6 +349,49 @@ def test_a_split_list_with_the_real_keys_gets_fewer_than_t_valid_signatures(
     assert len(unmask) == 4 and all(r["status"] == "failed" and line in r["error"] for r in unmask), unmask
 
 
+class DoubleSecretRound(SecureRound):
+    """After the honest unmasking (every survivor's self-mask seed), the server asks the same clients
+    for the victim's mask key too: the victim named dropped, on the list they signed and on the list
+    without it (with the signatures it holds)."""
+
+    released: ClassVar[list[int]] = []
+
+    def unmask_request(
+        self, survivors: list[int], dropped: list[int], signatures: Mapping[int, bytes]
+    ) -> dict[str, Any]:
+        self.signatures = dict(signatures)
+        return super().unmask_request(survivors, dropped, signatures)
+
+    def _unmask(
+        self, masked: Mapping[int, np.ndarray], survivors: list[int], dropped: list[int]
+    ) -> np.ndarray:
+        total = super()._unmask(masked, survivors, dropped)
+        victim = survivors[0]
+        for told in (survivors, [p for p in survivors if p != victim]):
+            request = self.unmask_request(told, [*dropped, victim], self.signatures)
+            for holder, record in self._query("query.secagg_unmask", survivors, request).items():
+                if victim in secagg.items(record["s-from"], int):
+                    DoubleSecretRound.released.append(holder)
+        return total
+
+
+def test_a_request_for_the_second_secret_of_a_client_is_refused_by_every_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(aggregation, "SecureRound", DoubleSecretRound)
+    DoubleSecretRound.released = []
+    run(tmp_path, "signed", silos(tmp_path))
+    unmask = exchanges(tmp_path / "signed", "query.secagg_unmask")
+    assert len(unmask) == 12 and [r["status"] for r in unmask[:4]] == ["ok"] * 4  # the honest one
+    lines = (
+        "refused to unmask: clients [0] sent their masked input but are named as dropped",
+        "refused to unmask: the survivors [1, 2, 3] are not the list this client signed [0, 1, 2, 3]",
+    )
+    for line, attempt in zip(lines, (unmask[4:8], unmask[8:]), strict=True):
+        assert all(r["status"] == "failed" and line in r["error"] for r in attempt), attempt
+    assert DoubleSecretRound.released == []
+
+
 # --- replay ------------------------------------------------------------------------------------------
 class ReplayingRound(SecureRound):
     """Round 2 forwards partition 0's keys and signature of round 1 (the server kept them)."""
@@ -417,8 +451,6 @@ def test_federation_up_installs_identities_and_a_secure_run_records_authenticate
     """`federation up` makes an identity per silo and one roster, names them in every node config; a
     secure run on the real SuperNodes signs and verifies every round's keys and says so in its summary,
     and its model equals the plain inline run's within the fixed-point resolution."""
-    import json
-
     from hetfed.engines.runner import prepare
     from hetfed.federation import federation_down, federation_up
     from tests.conftest import REPO
