@@ -185,6 +185,26 @@ def test_one_silo_without_a_roster_makes_the_run_unauthenticated_and_is_refused_
     assert summary["privacy"]["secagg-authenticated-keys"] is False
 
 
+def test_a_peer_missing_from_the_roster_is_refused_by_name(tmp_path: Path) -> None:
+    """Silos 0-2 hold a roster without partition 3 (silo 3 holds the full one): they refuse the round
+    naming peer 3; silo 3 refuses nothing of its own and has no sum either."""
+    configs = silos(tmp_path)
+    partial = tmp_path / "partial.toml"
+    silo_identity.write_roster(
+        partial, {p: k for p, k in silo_identity.read_roster(roster_of(tmp_path)).items() if p < 3}
+    )
+    for cfg in configs[:3]:
+        cfg["secagg-roster"] = str(partial)
+    run(tmp_path, "partial", configs)
+    shares = {r["client"]: r for r in exchanges(tmp_path / "partial", "query.secagg_shares")}
+    line = f"refused to share keys: peer 3 is not in the roster {partial}"
+    assert all(
+        shares[f"client-0{i}"]["status"] == "failed" and line in shares[f"client-0{i}"]["error"]
+        for i in range(3)
+    )
+    assert shares["client-03"]["status"] == "ok" and exchanges(tmp_path / "partial", "train") == []
+
+
 # --- key substitution ------------------------------------------------------------------------------
 class KeySubstitutingRound(SecureRound):
     """A server in the middle: every client is told the server's own share-encryption key for every
