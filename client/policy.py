@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import fnmatch
 import functools
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from logging import WARNING
@@ -56,6 +55,7 @@ from flwr.common.logger import log
 from hetfed.client.ledger import ledger_path
 from hetfed.client.silo_budget import DEFAULT_DELTA, epsilon, release_of, releases
 from hetfed.jsonl import read_entries
+from hetfed.paths import read_toml
 
 
 class PolicyError(ValueError):
@@ -244,15 +244,7 @@ RULES: dict[str, tuple[str, str, Callable[[Any], bool]]] = {
 @functools.cache
 def load(path: str) -> Policy:
     """The policy in TOML file ``path`` (read once per process); PolicyError in one line."""
-    try:
-        with open(path, "rb") as f:
-            raw = tomllib.load(f)
-    except OSError as exc:
-        raise PolicyError(
-            f"policy file {path} (node config 'policy') cannot be read: {exc.strerror}"
-        ) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise PolicyError(f"policy file {path} is not TOML: {exc}") from None
+    raw = read_toml(path, "policy", "policy", PolicyError)
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in RULES:

@@ -21,8 +21,13 @@ and the exchanges around the train message run the rest of SecAgg+ (Bell et al. 
 client's secrets in the SuperNode's memory (``context.state``), never on disk:
 
 - ``query.secagg_keys``: two X25519 key pairs (shares' encryption c, masks s), one Ed25519 pair;
+  a silo with a roster (node config ``secagg-identity`` / ``secagg-roster``, hetfed/silo_identity.py)
+  signs them with its identity, bound to the run, the round and its partition, and serves only
+  rounds after the last one it served in the run;
 - ``query.secagg_shares``: Shamir shares (threshold t) of the self-mask seed b and of s_sk, one
-  per other participant, each encrypted for it;
+  per other participant, each encrypted for it; a silo with a roster first verifies every
+  participant's keys against the roster (a substituted or replayed key is refused, naming the peer),
+  which authenticates d-pk and so the survivors' signatures below;
 - ``train``: the shares addressed to this client arrive; it trains and replies y;
 - ``query.secagg_check``: it signs the list of clients whose y the server holds (once a round);
 - ``query.secagg_unmask``: for a client in the signed list, its share of b; for a client that
@@ -31,14 +36,17 @@ client's secrets in the SuperNode's memory (``context.state``), never on disk:
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
+from logging import WARNING
 from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, ConfigRecordValues, Context, RecordDict
+from flwr.common.logger import log
 
-from hetfed import secagg
+from hetfed import secagg, silo_identity
 from hetfed.records import to_numpy, to_record
 
 STATE = "secagg"  # the ConfigRecord of context.state holding this round's secrets
@@ -120,10 +128,13 @@ def _weight(reply: RecordDict, weight: Any) -> float:
 def handle(kind: str, config: Mapping[str, ConfigRecordValues], context: Context, pid: int) -> RecordDict:
     """Serve one of the protocol's queries (``query.secagg_*``) for partition ``pid``."""
     run_id, rnd = str(config.get("run-id", "")), secagg.one(config, "secagg-round", int)
+    silo = silo_keys(context.node_config, pid)
     if kind == "query.secagg_keys":
-        return _keys(context, run_id, rnd, pid)
+        return _keys(context, run_id, rnd, pid, silo)
     state = _state(context, run_id, rnd)
     if kind == "query.secagg_shares":
+        if silo is not None:
+            _verify_peers(silo, config, run_id, rnd)
         return _shares(state, config, context, pid)
     if kind == "query.secagg_check":
         return _check(state, config, context, pid)
@@ -132,7 +143,40 @@ def handle(kind: str, config: Mapping[str, ConfigRecordValues], context: Context
     raise secagg.SecAggError(f"unknown secure-aggregation exchange {kind!r}")
 
 
-def _keys(context: Context, run_id: str, rnd: int, pid: int) -> RecordDict:
+def silo_keys(node: Mapping[str, Any], pid: int) -> silo_identity.SiloKeys | None:
+    """This silo's identity and roster (node config ``secagg-identity`` and ``secagg-roster``, both or
+    neither); None without them: keys unauthenticated, the server trusted to forward them (logged once)."""
+    identity, roster = str(node.get("secagg-identity", "") or ""), str(node.get("secagg-roster", "") or "")
+    if bool(identity) != bool(roster):
+        given, missing = (
+            ("secagg-identity", "secagg-roster") if identity else ("secagg-roster", "secagg-identity")
+        )
+        raise silo_identity.IdentityError(f"node config {given!r} needs {missing!r} too (signed keys)")
+    if not roster:
+        _semi_honest_notice()
+        return None
+    return silo_identity.load(identity, roster, pid)
+
+
+@functools.cache
+def _semi_honest_notice() -> None:
+    log(
+        WARNING,
+        "secure aggregation without a roster (node config 'secagg-roster'): this silo's peers' keys are "
+        "not authenticated, a server that substitutes keys can unmask it (semi-honest server assumed)",
+    )
+
+
+def _keys(
+    context: Context, run_id: str, rnd: int, pid: int, silo: silo_identity.SiloKeys | None
+) -> RecordDict:
+    last = context.state.config_records.get(STATE)
+    if silo is not None and last is not None and last.get("run-id") == run_id:
+        served = secagg.one(last, "round", int)
+        if rnd <= served:  # keys for a round it served already: a replay of an earlier round's messages
+            raise Refused(
+                f"refused the keys of round {rnd}: this client already served round {served} of run {run_id}"
+            )
     c_sk, c_pk = secagg.new_agreement_key()
     s_sk, s_pk = secagg.new_agreement_key()
     d_sk, d_pk = secagg.new_signing_key()
@@ -140,7 +184,50 @@ def _keys(context: Context, run_id: str, rnd: int, pid: int) -> RecordDict:
     context.state[STATE] = ConfigRecord(
         {"run-id": run_id, "round": rnd, "pid": pid, "c-sk": c_sk, "s-sk": s_sk, "d-sk": d_sk}
     )
-    return RecordDict({"secagg": ConfigRecord({"c-pk": c_pk, "s-pk": s_pk, "d-pk": d_pk})})
+    reply: dict[str, Any] = {"c-pk": c_pk, "s-pk": s_pk, "d-pk": d_pk, "authenticated": silo is not None}
+    if silo is not None:
+        reply["signature"] = secagg.sign(
+            silo.private, secagg.keys_statement(run_id, rnd, pid, c_pk, s_pk, d_pk)
+        )
+    return RecordDict({"secagg": ConfigRecord(reply)})
+
+
+def _verify_peers(silo: silo_identity.SiloKeys, config: Mapping[str, Any], run_id: str, rnd: int) -> None:
+    """Refuse (one line naming the peer) unless every participant's keys carry its roster key's
+    signature for this run, this round and its partition."""
+    peers = secagg.items(config["secagg-peers"], int)
+    keys = [secagg.items(config[f"secagg-{k}"], bytes) for k in ("c-pk", "s-pk", "d-pk")]
+    signatures = secagg.items(config.get("secagg-key-signatures", []), bytes)
+    if len(signatures) != len(peers) or any(len(k) != len(peers) for k in keys):
+        raise Refused(
+            "refused to share keys: the round does not forward a signature with every participant's keys"
+        )
+    for peer, c_pk, s_pk, d_pk, signature in zip(peers, *keys, signatures, strict=True):
+        if peer not in silo.roster:
+            raise Refused(f"refused to share keys: peer {peer} is not in the roster {silo.roster_path}")
+        # This round, else the earlier round it was signed for (a replay); None: neither.
+        signed = next(
+            (
+                r
+                for r in range(rnd, 0, -1)
+                if secagg.verify(
+                    silo.roster[peer], signature, secagg.keys_statement(run_id, r, peer, c_pk, s_pk, d_pk)
+                )
+            ),
+            None,
+        )
+        if signed == rnd:
+            continue
+        if signed:
+            raise Refused(
+                f"refused to share keys: peer {peer}'s keys were signed for round {signed} of this run, "
+                f"not round {rnd} (replayed)"
+            )
+        raise Refused(
+            f"refused to share keys: peer {peer}'s keys are not signed by its key in roster "
+            f"{silo.roster_path} for run {run_id} round {rnd} (substituted by the server, or replayed "
+            "from another run)"
+        )
 
 
 def _state(context: Context, run_id: str, rnd: int) -> ConfigRecord:

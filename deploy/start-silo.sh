@@ -21,6 +21,8 @@ fi
 [[ -z "${HETFED_KEY:-}" ]] || args+=(--key "$HETFED_KEY")
 [[ -z "${HETFED_DATA_PATH:-}" ]] || args+=(--data-path "$HETFED_DATA_PATH")
 [[ -z "${HETFED_POLICY:-}" ]] || args+=(--policy "$HETFED_POLICY")
+[[ -z "${HETFED_SECAGG_IDENTITY:-}" ]] || args+=(--identity "$HETFED_SECAGG_IDENTITY")
+[[ -z "${HETFED_SECAGG_ROSTER:-}" ]] || args+=(--roster "$HETFED_SECAGG_ROSTER")
 # App pinning: the SuperNode runs only the app builds approved with `hetfed federation approve`.
 if [[ "${HETFED_ANY_APP:-0}" == 1 ]]; then
   args+=(--any-app)

@@ -171,6 +171,11 @@ def _private_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
+def write_private(path: Path, data: bytes) -> None:
+    """Write a private key's ``data`` at ``path`` with mode 0600 from the start."""
+    _write(path, data, 0o600)
+
+
 def _write(path: Path, data: bytes, mode: int) -> None:
     """Write ``data`` with ``mode`` from the start (a key is never world-readable, even briefly)."""
     tmp = path.with_name(path.name + ".tmp")

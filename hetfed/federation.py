@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hetfed import audit
+from hetfed import audit, silo_identity
 from hetfed.config import ConfigError
 from hetfed.credentials import TlsFiles, certificate_names, write_node_key
 from hetfed.engines.flower import (
@@ -165,6 +165,7 @@ def federation_up(
     superlink_state: str = "memory",
     timeout: float | None = None,
     superlink_asgi: str = "gated",
+    signed_keys: bool = True,
 ) -> FederationInfo:
     """Start a SuperLink (cwd ``app_dir``) and ``nodes`` SuperNodes; wait until all are online.
 
@@ -180,6 +181,9 @@ def federation_up(
     ``superlink_state`` is ``memory`` (fast; gone when the SuperLink stops, as the whole local
     federation is with ``down``) or ``file`` (``root/state.db``). ``superlink_asgi``: ``gated``
     (hetfed-superlink) or ``stock`` (flower-superlink; bench/superlink_asgi.py compares them).
+    Every SuperNode gets a signing identity and the federation's roster (:func:`install_identities`),
+    unless ``signed_keys`` is False (semi-honest secure aggregation, as bench/secure_aggregation.py
+    compares).
     """
     superlink_database(superlink_state, root)  # refuse a bad value before starting anything
     if timeout is not None and not timeout > 0:  # NaN too
@@ -204,6 +208,8 @@ def federation_up(
     try:
         if (root / "federation.json").exists():  # checked under the lock: another `up` may just have ended
             raise RuntimeError(f"a federation is already up in {root}; run `hetfed federation down` first")
+        if signed_keys:
+            install_identities(configs, root / IDENTITIES)
         return _start_processes(
             root,
             configs,
@@ -225,6 +231,17 @@ def federation_up(
 
 
 UP_LOCK = ".up.lock"
+IDENTITIES = "identities"  # under a local federation's folder: silo-<i>.key and roster.toml
+
+
+def install_identities(configs: list[dict[str, Any]], folder: Path) -> None:
+    """An identity per silo (kept across `up`s) and their roster in ``folder``, named in each node
+    config (``secagg-identity``, ``secagg-roster``): secure aggregation with signed keys
+    (hetfed/silo_identity.py). On one machine the operator of every silo is the same; across
+    machines each silo makes its own (``hetfed federation identity``)."""
+    keys, roster = silo_identity.make_federation(folder, len(configs))
+    for cfg, key in zip(configs, keys, strict=True):
+        cfg |= {"secagg-identity": str(key), "secagg-roster": str(roster)}
 
 
 def _start_processes(
@@ -418,6 +435,8 @@ def silo_host(
     runtime: str = DEFAULT_RUNTIME,
     approved_apps: Path | None = None,
     policy: Path | None = None,
+    identity: Path | None = None,
+    roster: Path | None = None,
 ) -> HostCommand:
     """The SuperNode command of one silo: its partition, data, state and key; HTTPS unless on loopback.
 
@@ -426,6 +445,9 @@ def silo_host(
     silo's allow-list of app builds (``hetfed federation approve``); it must list one at
     least; None runs any app the SuperLink sends. ``policy`` is the silo's own policy file
     (client/policy.py), checked here so a malformed one stops the silo at start, in one line.
+    ``identity`` and ``roster`` (both or neither): the silo's signing identity and the federation's
+    roster (hetfed/silo_identity.py), checked here to agree for the partition; without them the
+    silo's secure aggregation trusts the server to forward its peers' keys.
     """
     host, _ = split_address(superlink)
     if ca is None and not is_loopback(host):
@@ -452,6 +474,17 @@ def silo_host(
         from hetfed.client.policy import load
 
         cfg["policy"] = load(str(Path(policy).resolve())).path
+    if (identity is None) != (roster is None):
+        raise ValueError(
+            "--identity and --roster go together: the silo's signing key and the roster it trusts"
+        )
+    if identity is not None and roster is not None:
+        signed = {
+            "secagg-identity": str(Path(identity).resolve()),
+            "secagg-roster": str(Path(roster).resolve()),
+        }
+        silo_identity.load(signed["secagg-identity"], signed["secagg-roster"], partition_id)
+        cfg |= signed
     args = supernode_args(
         superlink=superlink,
         node_config=cfg,

@@ -2,7 +2,8 @@
 
 On one machine: ``up``, ``down``, ``status``; ``audit`` (the runs started, stopped and resumed),
 ``ledger`` (what left each silo).
-Across machines: ``certs`` and ``keygen`` (credentials, made offline), ``superlink`` (the
+Across machines: ``certs`` and ``keygen`` (credentials, made offline), ``identity`` (a silo's
+signing identity for secure aggregation and its roster line), ``superlink`` (the
 SuperLink host), ``silo`` (one organisation's SuperNode), ``register`` (admit a silo's key),
 ``approve`` (a silo approves an app build, by its FAB hash);
 ``compose`` writes a docker-compose file. Every subcommand is in the README.
@@ -44,6 +45,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         f"{auth}, {args.runtime} ClientApp runtime, SuperLink state in {args.superlink_state} "
         f"(logs in {info.root})"
     )
+    print(f"secure aggregation keys are signed: silo identities and roster in {info.root / 'identities'}")
     print("run an experiment on it with either of:")
     print(f"  hetfed run --engine deployment --federation-dir {args.dir} --set num-rounds=3")
     print(f'  FLWR_HOME={info.root / "flwr-home"} flwr run {APP_DIR} hetfed --run-config "num-rounds=3"')
@@ -341,10 +343,26 @@ def cmd_silo(args: argparse.Namespace) -> int:
         runtime=args.runtime,
         approved_apps=None if args.any_app else Path(args.approved_apps or allow_list),
         policy=Path(args.policy) if args.policy else None,
+        identity=Path(args.identity) if args.identity else None,
+        roster=Path(args.roster) if args.roster else None,
     )
     print(shlex.join(command.argv), flush=True)
     if not args.print:
         command.exec()
+    return 0
+
+
+def cmd_identity(args: argparse.Namespace) -> int:
+    from hetfed.silo_identity import enrol
+
+    public = enrol(Path(args.key), args.partition_id, Path(args.roster) if args.roster else None)
+    print(f'{args.partition_id} = "{public}"')
+    where = f"written to {args.roster}" if args.roster else "add it under [silos] of the federation's roster"
+    print(
+        f"partition {args.partition_id}'s identity {args.key} (keep it on this silo, mode 0600); its "
+        f"roster line is above ({where}); every silo installs the same roster and names both in its node "
+        "config (`hetfed federation silo --identity ... --roster ...`)"
+    )
     return 0
 
 
@@ -515,6 +533,14 @@ def add_federation_parser(sub: argparse._SubParsersAction) -> None:
     certs.add_argument("--days", type=int, default=365, help="server certificate validity")
     certs.set_defaults(func=cmd_certs)
 
+    identity = actions.add_parser(
+        "identity", help="make a silo's signing identity for secure aggregation and its roster line"
+    )
+    identity.add_argument("--key", required=True, help="the identity file (made if missing, mode 0600)")
+    identity.add_argument("--partition-id", type=int, required=True, help="the silo's partition")
+    identity.add_argument("--roster", help="a roster file to add (or replace) the partition's line in")
+    identity.set_defaults(func=cmd_identity)
+
     keygen = actions.add_parser("keygen", help="make a SuperNode's authentication key pair (PATH, PATH.pub)")
     keygen.add_argument("paths", nargs="+", metavar="PATH")
     keygen.set_defaults(func=cmd_keygen)
@@ -577,6 +603,12 @@ def add_federation_parser(sub: argparse._SubParsersAction) -> None:
         "--policy", metavar="FILE", help="this silo's own policy (deploy/policy.example.toml); default: none"
     )
     _add_runtime_argument(silo)
+    silo.add_argument(
+        "--identity", metavar="FILE", help="this silo's signing identity (`federation identity`)"
+    )
+    silo.add_argument(
+        "--roster", metavar="FILE", help="the federation's roster of silo identities (with --identity)"
+    )
     silo.add_argument("--print", action="store_true", help="print the Flower command instead of running it")
     silo.set_defaults(func=cmd_silo)
 

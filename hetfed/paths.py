@@ -10,11 +10,24 @@ import fcntl
 import os
 import re
 import tempfile
+import tomllib
 from pathlib import Path
+from typing import Any
 
 from hetfed.config import ConfigError
 
 PLACEHOLDER = "{partition}"
+
+
+def read_toml(path: str | os.PathLike, what: str, node_key: str, error: type[Exception]) -> dict[str, Any]:
+    """The TOML file a silo's node config names (``node_key``); ``error`` in one line naming it."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as exc:
+        raise error(f"{what} file {path} (node config {node_key!r}) cannot be read: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"{what} file {path} is not TOML: {exc}") from None
 
 
 def per_partition(flag: str, pattern: str, nodes: int) -> list[Path]:

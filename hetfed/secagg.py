@@ -213,6 +213,11 @@ def context(run_id: str, server_round: int, what: str, *pair: int) -> bytes:
     return f"hetfed secagg|{run_id}|{server_round}|{what}|{'-'.join(map(str, pair))}".encode()
 
 
+def keys_statement(run_id: str, server_round: int, pid: int, c_pk: bytes, s_pk: bytes, d_pk: bytes) -> bytes:
+    """What a silo's identity signs of its round keys: run, round, partition and the three keys."""
+    return context(run_id, server_round, "keys", pid) + b"|" + c_pk + s_pk + d_pk
+
+
 def survivors_statement(run_id: str, server_round: int, survivors: Sequence[int]) -> bytes:
     """What the consistency check signs: the clients whose masked input the server holds."""
     return context(run_id, server_round, "survivors", *sorted(survivors))

@@ -45,6 +45,9 @@ class Summation:
         self.within_bit = self.dp.mode != "local"
         self.privacy: Privacy | None = None
         self.summed_rounds = 0  # the plan's summed rounds (each one release under DP)
+        # Whether every secure round's clients authenticated their peers' keys (a roster each); None
+        # before the first keys exchange.
+        self.authenticated: bool | None = None
 
     @property
     def active(self) -> bool:
@@ -178,6 +181,9 @@ class Summation:
         except BelowThreshold as exc:
             self.pool.log(str(exc))
             return [], None
+        finally:
+            if protocol.keys:
+                self.authenticated = protocol.authenticated and self.authenticated is not False
         expected = sum(self._known_weight(weights[self.pool.partition_of(r)], r) for r in replies)
         if problem := self._implausible(unmasked.total, expected, len(unmasked.survivors)):
             # A bad silo's masked input is arbitrary; what the server can check of the sum it checks.
@@ -243,6 +249,8 @@ class Summation:
                 "secagg-step": self.code.step,
                 "secagg-max-weight": self.code.max_weight,
                 "secagg-tolerated-corrupt": self.corrupt,
+                # Keys verified by every client against its silo's roster (malicious server), or not.
+                "secagg-authenticated-keys": bool(self.authenticated),
             }
         if self.privacy is not None:
             out |= self.privacy.report()

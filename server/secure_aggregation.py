@@ -4,9 +4,11 @@ One summed round runs five exchanges with the round's participants U1 (the clien
 sent a train message), each shrinking the set to those that answered (client/secure_aggregation.py
 holds the other side and docs/algorithms.md "Secure aggregation" the maths):
 
-1. ``query.secagg_keys`` -> U2: each client's public keys (c: shares, s: masks, d: signatures);
-2. ``query.secagg_shares`` (U2's keys) -> U3: Shamir shares, threshold t, of each client's self-mask
-   seed b_i and mask key s_sk_i, encrypted for each other client;
+1. ``query.secagg_keys`` -> U2: each client's public keys (c: shares, s: masks, d: signatures),
+   signed by its silo's identity when it has a roster (hetfed/silo_identity.py);
+2. ``query.secagg_shares`` (U2's keys and their signatures, which a client with a roster verifies)
+   -> U3: Shamir shares, threshold t, of each client's self-mask seed b_i and mask key s_sk_i,
+   encrypted for each other client;
 3. ``train`` (the strategy's message, plus the shares addressed to the client) -> U4: masked inputs
    y_i = q([a_i x_i, a_i, c_i]) + PRG(b_i) + sum_{j in U3, j != i} +-PRG(s_ij);
 4. ``query.secagg_check`` (U4) -> U5: each survivor's signature of the list U4;
@@ -87,6 +89,8 @@ class SecureRound:
     ):
         self.pool, self.round, self.t, self.code, self.log = pool, server_round, threshold, code, log
         self.keys: dict[int, dict[str, bytes]] = {}
+        self.key_signatures: dict[int, bytes] = {}  # by partition: its identity's signature of its keys
+        self.authenticated = False  # whether every client that sent keys verifies its peers' (a roster)
         self.peers: list[int] = []
 
     def run(self, train: list[Message], size: int) -> tuple[list[Message], Unmasked]:
@@ -138,24 +142,33 @@ class SecureRound:
         got = self._query("query.secagg_keys", pids, {})
         keys = {p: {k: secagg.one(r, k, bytes) for k in ("c-pk", "s-pk", "d-pk")} for p, r in got.items()}
         self._require(len(keys), "sent keys")
+        self.key_signatures = {
+            p: secagg.one(r, "signature", bytes) for p, r in got.items() if "signature" in r
+        }
+        self.authenticated = all(r.get("authenticated") is True for r in got.values())
         return keys
 
     def _exchange_shares(self) -> dict[int, dict[int, bytes]]:
         """sender -> recipient -> ciphertext."""
         self.peers = sorted(self.keys)
-        values = {
-            "secagg-peers": self.peers,
-            "secagg-threshold": self.t,
-            **self.code.declared(),
-            **{f"secagg-{k}": [self.keys[p][k] for p in self.peers] for k in ("c-pk", "s-pk", "d-pk")},
-        }
         out = {}
-        for pid, record in self._query("query.secagg_shares", self.peers, values).items():
+        for pid, record in self._query("query.secagg_shares", self.peers, self.shares_request()).items():
             to, ciphertexts = secagg.items(record["to"], int), secagg.items(record["ciphertexts"], bytes)
             if sorted(to) == [p for p in self.peers if p != pid]:
                 out[pid] = dict(zip(to, ciphertexts, strict=True))
         self._require(len(out), "sent shares")
         return out
+
+    def shares_request(self) -> dict[str, Any]:
+        """What the shares exchange sends: the participants, t, the code, and every participant's keys
+        with their signatures (a test's dishonest server changes this)."""
+        return {
+            "secagg-peers": self.peers,
+            "secagg-threshold": self.t,
+            **self.code.declared(),
+            **{f"secagg-{k}": [self.keys[p][k] for p in self.peers] for k in ("c-pk", "s-pk", "d-pk")},
+            "secagg-key-signatures": [self.key_signatures.get(p, b"") for p in self.peers],
+        }
 
     def _train_message(
         self, msg: Message, pid: int, shares: Mapping[int, Mapping[int, bytes]], senders: list[int]

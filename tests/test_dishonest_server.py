@@ -119,9 +119,8 @@ class SplitViewRound(SecureRound):
         return shares
 
 
-@pytest.fixture
-def inputs(monkeypatch: pytest.MonkeyPatch) -> dict[int, np.ndarray]:
-    """Each client's vector [a x, a, c] as it encodes it (the truth the attack is measured by)."""
+def record_inputs(monkeypatch: pytest.MonkeyPatch) -> dict[int, np.ndarray]:
+    """Each client's vector [a x, a, c] as it encodes it (the truth an attack is measured by)."""
     seen: dict[int, np.ndarray] = {}
     original = client_side._masked_input
 
@@ -130,6 +129,12 @@ def inputs(monkeypatch: pytest.MonkeyPatch) -> dict[int, np.ndarray]:
         return original(vector, step, state, context)
 
     monkeypatch.setattr(client_side, "_masked_input", recording)
+    return seen
+
+
+@pytest.fixture
+def inputs(monkeypatch: pytest.MonkeyPatch) -> dict[int, np.ndarray]:
+    seen = record_inputs(monkeypatch)
     SplitViewRound.recovered = []
     monkeypatch.setattr(aggregation, "SecureRound", SplitViewRound)
     return seen

@@ -98,6 +98,7 @@ def test_fedavg_with_secure_aggregation_equals_the_plain_run(tmp_path: Path) -> 
         "secagg-step": secagg.step_of(100.0, 32),
         "secagg-max-weight": float(FEDAVG["n-train"]),  # FedAvg weights by data size: the largest set
         "secagg-tolerated-corrupt": 0,
+        "secagg-authenticated-keys": False,  # no roster on the silos: semi-honest (test_signed_keys.py)
     }
     exchanges = [r["exchange"] for r in rows(tmp_path / "secure") if r["round"] == "1"]
     kinds = ["query.secagg_keys", "query.secagg_shares", "train", "query.secagg_check", "query.secagg_unmask"]
