@@ -22,14 +22,14 @@ client's secrets in the SuperNode's memory (``context.state``), never on disk:
 
 - ``query.secagg_keys``: two X25519 key pairs (shares' encryption c, masks s), one Ed25519 pair;
   a silo with a roster (node config ``secagg-identity`` / ``secagg-roster``, hetfed/silo_identity.py)
-  signs them with its identity, bound to the run, the round and its partition, and serves only
-  rounds after the last one it served in the run;
+  signs them with its identity, bound to the run, the round and its partition;
 - ``query.secagg_shares``: Shamir shares (threshold t) of the self-mask seed b and of s_sk, one
   per other participant, each encrypted for it; a silo with a roster first verifies every
   participant's keys against the roster (a substituted or replayed key is refused, naming the peer),
   which authenticates d-pk and so the survivors' signatures below;
 - ``train``: the shares addressed to this client arrive; it trains and replies y;
-- ``query.secagg_check``: it signs the list of clients whose y the server holds (once a round);
+- ``query.secagg_check``: it signs the list of clients whose y the server holds (once a round; a
+  round redone after a resume only with the list it signed the first time);
 - ``query.secagg_unmask``: for a client in the signed list, its share of b; for a client that
   dropped out, its share of s_sk; never both, and only with t signatures on that same list.
 """
@@ -50,6 +50,7 @@ from hetfed import secagg, silo_identity
 from hetfed.records import to_numpy, to_record
 
 STATE = "secagg"  # the ConfigRecord of context.state holding this round's secrets
+PINNED = "secagg-signed"  # ... and the survivors' lists it signed, by round, for the run (_pin_survivors)
 MASKED = "masked"  # the reply's ArrayRecord of masked words (uint64)
 
 
@@ -170,13 +171,6 @@ def _semi_honest_notice() -> None:
 def _keys(
     context: Context, run_id: str, rnd: int, pid: int, silo: silo_identity.SiloKeys | None
 ) -> RecordDict:
-    last = context.state.config_records.get(STATE)
-    if silo is not None and last is not None and last.get("run-id") == run_id:
-        served = secagg.one(last, "round", int)
-        if rnd <= served:  # keys for a round it served already: a replay of an earlier round's messages
-            raise Refused(
-                f"refused the keys of round {rnd}: this client already served round {served} of run {run_id}"
-            )
     c_sk, c_pk = secagg.new_agreement_key()
     s_sk, s_pk = secagg.new_agreement_key()
     d_sk, d_pk = secagg.new_signing_key()
@@ -368,12 +362,31 @@ def _check(state: ConfigRecord, config: Mapping[str, Any], context: Context, pid
         raise Refused(
             f"refused to sign survivors {survivors}: this client signed {secagg.items(state['signed'], int)}"
         )
+    _pin_survivors(context, str(state["run-id"]), secagg.one(state, "round", int), survivors)
     state["signed"] = survivors
     context.state[STATE] = state
     statement = secagg.survivors_statement(str(state["run-id"]), secagg.one(state, "round", int), survivors)
     return RecordDict(
         {"secagg": ConfigRecord({"signature": secagg.sign(secagg.one(state, "d-sk", bytes), statement)})}
     )
+
+
+def _pin_survivors(context: Context, run_id: str, rnd: int, survivors: list[int]) -> None:
+    """A round of a run unmasks one set of clients, however often it runs: a resume redoes a round the
+    silos served, which is allowed, but a redo that unmasked another set would give the server two sums
+    of the same round over sets that differ by one client, and their difference is that client's
+    update. The lists this client signed stay in the SuperNode's memory for the run (PINNED)."""
+    pinned = context.state.config_records.get(PINNED)
+    if pinned is None or pinned.get("run-id") != run_id:
+        pinned = ConfigRecord({"run-id": run_id})
+    before = pinned.get(str(rnd))
+    if before is not None and sorted(secagg.items(before, int)) != survivors:
+        raise Refused(
+            f"refused to sign survivors {survivors}: this client signed {sorted(secagg.items(before, int))} "
+            f"for round {rnd} of this run before (a redone round unmasks the same clients)"
+        )
+    pinned[str(rnd)] = survivors
+    context.state[PINNED] = pinned
 
 
 def _unmask(state: ConfigRecord, config: Mapping[str, Any], pid: int) -> RecordDict:

@@ -429,10 +429,21 @@ class ReplayingRound(SecureRound):
 
 
 class RepeatedRound(SecureRound):
-    """Round 2 runs again as round 1: its messages say round 1 (a replay of a served round)."""
+    """Round 2 runs again as round 1 (a resume redoes a served round): the first time it unmasks all
+    four clients, the second time the server asks every client to sign the list without client 0,
+    whose update the difference of the two sums would be."""
 
     def __init__(self, pool: Any, server_round: int, **kwargs: Any) -> None:
         super().__init__(pool, 1, **kwargs)
+        self.again = server_round == 2
+
+    def _unmask(self, masked: Any, survivors: list[int], dropped: list[int]) -> Any:
+        if self.again:
+            signatures = self._query("query.secagg_check", survivors[1:], {"secagg-survivors": survivors[1:]})
+            RepeatedRound.signed_again = sorted(signatures)
+        return super()._unmask(masked, survivors, dropped)
+
+    signed_again: ClassVar[list[int]] = []
 
 
 @pytest.mark.parametrize("roster", [False, True], ids=["semi-honest", "signed"])
@@ -450,17 +461,20 @@ def test_a_replayed_round_is_refused_by_every_client_with_a_roster(
         assert all(r["status"] == "ok" for r in replayed)
 
     monkeypatch.setattr(aggregation, "SecureRound", RepeatedRound)
+    RepeatedRound.signed_again = []
     run(tmp_path, "round", silos(tmp_path, roster=roster), **{"num-rounds": 2})
     keys = exchanges(tmp_path / "round", "query.secagg_keys")
-    again = keys[4:]  # the second keys exchange, which says round 1 again
-    assert len(again) == 4
+    assert len(keys) == 8 and all(r["status"] == "ok" for r in keys)  # a redone round is served
+    checks = exchanges(tmp_path / "round", "query.secagg_check")
+    other = [r for r in checks if r["status"] == "failed"]
     line = (
-        f"refused the keys of round 1: this client already served round 1 of run {run_id(tmp_path / 'round')}"
+        "refused to sign survivors [1, 2, 3]: this client signed [0, 1, 2, 3] for round 1 of this run "
+        "before (a redone round unmasks the same clients)"
     )
-    if roster:
-        assert all(r["status"] == "failed" and line in r["error"] for r in again), again
-    else:
-        assert all(r["status"] == "ok" for r in again)
+    assert len(other) == 3 and all(line in r["error"] for r in other), other
+    assert RepeatedRound.signed_again == []  # no signature on the other list
+    server = [r for r in exchanges(tmp_path / "round", "round") if r["client"] == "server"]
+    assert [r["clients-used"] for r in server] == ["4", "4"]  # the redo, with the same four, sums
 
 
 # --- a real local federation ---------------------------------------------------------------------------
