@@ -228,8 +228,9 @@ def check_privacy(resolved: Mapping[str, Value]) -> None:
     config (defaults and overrides), so a dp-* key differs from its default only when it was given:
     given while ``dp = off`` it would run without any DP, and is refused. Local DP sends no
     within-clip bit (it is not noised), which adaptive clipping needs, and its adversary, the server,
-    sees the sample (no amplification: no secret sample). The strategy's side of a secret sample is
-    checked with the clients (server/aggregation.py ``Summation.start``)."""
+    sees the sample (no amplification: no secret sample). FedRSPO+'s shared calibration releases an
+    un-noised mean of data-derived values, so it does not run under DP. The strategy's side of a
+    secret sample is checked with the clients (server/aggregation.py ``Summation.start``)."""
     if resolved["dp"] == "off":
         for name in PRIVACY_KEYS:
             if name.startswith("dp-") and resolved[name] != PRIVACY_KEYS[name].default:
@@ -240,6 +241,17 @@ def check_privacy(resolved: Mapping[str, Value]) -> None:
         raise ConfigError(
             "run config 'dp-sampling': a secret sample amplifies only against those who cannot see it, "
             "and local DP's adversary is the server, which sees every release; use dp-sampling = public"
+        )
+    method = METHODS[str(resolved["strategy"])].params.schema()
+    if (
+        resolved["dp"] != "off"
+        and "per-client-calibration" in method
+        and not resolved["per-client-calibration"]
+    ):
+        raise ConfigError(
+            "run config 'per-client-calibration': false shares the mean of the clients' calibration "
+            "(lam0_j, lr0_j, computed from their data) without noise, outside the DP accountant; keep it "
+            "true under dp"
         )
     if resolved["dp"] == "local" and resolved["dp-clipping"] == "adaptive":
         raise ConfigError(

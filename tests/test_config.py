@@ -122,6 +122,12 @@ def test_the_problem_keys_are_the_registered_problems_parameters() -> None:
             "run config 'dp-clipping': adaptive clipping needs each client's within-clip bit, which "
             "local DP does not release; use dp-clipping = fixed, or dp = central",
         ),
+        (
+            {"dp": "central", "strategy": "fedrspo", "per-client-calibration": False},
+            "run config 'per-client-calibration': false shares the mean of the clients' calibration "
+            "(lam0_j, lr0_j, computed from their data) without noise, outside the DP accountant; keep it "
+            "true under dp",
+        ),
     ],
 )
 def test_dp_keys_that_would_not_take_effect_are_refused_in_one_line(config: dict, line: str) -> None:
@@ -136,3 +142,6 @@ def test_dp_keys_at_their_defaults_pass_without_dp() -> None:
     assert validate(defaults)["dp"] == "off"
     assert validate({"dp": "central", "dp-noise-multiplier": 2.0})["dp-noise-multiplier"] == 2.0
     assert validate({"dp": "central", "dp-clipping": "adaptive"})["dp-clipping"] == "adaptive"
+    # Shared calibration is refused under DP only where the method calibrates (FedRSPO+), and without DP.
+    assert validate({"dp": "central", "per-client-calibration": False})["strategy"] == "fedavg"
+    assert not validate({"strategy": "fedrspo", "per-client-calibration": False})["per-client-calibration"]
