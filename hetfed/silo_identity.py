@@ -127,11 +127,19 @@ def enrol(identity: str | os.PathLike, partition: int, roster: str | os.PathLike
     return public.hex()
 
 
+ROSTER_FILE = "roster.toml"  # a federation folder's roster (``federation up``, the compose files)
+
+
+def identity_file(folder: Path, partition: int) -> Path:
+    """A federation folder's identity of ``partition`` (``federation up``, the compose files)."""
+    return folder / f"silo-{partition}.key"
+
+
 def make_federation(folder: Path, partitions: int) -> tuple[list[Path], Path]:
     """An identity per partition (``folder/silo-<i>.key``, kept if present) and their roster
     (``folder/roster.toml``, rewritten): what ``federation up`` installs on its silos."""
-    keys = [folder / f"silo-{i}.key" for i in range(partitions)]
-    roster = folder / "roster.toml"
+    keys = [identity_file(folder, i) for i in range(partitions)]
+    roster = folder / ROSTER_FILE
     write_roster(
         roster,
         {i: bytes.fromhex(enrol(key, i)) for i, key in enumerate(keys)},
