@@ -14,6 +14,13 @@ hetfed + CPU torch, runtime dependency installation off) for every container:
   (``/silo/data``, ``/silo/state``). ``silo-i`` is an internal network: the container
   holding the silo's data reaches its own SuperNode and nothing else.
 
+Secure aggregation runs with signed keys (hetfed/silo_identity.py): each silo's identity
+(``identities/silo-i.key``, mode 0600, owned by the containers' user 49999) and the federation's
+roster (``identities/roster.toml``) are compose secrets (read-only bind mounts) of the silo's
+ClientApp executor only, at ``/run/secrets/identity.key`` and ``/run/secrets/roster.toml``, and
+each SuperNode's node config names them (``secagg-identity``, ``secagg-roster``).
+:func:`identity_commands` makes them before ``docker compose up`` (``federation identity``).
+
 With ``tls`` the certificates (``hetfed federation certs --out certs --host superlink``)
 and node keys (``hetfed federation keygen keys/silo-i``) are compose secrets, the
 SuperLink authenticates SuperNodes, and the Control API is closed to the silos as on a
@@ -40,6 +47,7 @@ import yaml
 
 from hetfed.config import to_toml, validate
 from hetfed.engines.flower import superexec_args, superlink_args, supernode_args
+from hetfed.silo_identity import ROSTER_FILE, identity_file
 
 LINK_PORT = 8000  # Flower's default SuperLink port (Fleet, Control and Runtime APIs; TLS: the proxy)
 LOCAL_PORT = 8001  # TLS: the SuperLink itself, on the superlink container's 127.0.0.1
@@ -49,6 +57,9 @@ SECRETS = "/run/secrets"
 SILO_DATA, SILO_STATE = "/silo/data", "/silo/state"
 APPROVED_APPS = "/etc/hetfed/approved-apps"  # the image's own build (Dockerfile), root-owned
 OPERATOR_HOME = "/state/flwr-home"  # TLS: flwr's connection inside the superlink container
+IDENTITIES = Path("identities")  # beside the compose file: silo-<i>.key and roster.toml
+IDENTITY_TARGET, ROSTER_TARGET = "identity.key", "roster.toml"  # in each ClientApp executor's /run/secrets
+APP_USER = "49999:49999"  # Flower's images' user `app` (docker/base.Dockerfile), who reads the secrets
 
 
 def compose_spec(silos: int, problem: str, tls: bool) -> dict[str, Any]:
@@ -129,6 +140,9 @@ def compose_spec(silos: int, problem: str, tls: bool) -> dict[str, Any]:
             "num-partitions": silos,
             "data-path": SILO_DATA,
             "state-dir": SILO_STATE,
+            # Signed keys: the paths are the executor's, where the ClientApp reads the node config.
+            "secagg-identity": f"{SECRETS}/{IDENTITY_TARGET}",
+            "secagg-roster": f"{SECRETS}/{ROSTER_TARGET}",
         }
         pinning = ["--approved-apps", APPROVED_APPS] if tls else []
         if tls:
@@ -161,6 +175,10 @@ def compose_spec(silos: int, problem: str, tls: bool) -> dict[str, Any]:
             depends_on=[f"supernode-{i}"],
             restart="on-failure",
             stop_signal="SIGINT",
+            **_secrets(
+                [IDENTITY_TARGET, ROSTER_TARGET],
+                {IDENTITY_TARGET: f"silo-{i}-identity", ROSTER_TARGET: "roster"},
+            ),
         )
     spec: dict[str, Any] = {
         "name": "hetfed",
@@ -169,12 +187,33 @@ def compose_spec(silos: int, problem: str, tls: bool) -> dict[str, Any]:
         "networks": {"link": {}, **{f"silo-{i}": {"internal": True} for i in range(silos)}},
         "volumes": {"superlink-state": {}, "results": {}, **{f"silo-{i}": {} for i in range(silos)}},
     }
+    files = {f"silo-{i}-identity": identity_file(IDENTITIES, i) for i in range(silos)}
+    files["roster"] = IDENTITIES / ROSTER_FILE
     if tls:
-        files = {"ca.crt": "certs/ca.crt", "server.pem": "certs/server.pem", "server.key": "certs/server.key"}
+        credentials = {
+            "ca.crt": "certs/ca.crt",
+            "server.pem": "certs/server.pem",
+            "server.key": "certs/server.key",
+        }
         for i in range(silos):
-            files |= {f"silo-{i}": f"keys/silo-{i}", f"silo-{i}.pub": f"keys/silo-{i}.pub"}
-        spec["secrets"] = {_secret_name(target): {"file": f"./{path}"} for target, path in files.items()}
+            credentials |= {f"silo-{i}": f"keys/silo-{i}", f"silo-{i}.pub": f"keys/silo-{i}.pub"}
+        files |= {_secret_name(target): Path(path) for target, path in credentials.items()}
+    spec["secrets"] = {name: {"file": f"./{path.as_posix()}"} for name, path in files.items()}
     return spec
+
+
+def identity_commands(silos: int) -> list[list[str]]:
+    """What makes the silos' identities and their roster, run in the compose file's folder before
+    ``docker compose up``: ``federation identity`` per silo keeps an existing identity and sets its
+    line in the roster (so it is safe to run again); then ``chown`` hands the keys to the containers'
+    user (their mode stays 0600)."""
+    roster = (IDENTITIES / ROSTER_FILE).as_posix()
+    make = [
+        ["hetfed", "federation", "identity", "--key", identity_file(IDENTITIES, i).as_posix()]
+        + ["--partition-id", str(i), "--roster", roster]
+        for i in range(silos)
+    ]
+    return [*make, ["chown", APP_USER, *(identity_file(IDENTITIES, i).as_posix() for i in range(silos))]]
 
 
 def run_config(silos: int, problem: str) -> dict[str, Any]:
@@ -209,6 +248,9 @@ def _secret_name(target: str) -> str:
     return target.replace(".", "-")
 
 
-def _secrets(targets: list[str]) -> dict[str, Any]:
-    """A service's ``secrets`` entry: each mounted at /run/secrets/<target>."""
-    return {"secrets": [{"source": _secret_name(t), "target": t} for t in targets]} if targets else {}
+def _secrets(targets: list[str], sources: dict[str, str] | None = None) -> dict[str, Any]:
+    """A service's ``secrets`` entry: each mounted read-only at /run/secrets/<target>, from secret
+    ``sources[target]`` (default: the target's own name)."""
+    named = sources or {}
+    entries = [{"source": named.get(t, _secret_name(t)), "target": t} for t in targets]
+    return {"secrets": entries} if targets else {}

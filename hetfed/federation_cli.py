@@ -394,7 +394,7 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
 
 def cmd_compose(args: argparse.Namespace) -> int:
-    from hetfed.compose import write_compose
+    from hetfed.compose import identity_commands, write_compose
 
     argv = ["hetfed", "federation", "compose", "--silos", str(args.silos), "--problem", args.problem]
     argv += ["--tls"] * args.tls + ["--out", args.out, "--run-config", args.run_config]
@@ -402,6 +402,10 @@ def cmd_compose(args: argparse.Namespace) -> int:
     print(f"wrote {args.out} ({args.silos} silos, problem {args.problem}) and {args.run_config}")
     print("build the image offline first (README, 'Building the image offline'):")
     print("  hetfed docker wheelhouse && DOCKER_BUILDKIT=0 docker build --network none -t hetfed-app:local .")
+    folder = Path(args.out).resolve().parent
+    print(f"make the silos' signing identities and roster (kept if present), in {folder}:")
+    for command in identity_commands(args.silos):
+        print(f"  {'sudo ' if command[0] == 'chown' else ''}{shlex.join(command)}")
     print(f"then start it with: docker compose -f {args.out} up -d --no-build")
     return 0
 

@@ -2,9 +2,9 @@
 
 Every service's command line is parsed by the real ``flower-superlink``,
 ``flower-supernode`` and ``flower-superexec`` argument parsers of the installed
-Flower; volumes, networks and secrets are checked so that a silo's data is mounted
-only into that silo's ClientApp executor; the Dockerfile's structure and the
-README section's compose instructions are checked against these files.
+Flower; volumes, networks and secrets are checked so that a silo's data and its
+signing identity are mounted only into that silo's ClientApp executor; the Dockerfile's
+structure and the README section's compose instructions are checked against these files.
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ from flwr.superlink.cli.flower_superlink import _parse_args_run_superlink as sup
 from flwr.supernode.cli.flower_supernode import _parse_args_run_supernode as supernode_parser
 
 from hetfed.cli import build_parser
-from hetfed.compose import APPROVED_APPS, compose_spec, render, run_config
+from hetfed.compose import APP_USER, APPROVED_APPS, compose_spec, identity_commands, render, run_config
 from hetfed.config import PROBLEMS, validate
 from hetfed.images import QPTH
 from hetfed.runtime.supernode import split_options, split_worker
 from hetfed.runtime.worker import parse_args as worker_args
+from hetfed.silo_identity import load as load_silo_keys
 from tests.conftest import REPO
 
 FILES = {"docker-compose.yml": False, "docker-compose.tls.yml": True}
@@ -198,7 +199,9 @@ def test_every_command_parses_with_flowers_parsers_and_wires_the_topology(name: 
         )
         assert parsed["superexec-serverapp"].root_certificates == f"{link.tls_dir}/ca.crt"
         for source in {s for svc in services.values() for s in secret_targets(svc).values()}:
-            assert re.fullmatch(r"\./(certs|keys)/[\w.-]+", spec["secrets"][source]["file"]), source
+            assert re.fullmatch(r"\./(certs|keys|identities)/[\w.-]+", spec["secrets"][source]["file"]), (
+                source
+            )
         register = parsed["register"]
         assert register.action == "register" and register.superlink == control and register.ca
         registered = sorted(Path(k).name for k in register.public_keys)
@@ -210,7 +213,8 @@ def test_every_command_parses_with_flowers_parsers_and_wires_the_topology(name: 
                 secret_targets(node)[parsed[f"supernode-{i}"].auth_supernode_private_key]
             ] == {"file": f"./keys/silo-{i}"}
     else:
-        assert "secrets" not in spec and "register" not in services
+        assert "register" not in services
+        assert all(re.fullmatch(r"\./identities/[\w.-]+", s["file"]) for s in spec["secrets"].values())
 
 
 @pytest.mark.parametrize("name,spec", variants(), ids=[v[0] for v in variants()])
@@ -234,6 +238,102 @@ def test_a_silos_data_is_mounted_only_in_its_own_executor(name: str, spec: dict)
         # A silo's private key goes to its SuperNode alone.
         holders = [s for s, svc in services.items() if f"silo-{i}" in secret_targets(svc).values()]
         assert holders in ([], [f"supernode-{i}"])
+
+
+def node_config(service: dict[str, Any]) -> dict[str, Any]:
+    """A SuperNode service's node config, as Flower parses its ``--node-config``."""
+    return parse_config_args([parse(service).node_config])
+
+
+@pytest.mark.parametrize("name,spec", variants(), ids=[v[0] for v in variants()])
+def test_each_silos_identity_is_mounted_only_in_its_own_executor_and_named_in_its_node_config(
+    name: str, spec: dict
+) -> None:
+    """Signed keys: silo i's identity file reaches superexec-clientapp-i alone (where its ClientApp
+    reads the node config), the one roster file every silo's executor, neither the SuperLink's
+    services nor any SuperNode; both as compose secrets (read-only bind mounts), never a volume."""
+    services = spec["services"]
+    silos = spec["x-hetfed"]["silos"]
+    holders: dict[str, list[str]] = {}
+    for svc_name, svc in services.items():
+        for source in secret_targets(svc).values():
+            holders.setdefault(source, []).append(svc_name)
+        assert not [v for v in svc.get("volumes", []) if "identities" in v], svc_name  # no writable mount
+    identities, rosters = [], set()
+    for i in range(silos):
+        executor = f"superexec-clientapp-{i}"
+        config = node_config(services[f"supernode-{i}"])
+        mounted = secret_targets(services[executor])
+        # The node config's paths are files mounted into the executor, not onto its silo volume.
+        identity, roster = mounted[config["secagg-identity"]], mounted[config["secagg-roster"]]
+        assert not Path(config["secagg-identity"]).is_relative_to(mounts(services[executor])[f"silo-{i}"])
+        assert holders[identity] == [executor], (identity, holders[identity])
+        identities.append(spec["secrets"][identity]["file"])
+        rosters.add(spec["secrets"][roster]["file"])
+        assert sorted(holders[roster]) == sorted(f"superexec-clientapp-{j}" for j in range(silos))
+    assert len(set(identities)) == silos  # a file per silo
+    assert len(rosters) == 1 and rosters.isdisjoint(identities)  # one roster, the same for every silo
+    signing = {s for s, spec_ in spec["secrets"].items() if spec_["file"] in {*identities, *rosters}}
+    for operator in (
+        "superlink",
+        "superexec-serverapp",
+        "register",
+        *(f"supernode-{i}" for i in range(silos)),
+    ):
+        if operator in services:
+            assert not signing & set(secret_targets(services[operator]).values()), operator
+
+
+def test_the_identity_commands_make_what_the_compose_file_mounts_and_keep_it(tmp_path: Path) -> None:
+    """The preparation the README documents, run for real in the compose file's folder: an identity per
+    silo (mode 0600) that the roster binds to the silo's partition (hetfed/silo_identity.py's check,
+    with the files the compose file mounts); run again it keeps every identity; the chown names
+    exactly the identities, for the image's user (docker/base.Dockerfile)."""
+    import os
+    import stat
+    import subprocess
+    import sys
+
+    spec = load("docker-compose.yml")
+    commands = identity_commands(3)
+    *make, chown = commands
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+
+    def run_all() -> dict[str, bytes]:
+        for argv in make:
+            assert argv[0] == "hetfed"
+            out = subprocess.run(
+                [sys.executable, "-m", "hetfed.cli", *argv[1:]], cwd=tmp_path, env=env,
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            assert out.returncode == 0, out.stderr
+        return {p.name: p.read_bytes() for p in sorted((tmp_path / "identities").iterdir())}
+
+    first = run_all()
+    assert run_all() == first  # idempotent: the same identities and roster
+    services = spec["services"]
+    for i in range(3):
+        config = node_config(services[f"supernode-{i}"])
+        mounted = secret_targets(services[f"superexec-clientapp-{i}"])
+        key, roster = (
+            tmp_path / spec["secrets"][mounted[config[k]]]["file"]
+            for k in ("secagg-identity", "secagg-roster")
+        )
+        assert stat.S_IMODE(key.stat().st_mode) == 0o600
+        assert load_silo_keys(str(key), str(roster), i).roster.keys() == {0, 1, 2}
+        with pytest.raises(ValueError, match=f"partition {(i + 1) % 3} has"):  # bound to its partition
+            load_silo_keys(str(key), str(roster), (i + 1) % 3)
+    identity_files = sorted(
+        spec["secrets"][f"silo-{i}-identity"]["file"].removeprefix("./") for i in range(3)
+    )
+    assert chown[:2] == ["chown", APP_USER] and sorted(chown[2:]) == identity_files
+    base = (REPO / "docker" / "base.Dockerfile").read_text()
+    uid, gid = APP_USER.split(":")
+    assert f"groupadd -g {gid} app" in base and f"useradd -M -d /app -u {uid} -g app" in base
+    # The README prepares the checked-in files with these very commands.
+    documented = section_commands()
+    for argv in commands:
+        assert shlex.join(argv) in documented, shlex.join(argv)
 
 
 def test_the_generator_picks_silos_and_problem_and_refuses_bad_input() -> None:
@@ -403,6 +503,9 @@ def test_the_compose_command_prints_the_offline_build_the_readme_documents(tmp_p
         assert step in commands, step
     assert "--network none" in build  # nothing is fetched while building
     assert lines[-1] == f"then start it with: docker compose -f {tmp_path / 'c.yml'} up -d --no-build"
+    at = next(i for i, line in enumerate(lines) if line.startswith("make the silos' signing identities"))
+    prepare = [shlex.split(line.removeprefix("sudo ")) for line in lines[at + 1 : -1]]
+    assert prepare == identity_commands(2)  # the silos' identities and roster, before `up`
     services = yaml.safe_load((tmp_path / "c.yml").read_text())["services"]
     assert len(services) == len(load("docker-compose.yml")["services"]) - 2  # one silo (2 services) fewer
 
