@@ -7,7 +7,8 @@ with one reason. They start ``dockerd`` with its data root in a cache folder out
 before starts warm), without IP forwarding or masquerading (containers reach each other and the
 host's 127.0.0.1 only; the host's forwarding settings are left as they are), build what is
 missing (wheelhouse, the ``flwr/superexec`` stand-in, the app image, all with ``--network
-none``), and for the plain and the TLS file: ``up -d --no-build``,
+none``), and for the plain and the TLS file: the silos' identities and roster (made as the README
+makes them; the runs do not use secure aggregation, so no silo reads them), ``up -d --no-build``,
 the topology read back with the Docker SDK, a 2-round FedRSPO+ run submitted with ``flwr run``,
 ``finished:completed`` from ``flwr ls``, summary.json, rounds.csv and the traffic audit (model
 weights and scalars only) read out of the results volume, ``down -v``, nothing of the project
@@ -47,7 +48,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hetfed.compose import APPROVED_APPS, LOCAL_PORT
+from hetfed.compose import APPROVED_APPS, LOCAL_PORT, identity_commands
 from hetfed.config import to_toml
 from hetfed.engines.flower import free_port
 from hetfed.engines.inline import node_configs, run_inline
@@ -548,6 +549,10 @@ def compose_up(
     project.mkdir()
     (project / "docker-compose.yml").write_text(yaml.safe_dump(spec, sort_keys=False))
     hetfed = [sys.executable, "-m", "hetfed.cli", "federation"]
+    # Both files mount the silos' identities and roster: made as the README makes them (as root here).
+    for argv in identity_commands(SILOS):
+        command = [*hetfed, *argv[2:]] if argv[0] == "hetfed" else argv
+        subprocess.run(command, cwd=project, check=True, capture_output=True)
     security = "insecure = true"
     if tls:
         subprocess.run([*hetfed, "certs", "--out", str(project / "certs"), "--host", "superlink"], check=True)
