@@ -421,7 +421,7 @@ def test_dockerfile_bakes_the_app_and_its_cpu_dependencies_into_a_flower_image()
             for point in mounts(svc).values():
                 assert point in made.split(), point  # fresh named volumes are writable by `app`
     ignored = (REPO / ".dockerignore").read_text().split()
-    assert {".venv/", "certs/", "keys/", "results/"} <= set(ignored)
+    assert {".venv/", "certs/", "keys/", "identities/", "results/"} <= set(ignored)
     assert not [p for p in ignored if "wheel" in p]  # the wheelhouse is in the build context
 
 
