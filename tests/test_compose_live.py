@@ -8,8 +8,9 @@ before starts warm), without IP forwarding or masquerading (containers reach eac
 host's 127.0.0.1 only; the host's forwarding settings are left as they are), build what is
 missing (wheelhouse, the ``flwr/superexec`` stand-in, the app image, all with ``--network
 none``), and for the plain and the TLS file: the silos' identities and roster (made as the README
-makes them; the runs do not use secure aggregation, so no silo reads them), ``up -d --no-build``,
-the topology read back with the Docker SDK, a 2-round FedRSPO+ run submitted with ``flwr run``,
+makes them), ``up -d --no-build``, the topology read back with the Docker SDK, a 2-round FedRSPO+
+run with secure aggregation submitted with ``flwr run`` (its summary says the keys were signed and
+verified against the roster: each executor read its 0600 identity),
 ``finished:completed`` from ``flwr ls``, summary.json, rounds.csv and the traffic audit (model
 weights and scalars only) read out of the results volume, ``down -v``, nothing of the project
 left. In the TLS file the operator's ``flwr`` runs inside the ``superlink`` container and submits
@@ -599,13 +600,15 @@ def test_the_compose_federation_runs_fedrspo_for_real(engine: Engine, name: str,
     with compose_up(engine, name, tmp_path) as fed:
         check_topology(*topology_from_engine(engine.client), SILOS)
         t = time.time()
-        run_id = fed.submit({**RUN, "run-name": run_name})
+        # Secure aggregation with the silos' identities and roster (compose secrets): signed keys.
+        run_id = fed.submit({**RUN, "run-name": run_name, "secure-aggregation": True})
         status = fed.wait_finished(run_id)
         engine.timings[f"{variant}-run-s"] = time.time() - t
         assert status == "finished:completed", fed.logs()
         summary = json.loads(fed.result(run_name, "summary.json"))
         assert summary["status"] == "completed", summary
         assert sorted(summary["clients"]) == [f"client-{i:02d}" for i in range(SILOS)]
+        assert summary["privacy"]["secagg-authenticated-keys"] is True, summary["privacy"]
         assert (summary["run-name"], summary["strategy"], summary["problem"]) == (
             run_name,
             "fedrspo",
