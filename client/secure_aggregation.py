@@ -100,6 +100,9 @@ def finish_reply(
             reply.metric_records["metrics"]["dp-within"] = int(within)
         return reply
     state = _state(context, str(config.get("run-id", "")), secagg.one(config, "secagg-round", int))
+    if state.get("sent-masked"):
+        # The same masks on a second input: the difference of the two replies would be in clear.
+        raise Refused("refused: this client sent its masked input of this round already")
     bits, bound, max_weight = (float(v) for v in secagg.items(state["code"], float))
     a = _weight(reply, config["sum-weight"])
     if not 0 <= a <= max_weight:  # beyond it the sum of the codes could wrap (checked at the shares)

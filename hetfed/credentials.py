@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from hetfed.paths import write_with_mode
 from hetfed.runtime import node_key
 
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
@@ -78,8 +79,8 @@ def write_certificates(out_dir: str | os.PathLike, hosts: Sequence[str] = (), da
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
             .sign(ca_key, hashes.SHA384())
         )
-        _write(out / CA_KEY, _private_pem(ca_key), 0o600)
-        _write(out / CA_CERT, ca_cert.public_bytes(serialization.Encoding.PEM), 0o644)
+        write_with_mode(out / CA_KEY, _private_pem(ca_key), 0o600)
+        write_with_mode(out / CA_CERT, ca_cert.public_bytes(serialization.Encoding.PEM), 0o644)
     key = ec.generate_private_key(ec.SECP384R1())
     common_name = hosts[0].strip() if hosts else "localhost"
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
@@ -97,8 +98,8 @@ def write_certificates(out_dir: str | os.PathLike, hosts: Sequence[str] = (), da
         )
         .sign(ca_key, hashes.SHA384())  # type: ignore[arg-type]  # (the reused CA key, as above)
     )
-    _write(out / SERVER_KEY, _private_pem(key), 0o600)
-    _write(out / SERVER_CERT, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    write_with_mode(out / SERVER_KEY, _private_pem(key), 0o600)
+    write_with_mode(out / SERVER_CERT, cert.public_bytes(serialization.Encoding.PEM), 0o644)
     return TlsFiles(out / CA_CERT, out / SERVER_CERT, out / SERVER_KEY)
 
 
@@ -118,7 +119,7 @@ def write_node_key(path: str | os.PathLike, name: str | None = None) -> tuple[Pa
         raise FileExistsError(f"{private} exists; a SuperNode keeps its key (its node id) across restarts")
     private.parent.mkdir(parents=True, exist_ok=True)
     key = ec.generate_private_key(node_key.CURVE)
-    _write(
+    write_with_mode(
         private,
         key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
@@ -126,7 +127,7 @@ def write_node_key(path: str | os.PathLike, name: str | None = None) -> tuple[Pa
         0o600,
     )
     line = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-    _write(public, line + f" {name or private.name}\n".encode(), 0o644)
+    write_with_mode(public, line + f" {name or private.name}\n".encode(), 0o644)
     return private, public
 
 
@@ -169,18 +170,3 @@ def _private_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-
-
-def write_private(path: Path, data: bytes) -> None:
-    """Write a private key's ``data`` at ``path`` with mode 0600 from the start."""
-    _write(path, data, 0o600)
-
-
-def _write(path: Path, data: bytes, mode: int) -> None:
-    """Write ``data`` with ``mode`` from the start (a key is never world-readable, even briefly)."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)

@@ -98,3 +98,19 @@ def exclusive_lock(path: Path) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+def write_with_mode(path: Path, data: bytes, mode: int) -> None:
+    """Write ``data`` at ``path`` with ``mode`` from the start (a key is never world-readable, even
+    briefly), replacing the file atomically."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write a private key's ``data`` at ``path`` with mode 0600 from the start."""
+    write_with_mode(path, data, 0o600)

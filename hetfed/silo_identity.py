@@ -30,8 +30,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from hetfed.credentials import write_private
-from hetfed.paths import read_toml
+from hetfed.paths import read_toml, write_private
 
 
 class IdentityError(ValueError):

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 from flwr.app import Message
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hetfed import secagg
@@ -220,6 +220,7 @@ def test_the_wrapping_example_is_refused_before_round_1_in_one_line(tmp_path: Pa
 
 
 @settings(max_examples=400, deadline=None)
+@example(bits=8, bound=256.0, max_weight=0.0039, clients=2, sign=-1)  # a code of 0: no sign to keep
 @given(
     bits=st.integers(8, 48),  # what validation accepts (hetfed/config.py)
     bound=st.floats(1e-4, 1e4),
@@ -244,7 +245,7 @@ def test_no_code_the_checks_accept_wraps_and_every_one_they_refuse_can(
         with np.errstate(over="ignore"):
             total = total + code * np.uint64(clients)
         assert secagg.decode(total, step)[0] == pytest.approx(exact * step, rel=1e-12)
-        assert math.copysign(1, secagg.decode(total, step)[0]) == sign
+        assert exact == 0 or math.copysign(1, secagg.decode(total, step)[0]) == sign  # (-0.5 rounds to 0)
 
 
 class WrappingRound(SecureRound):
@@ -343,3 +344,39 @@ def test_a_sum_a_bad_silo_broke_is_refused_in_one_line(
     assert len(refused) == 1 and problem in refused[0] and "\n" not in refused[0], refused
     assert [r["clients-used"] for r in rows(tmp_path / "bad") if r["client"] == "server"][-1] == "0"
     assert summary["status"] == clean["status"] == "completed"
+
+
+class DoubleInputRound(SecureRound):
+    """A server that sends a round's train message again once it holds the masked inputs: a second
+    input under the same masks would give it the difference of the two in clear."""
+
+    again: list[Message] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sent: list[tuple[Any, ...]] = []
+
+    def _train_message(self, *args: Any) -> Message:
+        self.sent.append(args)
+        return super()._train_message(*args)
+
+    def _unmask(
+        self, masked: Mapping[int, np.ndarray], survivors: list[int], dropped: list[int]
+    ) -> np.ndarray:
+        messages = [SecureRound._train_message(self, *a) for a in self.sent]
+        DoubleInputRound.again = self.pool.send_aside(messages, self.round)
+        return super()._unmask(masked, survivors, dropped)
+
+
+def test_every_client_refuses_a_second_masked_input_in_one_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inputs: dict[int, np.ndarray]
+) -> None:
+    monkeypatch.setattr(aggregation, "SecureRound", DoubleInputRound)
+    DoubleInputRound.again = []
+    run(tmp_path, "twice")
+    assert len(DoubleInputRound.again) == 0  # every second train reply is an error, none usable
+    train = [r for r in rows(tmp_path / "twice") if r["exchange"] == "train"]
+    refused = [r for r in train if r["status"] == "failed"]
+    line = "refused: this client sent its masked input of this round already"
+    assert len(refused) == 4 and all(line in r["error"] for r in refused), train
+    assert len(inputs) == 4  # each client encoded its input once

@@ -9,8 +9,10 @@
                                            message's objects in one request (hetfed.runtime.
                                            object_batch: routes and clients over Flower's), the
                                            masked mean over clients (hetfed.secure_mean), the checks
-                                           of given paths and the folder lock (hetfed.paths), secure
-                                           aggregation's primitives (hetfed.secagg)
+                                           of given paths, the folder lock and key files written
+                                           0600 (hetfed.paths), secure aggregation's primitives
+                                           (hetfed.secagg), a silo's identity and the federation's
+                                           roster (hetfed.silo_identity)
     1  problems                            data, feasible sets, models, metrics
     2  client | strategies                 the two sides of a method; neither imports the other
     3  server                              the ServerApp: client pool, round loop, results store
@@ -28,7 +30,7 @@ from tests.conftest import REPO
 
 BASE = {"hetfed.config", "hetfed.records", "hetfed.runtime.waits", "hetfed.runtime.internals"}
 BASE |= {"hetfed.runtime.pinning", "hetfed.runtime.object_batch", "hetfed.secure_mean", "hetfed.paths"}
-BASE |= {"hetfed.secagg"}
+BASE |= {"hetfed.secagg", "hetfed.silo_identity"}
 BASE |= {"hetfed.params", "hetfed.methods", "hetfed.problem_params", "hetfed.jsonl"}
 PACKAGES = ("problems", "client", "strategies", "server", "hetfed", "bench")
 # The app's folders, installed as hetfed.problems, hetfed.client, ... (hetfed/__init__.py).
