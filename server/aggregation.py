@@ -207,7 +207,8 @@ class Summation:
         without local noise ||sum a x|| <= (sum a) S; each up to m half-steps of rounding
         (docs/algorithms.md "Secure aggregation"). Range proofs are out of scope: within these a bad
         silo's input still counts (README, threat model)."""
-        slack = survivors * self.code.step / 2 * (1 + 1e-9)
+        # Rounding: half a step per client, and the decode's float64 (codes beyond 2^53 steps lose bits).
+        slack = survivors * self.code.step / 2 * (1 + 1e-9) + 4 * 2.0**-53 * abs(expected_weight)
         size = total.size - 1 - int(self.within_bit)  # the values; then the weight (and the count)
         weight = float(total[size])
         if not abs(weight - expected_weight) <= slack:

@@ -380,3 +380,28 @@ def test_every_client_refuses_a_second_masked_input_in_one_round(
     line = "refused: this client sent its masked input of this round already"
     assert len(refused) == 4 and all(line in r["error"] for r in refused), train
     assert len(inputs) == 4  # each client encoded its input once
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    bits=st.integers(8, 48),
+    bound=st.floats(1e-3, 1e3),
+    max_weight=st.floats(1.0, 1e7),
+    clients=st.integers(2, 50),
+)
+def test_an_honest_sum_at_the_codes_extreme_passes_the_servers_checks(
+    bits: int, bound: float, max_weight: float, clients: int
+) -> None:
+    """Every client at the weight bound (its code beyond 2^53 steps where the code allows): the honest
+    sum decodes, in float64, within what the server's weight-slot check accepts."""
+    if secagg.code_problem(clients, bits, bound, max_weight) is not None:
+        return
+    code = FixedPointCode(bits, bound, max_weight)
+    summation = aggregation.Summation.__new__(aggregation.Summation)
+    summation.code, summation.within_bit, summation.privacy = code, True, None
+    vector = np.array([max_weight * bound, max_weight, 1.0])  # [a x, a, c] at the extreme
+    total = np.zeros(3, dtype=np.uint64)
+    for _ in range(clients):
+        total = secagg.add(total, secagg.encode(vector, code.step))
+    decoded = secagg.decode(total, code.step)
+    assert summation._implausible(decoded, clients * max_weight, clients) is None
