@@ -185,7 +185,11 @@ class Summation:
             if protocol.keys:
                 self.authenticated = protocol.authenticated and self.authenticated is not False
         expected = sum(self._known_weight(weights[self.pool.partition_of(r)], r) for r in replies)
-        if problem := self._implausible(unmasked.total, expected, len(unmasked.survivors)):
+        clip = self.privacy.clip if self.privacy is not None and self.dp.mode == "central" else None
+        count = self.within_bit
+        if problem := implausible_sum(
+            unmasked.total, expected, len(unmasked.survivors), self.code.step, count, clip
+        ):
             # A bad silo's masked input is arbitrary; what the server can check of the sum it checks.
             self.pool.log(f"round {server_round}: the secure sum is refused: {problem}; the round has no sum")
             if self.privacy is not None and self.dp.mode == "local":
@@ -200,27 +204,6 @@ class Summation:
             return float(weight)
         value = reply_metrics(reply.content).get(weight)
         return float(value) if isinstance(value, int | float) else math.nan
-
-    def _implausible(self, total: np.ndarray, expected_weight: float, survivors: int) -> str | None:
-        """What of the unmasked sum [sum a x, sum a, (sum c)] contradicts what the server knows: the weight
-        slot is the known sum of the survivors' weights, the count is within 0..m, and under DP
-        without local noise ||sum a x|| <= (sum a) S; each up to m half-steps of rounding
-        (docs/algorithms.md "Secure aggregation"). Range proofs are out of scope: within these a bad
-        silo's input still counts (README, threat model)."""
-        # Rounding: half a step per client, and the decode's float64 (codes beyond 2^53 steps lose bits).
-        slack = survivors * self.code.step / 2 * (1 + 1e-9) + 4 * 2.0**-53 * abs(expected_weight)
-        size = total.size - 1 - int(self.within_bit)  # the values; then the weight (and the count)
-        weight = float(total[size])
-        if not abs(weight - expected_weight) <= slack:
-            return f"its weight slot is {weight:.6g}, the survivors' weights sum to {expected_weight:.6g}"
-        if self.within_bit and not -slack <= (count := float(total[size + 1])) <= survivors + slack:
-            return f"its within-clip count is {count:.6g}, outside 0..{survivors}"
-        if self.privacy is not None and self.dp.mode == "central":
-            norm = float(np.linalg.norm(total[:size]))
-            bound = expected_weight * self.privacy.clip + slack * math.sqrt(size)
-            if norm > bound:
-                return f"its norm {norm:.6g} exceeds the survivors' weights times the clip ({bound:.6g})"
-        return None
 
     def _plain(
         self,
@@ -278,3 +261,27 @@ def _unflatten(values: np.ndarray, layout: Mapping[str, tuple[int, ...]]) -> dic
         out[key] = values[at : at + size].reshape(layout[key])
         at += size
     return out
+
+
+def implausible_sum(
+    total: np.ndarray, expected_weight: float, survivors: int, step: float, counted: bool, clip: float | None
+) -> str | None:
+    """What of an unmasked sum [sum a x, sum a, (sum c if ``counted``)] contradicts what the server
+    knows: the weight slot is the known sum of the survivors' weights, the count is within 0..m, and
+    with central DP's ``clip`` S, ||sum a x|| <= (sum a) S; each up to m half-steps of rounding
+    (docs/algorithms.md "Secure aggregation"). Range proofs are out of scope: within these a bad
+    silo's input still counts (README, threat model)."""
+    # Rounding: half a step per client, and the decode's float64 (codes beyond 2^53 steps lose bits).
+    slack = survivors * step / 2 * (1 + 1e-9) + 4 * 2.0**-53 * abs(expected_weight)
+    size = total.size - 1 - int(counted)  # the values; then the weight (and the count)
+    weight = float(total[size])
+    if not abs(weight - expected_weight) <= slack:
+        return f"its weight slot is {weight:.6g}, the survivors' weights sum to {expected_weight:.6g}"
+    if counted and not -slack <= (count := float(total[size + 1])) <= survivors + slack:
+        return f"its within-clip count is {count:.6g}, outside 0..{survivors}"
+    if clip is not None:
+        norm = float(np.linalg.norm(total[:size]))
+        bound = expected_weight * clip + slack * math.sqrt(size)
+        if norm > bound:
+            return f"its norm {norm:.6g} exceeds the survivors' weights times the clip ({bound:.6g})"
+    return None

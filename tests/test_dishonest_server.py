@@ -397,11 +397,9 @@ def test_an_honest_sum_at_the_codes_extreme_passes_the_servers_checks(
     if secagg.code_problem(clients, bits, bound, max_weight) is not None:
         return
     code = FixedPointCode(bits, bound, max_weight)
-    summation = aggregation.Summation.__new__(aggregation.Summation)
-    summation.code, summation.within_bit, summation.privacy = code, True, None
     vector = np.array([max_weight * bound, max_weight, 1.0])  # [a x, a, c] at the extreme
     total = np.zeros(3, dtype=np.uint64)
     for _ in range(clients):
         total = secagg.add(total, secagg.encode(vector, code.step))
     decoded = secagg.decode(total, code.step)
-    assert summation._implausible(decoded, clients * max_weight, clients) is None
+    assert aggregation.implausible_sum(decoded, clients * max_weight, clients, code.step, True, None) is None
