@@ -186,10 +186,8 @@ class Summation:
                 self.authenticated = protocol.authenticated and self.authenticated is not False
         expected = sum(self._known_weight(weights[self.pool.partition_of(r)], r) for r in replies)
         clip = self.privacy.clip if self.privacy is not None and self.dp.mode == "central" else None
-        count = self.within_bit
-        if problem := implausible_sum(
-            unmasked.total, expected, len(unmasked.survivors), self.code.step, count, clip
-        ):
+        survivors, step = len(unmasked.survivors), self.code.step
+        if problem := implausible_sum(unmasked.total, expected, survivors, step, self.within_bit, clip):
             # A bad silo's masked input is arbitrary; what the server can check of the sum it checks.
             self.pool.log(f"round {server_round}: the secure sum is refused: {problem}; the round has no sum")
             if self.privacy is not None and self.dp.mode == "local":
