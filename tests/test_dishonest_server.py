@@ -70,6 +70,17 @@ def test_the_threshold_clients_accept_is_exactly_the_one_no_split_view_can_break
 
 
 # --- the split-view attack, played by the server -------------------------------------------------
+def unmask_one(server: SecureRound, y: np.ndarray, victim: int, b: bytes, s_sk: bytes) -> np.ndarray:
+    """What a server holding both of a client's secrets gets: its vector, y - PRG(b) - its pair masks."""
+    y = secagg.subtract(y, secagg.mask(b, y.size))
+    for peer in server.peers:
+        if peer != victim:
+            where = secagg.context(server.pool.run_id, server.round, "mask", *sorted((victim, peer)))
+            seed = secagg.agree(s_sk, server.keys[peer]["s-pk"], where)
+            y = secagg.subtract(y, secagg.signed_pair_mask(victim, peer, seed, y.size))
+    return secagg.decode(y, server.code.step)
+
+
 class SplitViewRound(SecureRound):
     """A dishonest server: threshold 2 whatever the run says, and at the end a split view of the
     survivors that asks one group for the victim's seed shares and the other for its key shares."""
@@ -87,18 +98,8 @@ class SplitViewRound(SecureRound):
         told_survived, told_dropped = survivors[:2], survivors[2:]  # the victim is in the first group
         seed_shares = self._reveal(told_survived, survivors, dropped, "b", victim)
         key_shares = self._reveal(told_dropped, told_dropped, [victim], "s", victim)
-        b = secagg.combine(seed_shares)
-        s_sk = secagg.combine(key_shares)
-        y = secagg.subtract(masked[victim], secagg.mask(b, size))
-        for peer in self.peers:
-            if peer != victim:
-                seed = secagg.agree(
-                    s_sk,
-                    self.keys[peer]["s-pk"],
-                    secagg.context(self.pool.run_id, self.round, "mask", *sorted((victim, peer))),
-                )
-                y = secagg.subtract(y, secagg.signed_pair_mask(victim, peer, seed, size))
-        SplitViewRound.recovered.append(secagg.decode(y, self.code.step))
+        b, s_sk = secagg.combine(seed_shares), secagg.combine(key_shares)
+        SplitViewRound.recovered.append(unmask_one(self, masked[victim], victim, b, s_sk))
         return np.zeros(size, dtype=np.uint64)
 
     def _reveal(self, group: list[int], told: list[int], dropped: list[int], key: str, victim: int) -> dict:

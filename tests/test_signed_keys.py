@@ -24,7 +24,7 @@ from hetfed.client import secure_aggregation as client_side
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.server import aggregation
 from hetfed.server.secure_aggregation import SecureRound
-from tests.test_dishonest_server import record_inputs
+from tests.test_dishonest_server import record_inputs, unmask_one
 
 FEDAVG = {"num-rounds": 1, "n-train": 40, "n-test": 30, "local-epochs": 1, "num-items": 10, "fraction": 1.0}
 SECURE = {"secure-aggregation": True}
@@ -241,17 +241,11 @@ class KeySubstitutingRound(SecureRound):
     def _unmask(
         self, masked: Mapping[int, np.ndarray], survivors: list[int], dropped: list[int]
     ) -> np.ndarray:
-        victim, size = survivors[0], masked[survivors[0]].size
+        victim = survivors[0]
         shares = dict(list(self.stolen[victim].items())[: self.t])
         b = secagg.combine({p: v[:32] for p, v in shares.items()})
         s_sk = secagg.combine({p: v[32:] for p, v in shares.items()})
-        y = secagg.subtract(masked[victim], secagg.mask(b, size))
-        for peer in self.peers:
-            if peer != victim:
-                where = secagg.context(self.pool.run_id, self.round, "mask", *sorted((victim, peer)))
-                seed = secagg.agree(s_sk, self.keys[peer]["s-pk"], where)
-                y = secagg.subtract(y, secagg.signed_pair_mask(victim, peer, seed, size))
-        KeySubstitutingRound.recovered.append(secagg.decode(y, self.code.step))
+        KeySubstitutingRound.recovered.append(unmask_one(self, masked[victim], victim, b, s_sk))
         return super()._unmask(masked, survivors, dropped)
 
 
