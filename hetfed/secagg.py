@@ -175,6 +175,16 @@ def code_problem(participants: int, bits: int, bound: float, max_weight: float) 
     )
 
 
+def widest_bits(participants: int, bound: float, max_weight: float) -> int:
+    """The most bits (8..62, what a client accepts) of a code within +-``bound`` at weights up to
+    ``max_weight`` whose sum over ``participants`` cannot wrap (:func:`code_problem`); SecAggError
+    when none can."""
+    for bits in range(62, 7, -1):
+        if code_problem(participants, bits, bound, max_weight) is None:
+            return bits
+    raise SecAggError(f"no fixed-point code of 8..62 bits fits the sum of {participants} clients")
+
+
 def encode(values: np.ndarray, step: float) -> np.ndarray:
     """q(v) = round(v / step) as uint64 (two's complement); SecAggError for NaN/Inf or a value
     beyond 2^62 steps (a sum of a few such codes would wrap)."""
