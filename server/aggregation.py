@@ -168,8 +168,8 @@ class Summation:
         the replies (masked) and sum_j x_j over the clients whose input the server holds, with the
         weight slot their number (a_j = 1); None below the threshold. The threshold follows the run's
         rule for the phase's m clients (refused in one line when no client would accept it), the code
-        is ``secagg-range`` at the most bits the m clients' sum allows (resolution range / 2^(bits-1);
-        a value beyond the range is clipped and counted in the reply metric ``secagg-clipped``)."""
+        has step 2^-40 and the widest range the m clients' sum allows (:func:`hetfed.secagg.mean_code`;
+        a value beyond it is clipped and counted in the reply metric ``secagg-clipped``)."""
         m = len(messages)
         t = threshold_for(self.requested_threshold, m, self.corrupt)
         if problem := secagg.threshold_problem(t, m, self.corrupt):
@@ -177,7 +177,7 @@ class Summation:
                 f"run config 'secagg-threshold' / 'secagg-tolerated-corrupt': the secure mean of round "
                 f"{server_round}: {problem}"
             )
-        code = FixedPointCode(secagg.widest_bits(m, self.range, 1.0), self.range, 1.0)
+        code = FixedPointCode(*secagg.mean_code(m), 1.0)
         sent = [with_config(msg, {"secagg-step": code.step, "sum-weight": 1.0}) for msg in messages]
         weights: dict[int, float | str] = {self.pool.partition_to(msg): 1.0 for msg in messages}
         # No dp-local-noise is sent: every client appends its within-clip bit (client/secure_aggregation.py).

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
+from hetfed import secagg
 from hetfed.methods.decision import CalibratedParams
 from hetfed.params import ConfigError
 from hetfed.strategies.base import FederationError, Folded, Phase, WeightedSum, reply_metrics
@@ -152,8 +153,9 @@ class FedRSPO(FedAvg):
         ]
         if clipped:
             raise FederationError(
-                f"shared calibration: {', '.join(clipped)}'s lam0_j or lr0_j lies beyond +-secagg-range, "
-                "where the secure sum's code clips it; raise run config 'secagg-range'"
+                f"shared calibration: {', '.join(clipped)}'s lam0_j or lr0_j lies beyond the secure mean's "
+                f"range (+-{secagg.mean_code(len(self.calibrated))[1]:g} at {len(self.calibrated)} clients: "
+                "hetfed/secagg.py mean_code); rerun with per-client-calibration = true"
             )
         left_out = sorted(set(self.calibrated) - set(summed.contributors))
         if left_out:

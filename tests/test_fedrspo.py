@@ -167,9 +167,21 @@ def test_calibration_stays_on_the_client(tmp_path: Path) -> None:
         assert not [k for k in entry["metrics"] if k in CALIBRATION_KEYS or k.endswith(("-lam", "-lr"))]
 
 
-# The shared calibration's secure mean: secagg-range 100 at the most bits 4 clients' sum allows, 61
-# (4 codes of up to 2^60 stay below 2^63): resolution 100 / 2^60.
-SHARED_STEP = 100 / 2**60
+# The shared calibration's secure mean: step 2^-40 at any number of clients (hetfed/secagg.py
+# mean_code; at 4 clients 61 bits, range +-2^20: 4 codes of up to 2^60 stay below 2^63).
+SHARED_STEP = 2.0**-40
+
+
+def test_the_secure_means_code_has_a_fixed_step_and_never_wraps() -> None:
+    """mean_code(m): step 2^-40 for every m, the widest power-of-two range whose m codes cannot wrap
+    (a brute check of m |q|max < 2^63 and that twice the range would wrap)."""
+    for m in (2, 3, 4, 10, 100, 1000, 10**5):
+        bits, bound = secagg.mean_code(m)
+        assert secagg.step_of(bound, bits) == SHARED_STEP
+        assert m * math.ceil(bound / SHARED_STEP) < 2**63 <= m * math.ceil(2 * bound / SHARED_STEP)
+    assert secagg.mean_code(4) == (61, 2.0**20) and secagg.mean_code(10) == (60, 2.0**19)
+    with pytest.raises(secagg.SecAggError):
+        secagg.mean_code(2**23)
 
 
 def own_calibrations(nodes: int = 4) -> list[dict[str, float]]:
@@ -191,9 +203,15 @@ def shared_mean(seen: list[tuple[Message, Message]]) -> tuple[float, float]:
 
 
 def assert_mean_of(seen: list[tuple[Message, Message]], own: list[dict[str, float]]) -> None:
+    """The run's mean equals, bit for bit, a NumPy transcription of the fixed-point mean
+    sum_j round(v_j 2^40) 2^-40 / n (the value the committed results were computed with), and the
+    clients' plain mean to the code's resolution."""
     lam, lr = shared_mean(seen)
-    assert lam == pytest.approx(np.mean([c["lam0"] for c in own]), rel=1e-14, abs=SHARED_STEP)
-    assert lr == pytest.approx(np.mean([c["lr0"] for c in own]), rel=1e-14, abs=SHARED_STEP)
+    for got, key in ((lam, "lam0"), (lr, "lr0")):
+        values = np.array([c[key] for c in own])
+        codes = np.round(values / SHARED_STEP).astype(np.int64)
+        assert got == float(codes.sum()) * SHARED_STEP / len(own)
+        assert got == pytest.approx(values.mean(), rel=1e-14, abs=SHARED_STEP)
 
 
 def test_shared_calibration_is_the_secure_mean_and_other_losses_keep_their_lr(tmp_path: Path) -> None:
@@ -252,7 +270,7 @@ def test_shared_calibration_is_the_secure_mean_and_other_losses_keep_their_lr(tm
     y = np.concatenate(words)  # 3 runs x 4 clients x [lam0, lr0, weight 1, within-bit 1]
     assert y.dtype == np.uint64 and y.size == 48
     assert np.abs(secagg.decode(y, SHARED_STEP)[:, None] - np.asarray([*secrets, 1.0, 2.0])).min() > 1e-3
-    # A clear code of a value within +-100 at 61 bits has its 3 top bits equal; a uniform word in 1 of 4.
+    # A clear code of a value within +-2^20 at 61 bits has its 3 top bits equal; a uniform word in 1 of 4.
     top = y >> np.uint64(61)
     assert np.mean((top == 0) | (top == 7)) < 0.6
     bits = (y[:, None] >> np.arange(64, dtype=np.uint64)) & np.uint64(1)
