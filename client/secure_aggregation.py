@@ -202,11 +202,12 @@ def _verify_peers(silo: silo_identity.SiloKeys, config: Mapping[str, Any], run_i
     for peer, c_pk, s_pk, d_pk, signature in zip(peers, *keys, signatures, strict=True):
         if peer not in silo.roster:
             raise Refused(f"refused to share keys: peer {peer} is not in the roster {silo.roster_path}")
-        # This round, else the earlier round it was signed for (a replay); None: neither.
+        # This round, else the earlier round it was signed for (a replay); None: neither. Round 0 has
+        # a secure round too (FedRSPO+'s shared calibration).
         signed = next(
             (
                 r
-                for r in range(rnd, 0, -1)
+                for r in range(rnd, -1, -1)
                 if secagg.verify(
                     silo.roster[peer], signature, secagg.keys_statement(run_id, r, peer, c_pk, s_pk, d_pk)
                 )
@@ -215,7 +216,7 @@ def _verify_peers(silo: silo_identity.SiloKeys, config: Mapping[str, Any], run_i
         )
         if signed == rnd:
             continue
-        if signed:
+        if signed is not None:
             raise Refused(
                 f"refused to share keys: peer {peer}'s keys were signed for round {signed} of this run, "
                 f"not round {rnd} (replayed)"
