@@ -47,6 +47,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, ConfigRecordValues, Conte
 from flwr.common.logger import log
 
 from hetfed import secagg, silo_identity
+from hetfed.client.refusal import Refusal
 from hetfed.records import to_numpy, to_record
 
 STATE = "secagg"  # the ConfigRecord of context.state holding this round's secrets
@@ -54,7 +55,7 @@ PINNED = "secagg-signed"  # ... and the survivors' lists it signed, by round, fo
 MASKED = "masked"  # the reply's ArrayRecord of masked words (uint64)
 
 
-class Refused(secagg.SecAggError):
+class Refused(secagg.SecAggError, Refusal):
     """The server asked for something the protocol forbids (an unmasking that would reveal a value)."""
 
 

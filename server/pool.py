@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flwr.app import ConfigRecord, ConfigRecordValues, Message, RecordDict
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 
 from hetfed.records import scalar, to_numpy
@@ -492,7 +493,11 @@ def _claim(reason: str) -> tuple[int, int, str] | None:
 
 
 def _reason(reply: Message) -> str:
+    """A failed reply's error as rounds.csv records it: a silo's refusal as its own line
+    (client/refusal.py), any other error with its code."""
     err = reply.error
+    if err.code == ErrorCode.MOD_FAILED_PRECONDITION:
+        return str(err.reason)
     return f"[code {err.code}] {err.reason}"
 
 

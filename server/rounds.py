@@ -187,8 +187,14 @@ def models_manifest(models: Mapping[str, np.ndarray], method: str, store: RunSto
 
 
 def _server_row(store: RunStore, server_round: int, metrics: Mapping[str, float]) -> None:
-    """The round's aggregate metrics as the server's row of rounds.csv."""
-    store.add_row(round=server_round, exchange="round", client="server", status="ok", error="", **metrics)
+    """The round's aggregate metrics as the server's row of rounds.csv: status ``ok``, or ``no-update``
+    when no client's reply could be used (``clients-used`` 0: each client's row says why)."""
+    status, error = "ok", ""
+    if metrics.get("clients-used") == 0:
+        status, error = "no-update", "no client's reply could be used this round (see its rows)"
+    store.add_row(
+        round=server_round, exchange="round", client="server", status=status, error=error, **metrics
+    )
 
 
 def _fmt(metrics: Mapping[str, float]) -> str:
