@@ -31,6 +31,8 @@ myst_enable_extensions = ["colon_fence"]
 # Every link that is not a page, a heading or a repository file is an http(s) URL and is not
 # fetched (the build machines have no internet): `make docs` checks the internal ones only.
 nitpicky = True
+# Options and commands in the text stay as typed: no "--resume" turned into an en dash.
+smartquotes = False
 
 html_theme = "furo"
 html_title = "hetfed"

@@ -32,8 +32,12 @@ PAGE = "config-reference"
 
 
 def escaped(text: str) -> str:
-    """Text as it reads, not as Markdown: every character Markdown could take as markup escaped."""
-    return re.sub(r"([\\`*_{}\[\]<>()#+!|~])", r"\\\1", text)
+    """Text as it reads, not as Markdown: every character Markdown could take as markup escaped,
+    but a help's `code` (backticks in pairs) stays code, as typed."""
+    parts = text.split("`") if text.count("`") % 2 == 0 else [text]
+    return "`".join(
+        part if i % 2 else re.sub(r"([\\`*_{}\[\]<>()#+!|~])", r"\\\1", part) for i, part in enumerate(parts)
+    )
 
 
 def code(value: object) -> str:
