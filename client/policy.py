@@ -6,7 +6,7 @@ before the ClientApp runs, and every reply before it leaves. A message that brea
 refused with one line naming the rule (:class:`PolicyRefusal`): it becomes the reply's error,
 so the server records the client as failed for that exchange (rounds.csv) and the run goes on
 without it; the silo logs it and its ledger records it (client/ledger.py). Every key is
-optional and a missing key allows everything (deploy/policy.example.toml, README):
+optional and a missing key allows everything (deploy/policy.example.toml, docs/user-guide.md):
 
 - ``strategies`` / ``losses``: the allowed run-config strategy names (the message's ``method``)
   and losses (``loss``);

@@ -305,7 +305,7 @@ def implausible_sum(
     knows: the weight slot is the known sum of the survivors' weights, the count is within 0..m, and
     with central DP's ``clip`` S, ||sum a x|| <= (sum a) S; each up to m half-steps of rounding
     (docs/algorithms.md "Secure aggregation"). Range proofs are out of scope: within these a bad
-    silo's input still counts (README, threat model)."""
+    silo's input still counts (docs/security.md, the threat model)."""
     # Rounding: half a step per client, and the decode's float64 (codes beyond 2^53 steps lose bits).
     slack = survivors * step / 2 * (1 + 1e-9) + 4 * 2.0**-53 * abs(expected_weight)
     size = total.size - 1 - int(counted)  # the values; then the weight (and the count)

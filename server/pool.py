@@ -354,7 +354,8 @@ class ClientPool:
 
     def _client_state(self, pid: int, content: RecordDict, row: dict[str, Any], where: str) -> None:
         """Which clients hold state (``client-state`` ``kept``) and whose state was lost (``lost``:
-        one line, in the client's row; the client went on by its method's rule, README "Client state")."""
+        one line, in the client's row; the client went on by its method's rule, docs/user-guide.md
+        "Client state")."""
         report = content.config_records.get("client-state")
         if report is None:
             return
