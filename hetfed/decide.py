@@ -17,16 +17,20 @@ that row's predicted costs only (not on the other rows or their order).
 
 from __future__ import annotations
 
-import csv
 import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+
+from hetfed.paths import check_output_file, write_csv_atomically
+
+if TYPE_CHECKING:
+    from hetfed.problems.lp import Samples
 
 MODELS = ("deployed", "personal", "federated")
 FEASIBILITY_TOL = 1e-7
@@ -56,7 +60,8 @@ class SiloModel:
 
     def predict(self, x: np.ndarray) -> torch.Tensor:
         """``model((x - mean) / std)`` for raw features ``x [n, p]``."""
-        with torch.no_grad():
+        # Features far outside the training data may overflow: refuse_non_finite names their rows.
+        with torch.no_grad(), np.errstate(over="ignore", invalid="ignore"):
             return self.model(torch.from_numpy((x - self.mean) / self.std))
 
 
@@ -69,6 +74,11 @@ def state_folder(state_dir: Path, run: str, partition: int | None = None) -> Pat
         raise DecideError(f"--state-dir {state_dir}: no such folder")
     kept = [s for s in list_states(state_dir) if (s.path / "manifest.json").is_file()]
     found = [s for s in kept if run in (s.run_name, s.key) and partition in (None, s.partition_id)]
+    if not found and partition is not None and (held := [s for s in kept if run in (s.run_name, s.key)]):
+        partitions = ", ".join(sorted({str(s.partition_id) for s in held}))
+        raise DecideError(
+            f"--partition {partition}: run {run!r} kept a model here for partition {partitions} only"
+        )
     if not found:
         names = sorted({s.run_name for s in kept})
         hint = f"; runs with a kept model there: {', '.join(names)}" if names else "; no run kept one there"
@@ -86,6 +96,22 @@ def state_folder(state_dir: Path, run: str, partition: int | None = None) -> Pat
             f"({', '.join(s.path.name for s in found)}); name one with --partition"
         )
     return found[0].path
+
+
+def refuse_non_finite(
+    path: Path, rows: Samples, values: np.ndarray, what: str, error: type[DecideError]
+) -> None:
+    """``error`` naming the first row of ``path`` (its id and file row) whose ``values`` (one row per
+    sample) are NaN or infinite: features far outside the training range overflow the model, and a
+    solver given them fails without saying where."""
+    bad = np.flatnonzero(~np.isfinite(values).all(axis=1))
+    if bad.size:
+        i = int(bad[0])
+        where = f"{path} row {rows.rows[i]}" if rows.rows else str(path)
+        raise error(
+            f"{where} (id {rows.ids[i]!r}): the {what} are not finite (features far outside the training "
+            f"data?); {bad.size} row(s) like it"
+        )
 
 
 def load_silo_model(folder: Path, which: str) -> SiloModel:
@@ -146,9 +172,11 @@ def decide(
                 f"{recorded} changed since run {run!r} trained on it (sha256 differs from the manifest's); "
                 "pass --problem FILE to decide on a changed LP"
             )
+    check_output_file("--out", out, {"--features": features_file, "--problem": lp_path})
     lp = read_lp(lp_path, silo.variables, relax_integers=bool(manifest.get("relaxed-integers")))
     rows = read_samples(features_file, silo.features, ())
     c_hat = silo.predict(rows.x)
+    refuse_non_finite(features_file, rows, c_hat.numpy(), "predicted costs", DecideError)
     w = lp.decisions(lp.minimisation_set.solve_lp(c_hat, backend="highs-cold"))
     violation = lp.feasible_set.max_violation(w)
     worst = int(torch.argmax(violation))
@@ -193,16 +221,14 @@ def write_decisions(
     """``id``, one column per variable, ``cost:<variable>`` (predicted), ``objective`` (predicted)."""
     from hetfed.problems.lp import COST_PREFIX
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["id", *variables, *(COST_PREFIX + v for v in variables), "objective"])
-        for i, ident in enumerate(ids):
-            writer.writerow(
-                [ident, *map(repr, w[i].tolist()), *map(repr, c_hat[i].tolist()), repr(float(objective[i]))]
-            )
-    tmp.replace(out)
+    write_csv_atomically(
+        out,
+        ["id", *variables, *(COST_PREFIX + v for v in variables), "objective"],
+        (
+            [ident, *map(repr, w[i].tolist()), *map(repr, c_hat[i].tolist()), repr(float(objective[i]))]
+            for i, ident in enumerate(ids)
+        ),
+    )
 
 
 def _version() -> str:

@@ -6,11 +6,14 @@ exclusive lock two commands on one folder take.
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import fcntl
 import os
 import re
 import tempfile
 import tomllib
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +68,45 @@ def check_writable_folder(flag: str, path: Path, shown: str | None = None) -> No
         os.rmdir(tempfile.mkdtemp(prefix=".hetfed-probe-", dir=parent))
     except OSError as exc:
         raise ConfigError(f"{flag} {shown}: {parent} is not a writable folder ({exc.strerror})") from None
+
+
+def check_output_file(flag: str, out: Path, inputs: Mapping[str, Path]) -> None:
+    """``out`` and its sidecar (``out`` with suffix ``.json``) are two files, neither a folder, and
+    neither is one of the command's ``inputs`` (option -> path): a command writes them only after
+    reading its inputs, so it would overwrite them, or the sidecar the output, and say it succeeded."""
+    sidecar = out.with_suffix(".json")
+    if sidecar == out:
+        raise ConfigError(f"{flag} {out}: its sidecar would be the same file ({sidecar}); give a .csv name")
+    for target in (out, sidecar):
+        if target.is_dir():
+            raise ConfigError(f"{flag} {out}: {target} is a folder")
+        for option, path in inputs.items():
+            if _same_file(target, path):
+                what = "" if target == out else "'s sidecar"
+                raise ConfigError(f"{flag} {out}{what} is {option} {path}: it would overwrite that input")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)
+    return a.resolve() == b.resolve()
+
+
+def write_csv_atomically(out: Path, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """Write ``out`` through a temporary file beside it, replaced at the end (a reader never sees half
+    a file); an error names ``out``, not the temporary file."""
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(header)
+            writer.writerows(rows)
+        tmp.replace(out)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise OSError(f"cannot write {out} ({exc.strerror or exc})") from None
 
 
 def check_port(flag: str, port: int, *, free: bool = True) -> None:

@@ -17,7 +17,6 @@ with a JSON sidecar. The run's folder is found as ``hetfed decide`` finds it (he
 
 from __future__ import annotations
 
-import csv
 import json
 import time
 from collections.abc import Mapping
@@ -27,7 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from hetfed.decide import DecideError, read_scaling, state_folder
+from hetfed.decide import DecideError, read_scaling, refuse_non_finite, state_folder
+from hetfed.paths import check_output_file, write_csv_atomically
 
 MODELS = ("average", "last")
 
@@ -78,10 +78,12 @@ def predict(
         raise PredictError(
             f"{folder}: the manifest names {len(features)} features, scaling.npz has {len(mean)}"
         )
+    check_output_file("--out", out, {"--features": features_file})
     rows = read_samples(features_file, features, ())  # refuses a file lacking a trained feature
-    with torch.no_grad():
+    with torch.no_grad(), np.errstate(over="ignore", invalid="ignore"):  # refused below, with the row
         logits = net(torch.from_numpy((rows.x - mean) / std)).squeeze(-1)
         probability = torch.sigmoid(logits).numpy()
+    refuse_non_finite(features_file, rows, logits.numpy()[:, None], "predicted logit", PredictError)
     prediction = (logits.numpy() > 0).astype(int)
     write_predictions(out, rows.ids, probability, prediction)
     sidecar = {
@@ -113,14 +115,9 @@ def write_predictions(
     out: Path, ids: tuple[str, ...], probability: np.ndarray, prediction: np.ndarray
 ) -> None:
     """``id``, ``probability`` (of label 1, full precision), ``prediction`` (0/1), written atomically."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["id", "probability", "prediction"])
-        for ident, p, label in zip(ids, probability.tolist(), prediction.tolist(), strict=True):
-            writer.writerow([ident, repr(float(p)), int(label)])
-    tmp.replace(out)
+    rows = zip(ids, probability.tolist(), prediction.tolist(), strict=True)
+    cells = ([i, repr(float(p)), int(y)] for i, p, y in rows)
+    write_csv_atomically(out, ["id", "probability", "prediction"], cells)
 
 
 def summary_line(sidecar: Mapping[str, Any], out: Path) -> str:

@@ -268,6 +268,8 @@ class Samples:
 def read_samples(path: str | Path, features: Sequence[str], variables: Sequence[str]) -> Samples:
     """Read ``samples.csv``; every problem is one line naming the file, row and column."""
     path = Path(path)
+    if not path.is_file():
+        raise DataFileError(f"{path}: {'a folder, not a file' if path.is_dir() else 'no such file'}")
     costs = [COST_PREFIX + v for v in variables]
     try:
         with open_csv(path) as f:

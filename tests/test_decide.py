@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import highspy
@@ -246,3 +247,52 @@ def test_decide_refuses_what_does_not_match_in_one_line(pilot_run: tuple[Path, d
         np.testing.assert_allclose(w.sum(axis=1), 11.0, atol=1e-7)  # the new quota holds
     finally:
         lp_file.write_text(text)
+
+
+def test_decide_keeps_its_inputs_and_says_where_a_row_or_path_is_wrong(
+    pilot_run: tuple[Path, dict], tmp_path: Path
+) -> None:
+    """An --out that is the features file, the LP file or its own sidecar is refused before anything is
+    written (the input stays byte-equal); a folder as --features, an unwritable --out, a partition the
+    run did not keep and features that overflow the model are one line naming the culprit; a
+    successful decide prints its summary line and nothing else (no solver banner)."""
+    root, _ = pilot_run
+    state = str(root / "state" / "0")
+    rows = splits(read_table(root / "data" / "0" / "samples.csv"))["test"][:3]
+    good = write_features(tmp_path / "good.csv", rows)
+    before = good.read_bytes()
+    lp_file = root / "data" / "0" / "problem.lp"
+
+    def decide(features: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+        args = ["--state-dir", state, "--run", "pilot", "--features", str(features), "--out", str(out)]
+        return hetfed_cli("decide", *args, *extra)
+
+    def refused(features: Path, out: Path, *extra: str) -> str:
+        result = decide(features, out, *extra)
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, (result.returncode, result.stderr)
+        return result.stderr
+
+    assert f"--out {good} is --features {good}: it would overwrite that input" in refused(good, good)
+    assert good.read_bytes() == before
+    sidecar_clash = tmp_path / "good.json"  # the sidecar of d.json is d.json itself
+    assert "its sidecar would be the same file" in refused(good, sidecar_clash)
+    assert not sidecar_clash.exists()
+    assert f"--out {lp_file} is --problem {lp_file}: it would overwrite that input" in refused(good, lp_file)
+    inputs_json = tmp_path / "inputs.csv"
+    inputs_json.write_bytes(before)
+    (tmp_path / "inputs.json").write_text("{}")  # an existing file the sidecar of --out d.csv is
+    assert "'s sidecar is --features" in refused(tmp_path / "inputs.json", inputs_json)
+    assert f"{tmp_path}: a folder, not a file" in refused(tmp_path, tmp_path / "d.csv")
+    line = refused(good, good / "d.csv")  # a file where a folder must be: nothing can be written
+    assert f"cannot write {good / 'd.csv'} (" in line and ".tmp" not in line
+    assert "--partition 5: run 'pilot' kept a model here for partition 0 only" in refused(
+        good, tmp_path / "d.csv", "--partition", "5"
+    )
+    huge = write_features(tmp_path / "huge.csv", [{**r, FEATURES[0]: "1e308"} for r in rows])
+    line = refused(huge, tmp_path / "d.csv")
+    assert f"{huge} row 2 (id {rows[0]['id']!r}): the predicted costs are not finite" in line
+    assert "3 row(s) like it" in line and not (tmp_path / "d.csv").exists()
+    ok = decide(good, tmp_path / "d.csv")
+    assert ok.returncode == 0 and ok.stdout.count("\n") == 1, ok.stdout
+    assert ok.stdout.startswith("3 decisions")
+    assert "HiGHS" not in ok.stdout + ok.stderr
