@@ -31,7 +31,7 @@ from tests.conftest import REPO
 BASE = {"hetfed.config", "hetfed.records", "hetfed.runtime.waits", "hetfed.runtime.internals"}
 BASE |= {"hetfed.runtime.pinning", "hetfed.runtime.object_batch", "hetfed.secure_mean", "hetfed.paths"}
 BASE |= {"hetfed.secagg", "hetfed.silo_identity"}
-BASE |= {"hetfed.params", "hetfed.methods", "hetfed.problem_params", "hetfed.jsonl"}
+BASE |= {"hetfed.params", "hetfed.methods", "hetfed.problem_params", "hetfed.jsonl", "hetfed.versions"}
 PACKAGES = ("problems", "client", "strategies", "server", "hetfed", "bench")
 # The app's folders, installed as hetfed.problems, hetfed.client, ... (hetfed/__init__.py).
 FOLDERS = ("problems", "client", "strategies", "server")
