@@ -43,8 +43,8 @@ from pathlib import Path
 from hetfed.runtime import telemetry_off
 from hetfed.runtime.internals import IDLE_SLEEP, REPLY_SLEEP, missing_internals, missing_pinning_internals
 from hetfed.runtime.pinning import install_supernode_check
+from hetfed.runtime.seam import RUNTIMES
 
-RUNTIMES = ("warm", "stock")
 WORKERS = ("local", "external")
 IDLE_FAST = 0.1  # s between SuperLink pulls right after a message (grows x1.5 per empty pull to 3 s)
 REPLY_FAST = 0.01  # s between checks for the worker's reply (grows to 0.5 s; the worker also signals)
