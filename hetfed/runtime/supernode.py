@@ -291,15 +291,11 @@ def run_warm(flower_args: list[str], approved_apps: Path | None = None, worker: 
     flower_supernode()
 
 
-def pinning_checks(runtime: str, worker: str) -> tuple[list[str], str]:
-    """Who checks a run's app build on this SuperNode: (``"supernode"`` and/or ``"worker"``, why the
-    SuperNode's own check cannot be installed or ""). ``runtime`` is the one that will run (``warm``
-    only where its self-test passed); [] = nobody can, and a pinned SuperNode must not start."""
-    missing = missing_pinning_internals()
-    checks = [] if missing else ["supernode"]
-    if runtime == "warm" and worker == "local":  # hetfed's own worker checks before it loads a build
-        checks.append("worker")
-    return checks, "; ".join(missing)
+def pinning_checks(supernode_lacks: str, own_warm_worker: bool) -> list[str]:
+    """Who checks a run's app build on a pinned SuperNode: ``"supernode"`` where this Flower lacks
+    nothing its check needs (``supernode_lacks`` == ""), ``"worker"`` where a warm worker of its own
+    runs (it checks before it loads a build); [] = nobody can, and the SuperNode must not start."""
+    return ([] if supernode_lacks else ["supernode"]) + (["worker"] if own_warm_worker else [])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -318,7 +314,8 @@ def main(argv: list[str] | None = None) -> None:
         )
         runtime = "stock"
     if approved_apps is not None:
-        checks, missing = pinning_checks(runtime, worker)
+        missing = "; ".join(missing_pinning_internals())
+        checks = pinning_checks(missing, runtime == "warm" and worker == "local")
         if not checks:
             no_worker = (
                 f"the warm runtime lacks {'; '.join(warm_missing)}"
