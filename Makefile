@@ -4,18 +4,20 @@
 #                personalization, print the per-client table, stop the federation
 #   make test  - create .venv if needed, lint (ruff check and format, mypy), install the tools the
 #                tests need where it can (.ci/test-deps), run the test suite
+#   make docs  - build the documentation site (docs/ -> docs/_build/html) with every warning, a
+#                broken internal link included, as an error
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 DEMO   := .hetfed/demo
 
-.PHONY: install demo test lint bench clean test-flower-next
+.PHONY: install demo test lint docs bench clean test-flower-next
 
 $(VENV)/.installed: pyproject.toml constraints-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	# constraints-dev.txt pins the CPU torch wheel; any other torch release downloads gigabytes.
-	$(BIN)/python -m pip install --quiet -c constraints-dev.txt -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -c constraints-dev.txt -e ".[dev,docs]"
 	# qpth (OptNet-style baseline) declares numpy<2: install it without its dependencies.
 	$(BIN)/python -m pip install --quiet --no-deps "qpth==0.0.18"
 	touch $@
@@ -41,6 +43,11 @@ lint: install
 test: install lint
 	@bash .ci/test-deps
 	$(BIN)/python -m pytest -n 3 --dist loadfile
+
+# -W: a warning is an error; -n: so is a reference that does not resolve; MyST warns for every link
+# to a page, heading or repository file that does not exist (docs/contributing.md).
+docs: install
+	$(BIN)/sphinx-build -W --keep-going -n -q -b html docs docs/_build/html
 
 # make test-flower-next: the fast tier on the newest Flower pre-release in the registry, in a venv of
 # its own (on demand, never in CI: a moving pre-release must not decide what lands; docs/runtime.md
@@ -74,4 +81,4 @@ bench: install
 	for b in bench/[a-z]*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(FLOWER_NEXT) .hetfed .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(FLOWER_NEXT) .hetfed .pytest_cache .ruff_cache docs/_build

@@ -25,6 +25,7 @@ from flwr.clientapp import ClientApp
 
 from hetfed.client.ledger import ledger_mod
 from hetfed.client.policy import policy_mod
+from hetfed.client.refusal import refusal_mod
 from hetfed.client.session import ClientSession
 from hetfed.methods import CLIENTS
 
@@ -36,8 +37,9 @@ MESSAGE_TYPES = (*dict.fromkeys(kind for c in CLIENTS.values() for kind in c.han
 
 # The first mod is the outermost: the silo's policy (client/policy.py) checks each message before the
 # ClientApp runs and each reply before it leaves, inside the ledger (client/ledger.py), which so
-# records every reply that leaves, a policy's refusal included (as the error reply it becomes).
-app = ClientApp(mods=[ledger_mod, policy_mod])
+# records every reply that leaves, a refusal included; outside both, a refusal (the policy's, secure
+# aggregation's) becomes its one-line error reply (client/refusal.py).
+app = ClientApp(mods=[refusal_mod, ledger_mod, policy_mod])
 
 
 class FaultDrill(RuntimeError):

@@ -5,11 +5,11 @@ One client holds features -> costs data and its own polytope. Handlers:
 - ``query.info``: partition, name, n_j.
 - ``query.calibrate``: checks that the client can calibrate, ``R_j = max_{w in S_j} ||w||``,
   ``lam0_j = mean_i ||c_i|| / R_j``, ``lr0_j = alpha lam0_j / 4`` (docs/algorithms.md 1.3); the client
-  keeps them. When the strategy asks for a shared calibration (``share-calibration``), the
-  reply carries a fresh public key for the secure mean (hetfed.secure_mean).
-- ``query.masked_calibration`` (shared calibration only): ``(lam0_j, lr0_j)`` masked with the
-  pairwise masks of the other clients' public keys; only their mean can be recovered by the
-  server. Neither value nor the radius ever leaves in the clear.
+  keeps them.
+- ``query.masked_calibration`` (shared calibration only): ``(lam0_j, lr0_j)`` as the reply of a
+  secure sum, which client/secure_aggregation.py masks (SecAgg+); refused in any message outside
+  that protocol, so only their mean can be recovered by the server. Neither value nor the radius
+  ever leaves in the clear.
 - every training message's ``lam`` / ``lr``, when it carries them (a shared calibration, or the
   run's lr for a loss without one), replace the client's own ``lam0_j`` / ``lr0_j``.
 - ``train``: one warm-start round: validation metrics of the received model, then E epochs
@@ -53,7 +53,6 @@ from hetfed.problems.base import DecisionClientData, DecisionSplit
 from hetfed.problems.metrics import qp_lp_gap
 from hetfed.problems.models import load_record, make_mlp, model_manifest, model_record
 from hetfed.records import scalar, to_record
-from hetfed.secure_mean import masked, new_key_pair
 
 # Random streams of a client (separate ones for batches, noise and the monitor, as the specification asks).
 BATCHES, NOISE, MONITOR = 2, 3, 4
@@ -64,7 +63,6 @@ DEPLOYED = "deployed"  # the client-state group of the model this silo deploys (
 FEDERATED = "federated"  # the federated model as this silo received it for its final evaluation
 SCALING = "scaling"  # the feature standardisation this silo trained with (mean, std)
 MANIFEST = "manifest"  # what the kept models take and return, and what the silo's problem was read from
-SECURE_MEAN = "secure-mean"  # the client-state group holding this client's private key of the mean
 
 
 MODEL_NAMES = {"fed": "federated", "per": "personal"}  # evaluate's metric prefixes -> state groups
@@ -362,31 +360,29 @@ class DecisionClient:
 
     def query_calibrate(self, content: RecordDict) -> RecordDict:
         """Can this client take part (its projection and calibration work)? Its lam0_j, lr0_j and
-        radius stay here; for a shared calibration the reply adds a public key of the secure mean
-        (the private key stays in this client's state for ``query.masked_calibration``)."""
+        radius stay here."""
         check_projection(self.data, self.params)
         self.calibration()
-        reply = RecordDict({"metrics": MetricRecord({"num-examples": len(self.data.train)})})
-        if content.config_records["config"].get("share-calibration", False):
-            private, public = new_key_pair()
-            self.state(content).set_values(SECURE_MEAN, {"private-key": private.decode()})  # PEM: text
-            reply["keys"] = ConfigRecord({"public-key": public})
-        return reply
+        return RecordDict({"metrics": MetricRecord({"num-examples": len(self.data.train)})})
 
     def query_masked_calibration(self, content: RecordDict) -> RecordDict:
-        """``(lam0_j, lr0_j)`` under the pairwise masks of the peers in the message (partition ids
-        and public keys); the server can only recover the mean over all of them."""
+        """``(lam0_j, lr0_j)`` as a secure sum's reply (array ``calibration``), which the ClientApp masks
+        before it leaves (client/secure_aggregation.py ``finish_reply``: the server recovers only the
+        sum over the clients); refused in a message that is not a secure sum's (no ``secagg-step``)."""
         config = content.config_records["config"]
-        state = self.state(content)
-        keys = state.values(SECURE_MEAN)
-        if not keys or "private-key" not in keys:
-            raise RuntimeError(f"{self.data.name}: no key of the secure mean (query.calibrate first)")
-        ids, public_keys = cast(list, config["peers"]), cast(list, config["public-keys"])
-        peers = dict(zip(map(int, ids), public_keys, strict=True))
+        if "secagg-step" not in config or "sum-weight" not in config:
+            raise PermissionError(
+                f"{self.data.name}: refused to send its calibration outside secure aggregation (the "
+                "message declares no secagg-step)"
+            )
         cal = self.calibration()
-        y = masked([cal["lam0"], cal["lr0"]], self.pid, str(keys["private-key"]).encode(), peers)
-        state.set_values(SECURE_MEAN, {})  # used once: the key is not kept
-        return RecordDict({"arrays": to_record({"masked-calibration": y})})
+        # metrics: where finish_reply counts a value its code clipped (the server refuses the mean then)
+        return RecordDict(
+            {
+                "arrays": to_record({"calibration": np.array([cal["lam0"], cal["lr0"]])}),
+                "metrics": MetricRecord(),
+            }
+        )
 
     def train(self, content: RecordDict) -> RecordDict:
         """One warm-start round: this round's loss and step sizes, then :meth:`train_round`."""

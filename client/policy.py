@@ -6,7 +6,7 @@ before the ClientApp runs, and every reply before it leaves. A message that brea
 refused with one line naming the rule (:class:`PolicyRefusal`): it becomes the reply's error,
 so the server records the client as failed for that exchange (rounds.csv) and the run goes on
 without it; the silo logs it and its ledger records it (client/ledger.py). Every key is
-optional and a missing key allows everything (deploy/policy.example.toml, README):
+optional and a missing key allows everything (deploy/policy.example.toml, docs/user-guide.md):
 
 - ``strategies`` / ``losses``: the allowed run-config strategy names (the message's ``method``)
   and losses (``loss``);
@@ -46,15 +46,16 @@ import fnmatch
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from logging import WARNING
 from typing import Any
 
 from flwr.app import ConfigRecordValues, Context, Message
-from flwr.common.logger import log
 
 from hetfed.client.ledger import ledger_path
+from hetfed.client.refusal import Refusal
 from hetfed.client.silo_budget import DEFAULT_DELTA, epsilon, release_of, releases
 from hetfed.jsonl import read_entries
+from hetfed.methods import METHODS
+from hetfed.methods.decision import LOSSES
 from hetfed.paths import read_toml
 
 
@@ -62,7 +63,7 @@ class PolicyError(ValueError):
     """The node's policy file cannot be read or is malformed (one line: file, line or key, culprit)."""
 
 
-class PolicyRefusal(RuntimeError):
+class PolicyRefusal(Refusal):
     """A message (or its reply) breaks this silo's policy: one line naming the rule."""
 
 
@@ -134,7 +135,8 @@ class Policy:
         if key not in config:
             self.refuse(rule, f"the run did not declare its {what} ({key})")
         if str(config[key]) not in allowed:
-            self.refuse(rule, f"{what} {str(config[key])!r} is not allowed (allowed: {', '.join(allowed)})")
+            listed = ", ".join(allowed) or "none"
+            self.refuse(rule, f"{what} {str(config[key])!r} is not allowed (allowed: {listed})")
 
     def _protected(self, config: Mapping[str, ConfigRecordValues]) -> None:
         """An update may leave only as the secure aggregation / DP rules require."""
@@ -252,8 +254,20 @@ def load(path: str) -> Policy:
         field, what, ok = RULES[key]
         if not ok(value):
             raise PolicyError(f"policy file {path}: {key!r} must be {what}, got {value!r}")
+        known = _registered(key)
+        if known and (unknown := [v for v in value if v not in known]):
+            # A typo would make the silo refuse every run, and say so only when one comes.
+            raise PolicyError(
+                f"policy file {path}: {key!r} names {', '.join(map(repr, unknown))}, which hetfed does not "
+                f"have (known: {', '.join(known)})"
+            )
         values[field] = tuple(value) if isinstance(value, list) else value
     return Policy(path, **values)
+
+
+def _registered(key: str) -> tuple[str, ...]:
+    """The names an allow list ``key`` may hold (empty: any)."""
+    return {"strategies": tuple(METHODS), "losses": tuple(LOSSES)}.get(key, ())
 
 
 def policy_mod(
@@ -277,14 +291,10 @@ def policy_mod(
         return call_next(message, context)
     records = message.content.config_records
     config: Mapping[str, ConfigRecordValues] = records["config"] if "config" in records else {}
-    try:
-        policy.check_message(kind, config, _ledger(context) if release_of(config) is not None else None)
-        reply = call_next(message, context)
-        if not reply.has_error():
-            policy.check_reply(kind, config, reply)
-    except PolicyRefusal as exc:
-        log(WARNING, "round %s %s: %s", message.metadata.group_id, kind, exc)
-        raise
+    policy.check_message(kind, config, _ledger(context) if release_of(config) is not None else None)
+    reply = call_next(message, context)
+    if not reply.has_error():
+        policy.check_reply(kind, config, reply)
     return reply
 
 

@@ -47,6 +47,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, ConfigRecordValues, Conte
 from flwr.common.logger import log
 
 from hetfed import secagg, silo_identity
+from hetfed.client.refusal import Refusal
 from hetfed.records import to_numpy, to_record
 
 STATE = "secagg"  # the ConfigRecord of context.state holding this round's secrets
@@ -54,7 +55,7 @@ PINNED = "secagg-signed"  # ... and the survivors' lists it signed, by round, fo
 MASKED = "masked"  # the reply's ArrayRecord of masked words (uint64)
 
 
-class Refused(secagg.SecAggError):
+class Refused(secagg.SecAggError, Refusal):
     """The server asked for something the protocol forbids (an unmasking that would reveal a value)."""
 
 
@@ -202,11 +203,12 @@ def _verify_peers(silo: silo_identity.SiloKeys, config: Mapping[str, Any], run_i
     for peer, c_pk, s_pk, d_pk, signature in zip(peers, *keys, signatures, strict=True):
         if peer not in silo.roster:
             raise Refused(f"refused to share keys: peer {peer} is not in the roster {silo.roster_path}")
-        # This round, else the earlier round it was signed for (a replay); None: neither.
+        # This round, else the earlier round it was signed for (a replay); None: neither. Round 0 has
+        # a secure round too (FedRSPO+'s shared calibration).
         signed = next(
             (
                 r
-                for r in range(rnd, 0, -1)
+                for r in range(rnd, -1, -1)
                 if secagg.verify(
                     silo.roster[peer], signature, secagg.keys_statement(run_id, r, peer, c_pk, s_pk, d_pk)
                 )
@@ -215,7 +217,7 @@ def _verify_peers(silo: silo_identity.SiloKeys, config: Mapping[str, Any], run_i
         )
         if signed == rnd:
             continue
-        if signed:
+        if signed is not None:
             raise Refused(
                 f"refused to share keys: peer {peer}'s keys were signed for round {signed} of this run, "
                 f"not round {rnd} (replayed)"

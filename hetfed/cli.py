@@ -1,4 +1,4 @@
-"""The ``hetfed`` command line. Every subcommand is documented in the README."""
+"""The ``hetfed`` command line. Every subcommand is documented in docs/ (README: which page)."""
 
 from __future__ import annotations
 

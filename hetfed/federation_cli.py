@@ -6,7 +6,7 @@ Across machines: ``certs`` and ``keygen`` (credentials, made offline), ``identit
 signing identity for secure aggregation and its roster line), ``superlink`` (the
 SuperLink host), ``silo`` (one organisation's SuperNode), ``register`` (admit a silo's key),
 ``approve`` (a silo approves an app build, by its FAB hash);
-``compose`` writes a docker-compose file. Every subcommand is in the README.
+``compose`` writes a docker-compose file. Every subcommand is in docs/deployment.md.
 """
 
 from __future__ import annotations
@@ -400,7 +400,7 @@ def cmd_compose(args: argparse.Namespace) -> int:
     argv += ["--tls"] * args.tls + ["--out", args.out, "--run-config", args.run_config]
     write_compose(Path(args.out), Path(args.run_config), args.silos, args.problem, args.tls, shlex.join(argv))
     print(f"wrote {args.out} ({args.silos} silos, problem {args.problem}) and {args.run_config}")
-    print("build the image offline first (README, 'Building the image offline'):")
+    print("build the image offline first (docs/deployment.md, 'Building the image offline'):")
     print("  hetfed docker wheelhouse && DOCKER_BUILDKIT=0 docker build --network none -t hetfed-app:local .")
     folder = Path(args.out).resolve().parent
     print(f"make the silos' signing identities and roster (kept if present), in {folder}:")

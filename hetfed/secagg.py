@@ -175,6 +175,23 @@ def code_problem(participants: int, bits: int, bound: float, max_weight: float) 
     )
 
 
+MEAN_FRACTION_BITS = 40  # a secure mean's resolution 2^-40 (~9e-13) at every number of clients
+
+
+def mean_code(participants: int) -> tuple[int, float]:
+    """(bits, bound) of a secure mean's code (weights 1): step 2^-40 whatever m, and the widest
+    bound 2^k (bits = k + 41 <= 62) whose sum over ``participants`` cannot wrap
+    (:func:`code_problem`); SecAggError when none can. A fixed step keeps a mean's value the same
+    at any m (2^21 at 2 clients, 2^19 at 10, 2^16 at 100)."""
+    for bits in range(62, MEAN_FRACTION_BITS + 1, -1):
+        bound = 2.0 ** (bits - 1 - MEAN_FRACTION_BITS)
+        if code_problem(participants, bits, bound, 1.0) is None:
+            return bits, bound
+    raise SecAggError(
+        f"no secure-mean code at resolution 2^-{MEAN_FRACTION_BITS} fits the sum of {participants} clients"
+    )
+
+
 def encode(values: np.ndarray, step: float) -> np.ndarray:
     """q(v) = round(v / step) as uint64 (two's complement); SecAggError for NaN/Inf or a value
     beyond 2^62 steps (a sum of a few such codes would wrap)."""

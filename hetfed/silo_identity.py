@@ -1,6 +1,6 @@
 """A silo's long-term signing identity and the federation's roster: the trust root of signed keys.
 
-Secure aggregation against a server that substitutes keys (README "Private updates", docs/algorithms.md
+Secure aggregation against a server that substitutes keys (docs/security.md "Signed keys", docs/algorithms.md
 "Secure aggregation") needs each client to know its peers' keys from somewhere other than the server:
 
 - the **identity**: an Ed25519 private key (PKCS8 PEM, mode 0600) that the silo keeps; the node config

@@ -9,12 +9,19 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TextIO
 
 MAX_LISTED = 5  # missing columns named in a message; the rest are counted
 
 
 class DataFileError(ValueError):
     """A data file is unusable; the message names the file, the row and the column."""
+
+
+def open_csv(path: str | Path) -> TextIO:
+    """``path`` for ``csv.reader``: UTF-8 with or without a byte-order mark (Excel's "CSV UTF-8"
+    writes one; read as text it would glue itself to the first column's name), any line ends."""
+    return open(path, newline="", encoding="utf-8-sig")
 
 
 def at(path: str | Path, row: int | None = None, column: str | None = None) -> str:

@@ -36,7 +36,15 @@ from hetfed.problems.base import (
     chronological_split_sizes,
     standardized_splits,
 )
-from hetfed.problems.datafile import DataFileError, at, empty_file, finite, missing_columns, row_length
+from hetfed.problems.datafile import (
+    DataFileError,
+    at,
+    empty_file,
+    finite,
+    missing_columns,
+    open_csv,
+    row_length,
+)
 from hetfed.problems.ercot import ErcotData, load_ercot
 
 HOURS = 24
@@ -442,7 +450,7 @@ def _pjm_records(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
     """
     row = 1
     try:
-        with open(path, newline="") as f:
+        with open_csv(path) as f:
             reader = csv.reader(f)
             header = next(reader, None)
             if header is None:

@@ -33,8 +33,16 @@ import scipy.sparse as sp
 import torch
 
 from hetfed.problems.base import DecisionClientData, chronological_split_sizes, standardized_splits
-from hetfed.problems.datafile import DataFileError, at, empty_file, finite, missing_columns, row_length
-from hetfed.problems.polytope import Polytope, PolytopeLabels
+from hetfed.problems.datafile import (
+    DataFileError,
+    at,
+    empty_file,
+    finite,
+    missing_columns,
+    open_csv,
+    row_length,
+)
+from hetfed.problems.polytope import Polytope, PolytopeLabels, quiet_highs
 
 PROBLEM_FILES = ("problem.lp", "problem.mps")
 SAMPLES_FILE = "samples.csv"
@@ -106,6 +114,17 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _without_bom(path: Path, tmp: Path) -> Path:
+    """``path``, or a copy in ``tmp`` without its UTF-8 byte-order mark, which HiGHS would read as
+    part of the first keyword (an editor on Windows may write one)."""
+    data = path.read_bytes()
+    if not data.startswith(b"\xef\xbb\xbf"):
+        return path
+    copy = tmp / f"model{path.suffix}"
+    copy.write_bytes(data[3:])
+    return copy
+
+
 def read_lp(path: str | Path, variables: Sequence[str], relax_integers: bool = False) -> LinearProgram:
     """Read ``path`` (``.lp``: CPLEX LP format, ``.mps``) with HiGHS into ``S = {w : rows, bounds}``
     over ``variables`` (matched by name). Refuses, in one line naming the file and the culprit: a
@@ -116,14 +135,14 @@ def read_lp(path: str | Path, variables: Sequence[str], relax_integers: bool = F
     path = Path(path)
     if not path.is_file():
         raise ProblemFileError(f"{path}: no such file")
-    h = highspy.Highs()
+    h = quiet_highs()
     with tempfile.TemporaryDirectory(prefix="hetfed-highs-") as tmp:
         log = Path(tmp) / "highs.log"
         # HiGHS says what is wrong with a file only in its log: capture it, keep the console quiet.
         h.setOptionValue("log_to_console", False)
         h.setOptionValue("log_file", str(log))
         h.setOptionValue("output_flag", True)
-        status = h.readModel(str(path))
+        status = h.readModel(str(_without_bom(path, Path(tmp))))
         h.setOptionValue("output_flag", False)
         text = log.read_text(errors="replace") if log.exists() else ""
     if status == highspy.HighsStatus.kError:
@@ -251,7 +270,7 @@ def read_samples(path: str | Path, features: Sequence[str], variables: Sequence[
     path = Path(path)
     costs = [COST_PREFIX + v for v in variables]
     try:
-        with open(path, newline="") as f:
+        with open_csv(path) as f:
             reader = csv.reader(f)
             header = next(reader, None)
             if header is None:

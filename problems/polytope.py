@@ -21,6 +21,8 @@ whose polytopes have exact oracles never maps them.
 from __future__ import annotations
 
 import math
+import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +48,25 @@ PROJECTION_ACCURACY: dict[str, float] = {
 _OSQP_EPS = 1e-6  # OSQP eps_abs = eps_rel; with polishing this gives ~1e-6 or better
 _DAQP_PRIMAL_TOL = 1e-12  # DAQP's default 1e-6 would leave constraints violated by up to 1e-6
 _QPTH_MAX_ITER = 50
+
+
+def quiet_highs() -> Any:
+    """A ``highspy.Highs`` with its output off. HiGHS prints its banner on stdout when the first
+    instance of a process is made, before any option can be set (ERGO-Code/HiGHS#2749): that
+    construction runs with file descriptor 1 on /dev/null, so ``decide`` and a silo print nothing."""
+    import highspy
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            h = highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    h.setOptionValue("output_flag", False)
+    return h
 
 
 def _as_float_array(x: Any, name: str, ndim: int) -> np.ndarray:
@@ -370,8 +391,7 @@ class _Highs:
         import scipy.sparse as sp
 
         self._status = highspy.HighsModelStatus
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
+        h = quiet_highs()
         inf = highspy.kHighsInf
         A = sp.csc_matrix(np.vstack([poly.A_ub, poly.A_eq]))
         lp = highspy.HighsLp()

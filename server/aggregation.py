@@ -6,7 +6,9 @@ summed phase here instead of sending it plainly: every train message gets the ro
 ``sum-weight``, clip and local noise (client/secure_aggregation.py applies them), the sum comes
 from the replies in clear or from SecAgg+ (server/secure_aggregation.py), the server adds the
 central DP noise (server/privacy.py), and the strategy's ``aggregate_sum`` turns the sum into its
-update. The protocol is written once, here, for every strategy.
+update. A phase whose values are private whatever the run (``Phase.secure_mean``: FedRSPO+'s shared
+calibration) always runs on the same SecAgg+ round here (:meth:`Summation.secure_mean`). The
+protocol is written once, here, for every strategy.
 """
 
 from __future__ import annotations
@@ -133,7 +135,9 @@ class Summation:
         layout = strategy.sum_layout()
         with self.pool.unlisted(self.dp.secret_sample):  # a secret sample: counts only (below)
             if self.secure:
-                replies, flat = self._secure(messages, server_round, layout, weights)
+                replies, flat = self._secure(
+                    messages, server_round, layout, weights, self.code, self.within_bit
+                )
             else:
                 replies = self.pool.screen(self.pool.send(messages, server_round), check)
                 flat = self._plain(strategy, replies, weights, layout)
@@ -157,6 +161,34 @@ class Summation:
             columns |= noised
         return replies, WeightedSum(_unflatten(values, layout), weight, contributors), columns
 
+    def secure_mean(
+        self, messages: list[Message], server_round: int, layout: Mapping[str, tuple[int, ...]]
+    ) -> tuple[list[Message], WeightedSum | None]:
+        """Send a secure-mean phase's ``messages`` inside SecAgg+, whatever ``secure-aggregation``:
+        the replies (masked) and sum_j x_j over the clients whose input the server holds, with the
+        weight slot their number (a_j = 1); None below the threshold. The threshold follows the run's
+        rule for the phase's m clients (refused in one line when no client would accept it), the code
+        has step 2^-40 and the widest range the m clients' sum allows (:func:`hetfed.secagg.mean_code`;
+        a value beyond it is clipped and counted in the reply metric ``secagg-clipped``)."""
+        m = len(messages)
+        t = threshold_for(self.requested_threshold, m, self.corrupt)
+        if problem := secagg.threshold_problem(t, m, self.corrupt):
+            raise ConfigError(
+                f"run config 'secagg-threshold' / 'secagg-tolerated-corrupt': the secure mean of round "
+                f"{server_round}: {problem}"
+            )
+        code = FixedPointCode(*secagg.mean_code(m), 1.0)
+        sent = [with_config(msg, {"secagg-step": code.step, "sum-weight": 1.0}) for msg in messages]
+        weights: dict[int, float | str] = {self.pool.partition_to(msg): 1.0 for msg in messages}
+        # No dp-local-noise is sent: every client appends its within-clip bit (client/secure_aggregation.py).
+        replies, flat = self._secure(sent, server_round, layout, weights, code, within_bit=True)
+        if flat is None:
+            return replies, None
+        size = sum(math.prod(s) for s in layout.values())
+        survivors = sorted(self.pool.partition_of(r) for r in replies)  # whose input is in the sum
+        summed = WeightedSum(_unflatten(flat[:size], layout), float(flat[size]), survivors)
+        return replies, summed
+
     def _weight(self, weight: float | str) -> float | str:
         """a_j; under DP a data-size weight becomes 1 (a weight scales the sensitivity)."""
         return 1.0 if self.dp.on and isinstance(weight, str) else weight
@@ -172,10 +204,15 @@ class Summation:
         server_round: int,
         layout: Mapping[str, tuple[int, ...]],
         weights: Mapping[int, float | str],
+        code: FixedPointCode,
+        within_bit: bool,
     ) -> tuple[list[Message], np.ndarray | None]:
-        size = sum(math.prod(s) for s in layout.values()) + 1 + int(self.within_bit)
+        """One SecAgg+ round of ``messages`` with ``code``: the replies and the unmasked sum
+        [sum a x, sum a, (sum c if ``within_bit``)], None below the threshold or when the server's
+        checks refuse it (:func:`implausible_sum`)."""
+        size = sum(math.prod(s) for s in layout.values()) + 1 + int(within_bit)
         t = threshold_for(self.requested_threshold, len(messages), self.corrupt)
-        protocol = SecureRound(self.pool, server_round, threshold=t, code=self.code, log=self.pool.log)
+        protocol = SecureRound(self.pool, server_round, threshold=t, code=code, log=self.pool.log)
         try:
             replies, unmasked = protocol.run(messages, size)
         except BelowThreshold as exc:
@@ -186,8 +223,8 @@ class Summation:
                 self.authenticated = protocol.authenticated and self.authenticated is not False
         expected = sum(self._known_weight(weights[self.pool.partition_of(r)], r) for r in replies)
         clip = self.privacy.clip if self.privacy is not None and self.dp.mode == "central" else None
-        survivors, step = len(unmasked.survivors), self.code.step
-        if problem := implausible_sum(unmasked.total, expected, survivors, step, self.within_bit, clip):
+        survivors = len(unmasked.survivors)
+        if problem := implausible_sum(unmasked.total, expected, survivors, code.step, within_bit, clip):
             # A bad silo's masked input is arbitrary; what the server can check of the sum it checks.
             self.pool.log(f"round {server_round}: the secure sum is refused: {problem}; the round has no sum")
             if self.privacy is not None and self.dp.mode == "local":
@@ -268,7 +305,7 @@ def implausible_sum(
     knows: the weight slot is the known sum of the survivors' weights, the count is within 0..m, and
     with central DP's ``clip`` S, ||sum a x|| <= (sum a) S; each up to m half-steps of rounding
     (docs/algorithms.md "Secure aggregation"). Range proofs are out of scope: within these a bad
-    silo's input still counts (README, threat model)."""
+    silo's input still counts (docs/security.md, the threat model)."""
     # Rounding: half a step per client, and the decode's float64 (codes beyond 2^53 steps lose bits).
     slack = survivors * step / 2 * (1 + 1e-9) + 4 * 2.0**-53 * abs(expected_weight)
     size = total.size - 1 - int(counted)  # the values; then the weight (and the count)

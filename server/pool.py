@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flwr.app import ConfigRecord, ConfigRecordValues, Message, RecordDict
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 
 from hetfed.records import scalar, to_numpy
@@ -353,7 +354,8 @@ class ClientPool:
 
     def _client_state(self, pid: int, content: RecordDict, row: dict[str, Any], where: str) -> None:
         """Which clients hold state (``client-state`` ``kept``) and whose state was lost (``lost``:
-        one line, in the client's row; the client went on by its method's rule, README "Client state")."""
+        one line, in the client's row; the client went on by its method's rule, docs/user-guide.md
+        "Client state")."""
         report = content.config_records.get("client-state")
         if report is None:
             return
@@ -492,7 +494,11 @@ def _claim(reason: str) -> tuple[int, int, str] | None:
 
 
 def _reason(reply: Message) -> str:
+    """A failed reply's error as rounds.csv records it: a silo's refusal as its own line
+    (client/refusal.py), any other error with its code."""
     err = reply.error
+    if err.code == ErrorCode.MOD_FAILED_PRECONDITION:
+        return str(err.reason)
     return f"[code {err.code}] {err.reason}"
 
 

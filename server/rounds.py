@@ -31,26 +31,25 @@ def run_rounds(
     store: RunStore,
     *,
     checkpoint_every: int = 1,
-    summation: Summation | None = None,
+    summation: Summation,
 ) -> dict[str, Any]:
     """Round 0 (or restore the checkpoint), the rounds, then ``finish``; returns the summary.
 
     rounds.csv and the checkpoint are written every ``checkpoint_every`` rounds (0: after the
     last only) and after the last round. With ``summation`` active (secure aggregation, DP), the
-    rounds the strategy sums run through it (server/aggregation.py).
+    rounds the strategy sums run through it (server/aggregation.py), as a phase's secure mean
+    always does.
     """
     strategy.pool = pool
     # Krum's n >= 2f + 3, a trim of at least one client: against the plan, before anything is sent.
     strategy.aggregation.check_round_clients(strategy.planned_sample(len(pool.partitions)))
-    summing = summation is not None and summation.active
-    if summation is not None and summing:
+    if summation.active:
         summation.start(strategy)  # the DP budget is refused here, before anything is sent
     checkpoint = store.load_checkpoint()
     if checkpoint is not None:
         strategy.load_state_dict(checkpoint["strategy"])
         pool.load_state_dict(checkpoint.get("pool", {}))
-        if summation is not None:
-            summation.load_state_dict(checkpoint.get("privacy", {}))
+        summation.load_state_dict(checkpoint.get("privacy", {}))
         first = int(checkpoint["round"]) + 1
         store.drop_rows_after(first - 1)
         strategy.log(f"resuming after round {first - 1} of {strategy.num_rounds}")
@@ -58,7 +57,7 @@ def run_rounds(
         strategy.summary()
         try:
             strategy.setup()
-            metrics = run_phases(strategy, pool, 0, summation if summing else None)
+            metrics = run_phases(strategy, pool, 0, summation)
         except Exception:
             with deferred():  # a setup that fails still leaves its rows (each client's reason) on disk
                 store.commit(0, strategy.num_rounds)
@@ -73,7 +72,7 @@ def run_rounds(
     store.segment_starts_at(first)
     for server_round in range(first, strategy.num_rounds + 1):
         pool.refresh()  # a restarted SuperNode is back under a new node id
-        metrics = run_phases(strategy, pool, server_round, summation if summing else None)
+        metrics = run_phases(strategy, pool, server_round, summation)
         strategy.history[server_round] = metrics
         _server_row(store, server_round, metrics)
         if server_round == strategy.num_rounds or (checkpoint_every and server_round % checkpoint_every == 0):
@@ -85,7 +84,7 @@ def run_rounds(
     if pool.left_out:  # clients left out at discovery (bad data): failed from the start
         summary = {**summary, "failed": {**pool.left_out, **summary.get("failed", {})}}
     summary = {**summary, **client_incidents(store.rows)}
-    if summation is not None and summing:
+    if summation.active:
         summary["privacy"] = summation.report()
     if "clients" in summary and not summary["clients"]:
         reasons = "; ".join(f"{name}: {why}" for name, why in sorted(summary.get("failed", {}).items()))
@@ -101,26 +100,33 @@ def run_rounds(
 
 
 def run_phases(
-    strategy: FederatedStrategy, pool: ClientPool, server_round: int, summation: Summation | None
+    strategy: FederatedStrategy, pool: ClientPool, server_round: int, summation: Summation
 ) -> dict[str, Any]:
     """Round ``server_round``'s phases in order: apply each phase's draw (its sample), build its
     messages from the state, send them, reject the replies its ``check`` refuses (recorded in
     rounds.csv), fold the rest and apply the fold's :class:`~hetfed.strategies.base.Folded` (state,
     clients' columns); returns the server row's metrics (the folds', then the DP columns). A summed
-    phase goes through ``summation`` when given (secure aggregation, DP)."""
+    phase goes through ``summation`` when it is active (secure aggregation, DP), a phase's secure
+    mean always (SecAgg+ whatever the run's settings)."""
     metrics: dict[str, Any] = {}
     for phase in strategy.phases(server_round):
+        privacy: dict[str, float] = {}  # a summed phase's DP columns
         if phase.draw is not None:
             strategy.apply(phase.draw(server_round))
         messages = phase.messages(server_round)
         if not messages:
             continue
-        if phase.fold_sum is not None and summation is not None:
+        if phase.fold_sum is not None and phase.secure_mean is not None:
+            replies, summed = summation.secure_mean(messages, server_round, phase.secure_mean)
+            folded = phase.fold_sum(server_round, replies, summed)
+        elif phase.fold_sum is not None and summation.active:
             replies, summed, privacy = summation.run(strategy, messages, server_round, phase.check)
             folded = phase.fold_sum(server_round, replies, summed)
-        else:
+        elif phase.fold is not None:
             replies = pool.screen(pool.send(messages, server_round), phase.check)
-            folded, privacy = phase.fold(server_round, replies), {}
+            folded = phase.fold(server_round, replies)
+        else:
+            raise ValueError(f"phase {phase.name!r} has no fold in clear and no secure mean with fold_sum")
         strategy.apply(folded.state)
         for pid, columns in folded.notes.items():
             pool.note(pid, **columns)
@@ -129,11 +135,11 @@ def run_phases(
 
 
 def _checkpoint(
-    server_round: int, strategy: FederatedStrategy, pool: ClientPool, summation: Summation | None
+    server_round: int, strategy: FederatedStrategy, pool: ClientPool, summation: Summation
 ) -> dict[str, Any]:
     """The checkpoint after ``server_round``: the strategy's, the pool's and the DP state."""
     out = {"round": server_round, "strategy": strategy.state_dict(), "pool": pool.state_dict()}
-    return out | ({"privacy": summation.state_dict()} if summation is not None else {})
+    return out | {"privacy": summation.state_dict()}
 
 
 class NoUsableClient(FederationError):
@@ -181,8 +187,14 @@ def models_manifest(models: Mapping[str, np.ndarray], method: str, store: RunSto
 
 
 def _server_row(store: RunStore, server_round: int, metrics: Mapping[str, float]) -> None:
-    """The round's aggregate metrics as the server's row of rounds.csv."""
-    store.add_row(round=server_round, exchange="round", client="server", status="ok", error="", **metrics)
+    """The round's aggregate metrics as the server's row of rounds.csv: status ``ok``, or ``no-update``
+    when no client's reply could be used (``clients-used`` 0: each client's row says why)."""
+    status, error = "ok", ""
+    if metrics.get("clients-used") == 0:
+        status, error = "no-update", "no client's reply could be used this round (see its rows)"
+    store.add_row(
+        round=server_round, exchange="round", client="server", status=status, error=error, **metrics
+    )
 
 
 def _fmt(metrics: Mapping[str, float]) -> str:

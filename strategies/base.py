@@ -14,7 +14,8 @@ itself; the round loop applies what it returns (:meth:`FederatedStrategy.apply`)
 that fails leaves the state as it was, and a later phase of the round builds its messages from
 what the earlier folds changed (softmax switching's ``plan``). A strategy never sends: the round loop
 (server/rounds.py ``run_rounds``) alone sends each phase's messages (through the Summation of
-server/aggregation.py for a summed phase under secure aggregation or DP), its pool records
+server/aggregation.py for a summed phase under secure aggregation or DP, and for a phase whose
+values are private whatever the run: its ``secure_mean``), its pool records
 every client's failure, and it checkpoints the state after the round. A phase's ``check`` gives
 the verdict on each reply (why it cannot be used: NaN, wrong shape); the round loop records the
 rejected ones and folds the rest. Its clients are :class:`Clients`, which can neither send nor
@@ -102,14 +103,20 @@ class Phase:
     or DP give only the weighted sum (server/aggregation.py). ``check(reply)``: why a reply cannot
     be used (None: it can); the round loop rejects those, so a fold sees only usable replies.
     ``draw(t)``: the new values of the state drawn before the messages are built (the round's
-    sample and the sampling stream after it, :func:`drawn`); the round loop applies them first."""
+    sample and the sampling stream after it, :func:`drawn`); the round loop applies them first.
+    ``secure_mean``: the names and shapes of a phase's values that the server may learn only as
+    their sum over the clients, whatever the run's secure-aggregation (FedRSPO+'s shared
+    calibration): such a phase has no fold in clear, only ``fold_sum``, and the round loop always
+    runs it on SecAgg+ with weight 1 per client and x_j = the reply's arrays, so the sum's weight is
+    the number of clients in it (server/aggregation.py ``Summation.secure_mean``)."""
 
     name: str
     messages: Callable[[int], list[Message]]
-    fold: Callable[[int, list[Message]], Folded]
+    fold: Callable[[int, list[Message]], Folded] | None = None
     fold_sum: Callable[[int, list[Message], WeightedSum | None], Folded] | None = None
     check: Callable[[Message], str | None] | None = None
     draw: Callable[[int], Mapping[str, Any]] | None = None
+    secure_mean: Mapping[str, tuple[int, ...]] | None = None
 
 
 def drawn(

@@ -7,9 +7,9 @@ Its phases (strategies/base.py): round 0 ``calibrate`` (and ``masked-calibration
    private data ``lam0_j = mean_i ||c_i|| / R_j`` and ``lr0_j = alpha lam0_j / 4`` and keeps
    them: the reply says only that it can take part (and n_j). Without per-client calibration
    (an ablation) a second exchange, ``query.masked_calibration``, gives the server the mean of
-   ``(lam0_j, lr0_j)`` over the calibrated clients and nothing else: each client masks its
-   values with pairwise masks that cancel in the sum (hetfed.secure_mean; the public keys ride
-   on the first exchange's replies).
+   ``(lam0_j, lr0_j)`` over the calibrated clients and nothing else: a secure-mean phase, which the
+   round loop always runs on SecAgg+ (server/aggregation.py ``Summation.secure_mean``: signed keys
+   on silos with a roster, the mean over the survivors when a client drops out).
 2. **Federated warm start** (rounds 1..R_fed): FedAvg of deltas weighted by n_j over
    ``ceil(fraction n)`` seeded samples; each sampled client trains with its own ``lam0_j``,
    ``lr0_j`` (the message carries the shared mean instead, or the run's ``lr`` for a loss without
@@ -33,21 +33,14 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
+from hetfed import secagg
 from hetfed.methods.decision import CalibratedParams
 from hetfed.params import ConfigError
-from hetfed.secure_mean import unmasked_mean
-from hetfed.strategies.base import (
-    FederationError,
-    Folded,
-    Phase,
-    checked_arrays,
-    reply_arrays,
-    reply_metrics,
-)
+from hetfed.strategies.base import FederationError, Folded, Phase, WeightedSum, reply_metrics
 from hetfed.strategies.fedavg import FedAvg
 
-# What a client's masked (lam0_j, lr0_j) must look like: two uint64 words.
-MASKED_CALIBRATION = {"masked-calibration": np.zeros(2, dtype=np.uint64)}
+# What a client's reply to query.masked_calibration sums (before masking): its (lam0_j, lr0_j).
+CALIBRATION_LAYOUT = {"calibration": (2,)}
 
 
 class FedRSPO(FedAvg):
@@ -75,7 +68,6 @@ class FedRSPO(FedAvg):
         ``params.personal_rounds`` local rounds on every client (none if 0)."""
         super().__init__(initial_arrays=initial_arrays, num_rounds=num_rounds, seed=seed, params=params)
         self.calibrated: list[int] = []  # the partitions that can take part
-        self.public_keys: dict[int, bytes] = {}  # partition -> its key for the masked mean
         self.shared: tuple[float, float] | None = None  # mean (lam0, lr0) without per-client calibration
         self.personal: dict[int, dict[str, float]] = {}
 
@@ -100,10 +92,13 @@ class FedRSPO(FedAvg):
             calibrate = Phase("calibrate", self.calibrate_messages, self.aggregate_calibration)
             if self.params.per_client_calibration:
                 return [calibrate]
-            masked = Phase(
-                "masked-calibration", self.masked_mean_messages, self.masked_mean, check=self.unmaskable
+            shared = Phase(
+                "masked-calibration",
+                self.shared_calibration_messages,
+                fold_sum=self.shared_calibration,
+                secure_mean=CALIBRATION_LAYOUT,
             )
-            return [calibrate, masked]
+            return [calibrate, shared]
         if server_round <= self.warm_rounds:
             return super().phases(server_round)
         return [
@@ -113,64 +108,60 @@ class FedRSPO(FedAvg):
 
     # --- 1. calibration ------------------------------------------------------------------------
     def calibrate_messages(self, server_round: int) -> list[Message]:
-        """Ask every client whether it can calibrate (its lam0_j, lr0_j stay on it); without
-        per-client calibration, also for its key for the masked mean."""
-        share = not self.params.per_client_calibration
-        config = ConfigRecord({"run-name": self.pool.run_name, "share-calibration": share})
+        """Ask every client whether it can calibrate (its lam0_j, lr0_j stay on it)."""
+        config = ConfigRecord({"run-name": self.pool.run_name})
         content = RecordDict({"config": config})
         return [
             self.pool.message(pid, "query.calibrate", content, server_round) for pid in self.pool.partitions
         ]
 
     def aggregate_calibration(self, server_round: int, replies: list[Message]) -> Folded:
-        """The calibrated clients (and their public keys); a client that failed is left out."""
+        """The calibrated clients; a client that failed is left out."""
         calibrated = sorted(self.pool.partition_of(reply) for reply in replies)
-        public_keys = {}
-        if not self.params.per_client_calibration:
-            for reply in replies:
-                key = reply.content["keys"]["public-key"]
-                public_keys[self.pool.partition_of(reply)] = bytes(key)  # type: ignore[arg-type]
         for pid, reason in self.pool.failed.items():
             self.log(f"{self.pool.name(pid)} is left out: calibration failed: {reason}")
         if not calibrated:
             raise FederationError("every client failed calibration; see rounds.csv for the reasons")
-        return Folded(state={"calibrated": calibrated, "public_keys": public_keys})
+        return Folded(state={"calibrated": calibrated})
 
-    def masked_mean_messages(self, server_round: int) -> list[Message]:
-        """To every calibrated client: the peers and their public keys, to mask (lam0_j, lr0_j) with."""
-        peers = sorted(self.public_keys)
-        config = ConfigRecord(
-            {
-                "run-name": self.pool.run_name,
-                "peers": peers,
-                "public-keys": [self.public_keys[p] for p in peers],
-            }
-        )
-        content = RecordDict({"config": config})
-        return [self.pool.message(pid, "query.masked_calibration", content, server_round) for pid in peers]
+    def shared_calibration_messages(self, server_round: int) -> list[Message]:
+        """To every calibrated client: reply with your (lam0_j, lr0_j), which the round loop sums on
+        SecAgg+ (``secure_mean``: the client masks them)."""
+        content = RecordDict({"config": ConfigRecord({"run-name": self.pool.run_name})})
+        return [
+            self.pool.message(pid, "query.masked_calibration", content, server_round)
+            for pid in self.calibrated
+        ]
 
-    @staticmethod
-    def unmaskable(reply: Message) -> str | None:
-        """Why a reply carries no usable masked (lam0_j, lr0_j), else None."""
-        return checked_arrays(reply_arrays(reply.content), MASKED_CALIBRATION)[1]
-
-    def masked_mean(self, server_round: int, replies: list[Message]) -> Folded:
-        """``shared``: the mean (lam0, lr0) over the calibrated clients from their masked values (the
-        masks cancel only in the sum over all of them: a client that did not answer, or whose reply
-        was rejected, fails the run)."""
-        problems = {self.pool.name(pid): why for pid, why in self.pool.failed.items()}
-        if problems:
+    def shared_calibration(
+        self, server_round: int, replies: list[Message], summed: WeightedSum | None
+    ) -> Folded:
+        """``shared``: the mean (lam0, lr0) = sum_j (lam0_j, lr0_j) / |S| over the clients S whose
+        masked values the secure sum holds (|S| is its weight slot: a client that dropped out before
+        its input is left out, one lost after it is in). Without a sum (fewer clients than the
+        threshold), or with a value the code clipped, the run fails in one line."""
+        if summed is None:
             raise FederationError(
-                f"shared calibration: {', '.join(problems)} sent no masked value, so the masks of the "
-                f"others do not cancel ({'; '.join(problems.values())}); rerun with those clients up, "
-                "or with per-client-calibration = true"
+                "shared calibration: the secure mean of (lam0_j, lr0_j) has no sum (fewer clients than "
+                "secagg-threshold; see rounds.csv for why); rerun with those clients up, or with "
+                "per-client-calibration = true"
             )
-        masked = []
-        for reply in replies:  # usable: the round loop rejected the others (``unmaskable``)
-            got, _ = checked_arrays(reply_arrays(reply.content), MASKED_CALIBRATION)
-            assert got is not None
-            masked.append(got["masked-calibration"])
-        mean = unmasked_mean(masked)
+        clipped = [
+            self.pool.name(self.pool.partition_of(r))
+            for r in replies
+            if "metrics" in r.content.metric_records and reply_metrics(r.content).get("secagg-clipped", 0)
+        ]
+        if clipped:
+            raise FederationError(
+                f"shared calibration: {', '.join(clipped)}'s lam0_j or lr0_j lies beyond the secure mean's "
+                f"range (+-{secagg.mean_code(len(self.calibrated))[1]:g} at {len(self.calibrated)} clients: "
+                "hetfed/secagg.py mean_code); rerun with per-client-calibration = true"
+            )
+        left_out = sorted(set(self.calibrated) - set(summed.contributors))
+        if left_out:
+            names = ", ".join(self.pool.name(p) for p in left_out)
+            self.log(f"shared calibration: the mean over {len(summed.contributors)} clients, without {names}")
+        mean = summed.mean()["calibration"]
         return Folded(state={"shared": (float(mean[0]), float(mean[1]))})
 
     def step_sizes(self) -> dict[str, float]:
@@ -221,7 +212,6 @@ class FedRSPO(FedAvg):
         return {
             **super().state_dict(),
             "calibrated": self.calibrated,
-            "public-keys": self.public_keys,
             "shared": self.shared,
             "personal": self.personal,
         }
@@ -236,7 +226,6 @@ class FedRSPO(FedAvg):
             self.shared = None if self.params.per_client_calibration else mean
         else:
             self.calibrated = [int(p) for p in state["calibrated"]]
-            self.public_keys = {int(p): bytes(k) for p, k in state.get("public-keys", {}).items()}
             shared = state["shared"]
             self.shared = None if shared is None else (float(shared[0]), float(shared[1]))
         self.personal = {int(k): v for k, v in state["personal"].items()}

@@ -4,7 +4,7 @@ Every service's command line is parsed by the real ``flower-superlink``,
 ``flower-supernode`` and ``flower-superexec`` argument parsers of the installed
 Flower; volumes, networks and secrets are checked so that a silo's data and its
 signing identity are mounted only into that silo's ClientApp executor; the Dockerfile's
-structure and the README section's compose instructions are checked against these files.
+structure and the compose instructions of docs/deployment.md are checked against these files.
 """
 
 from __future__ import annotations
@@ -66,7 +66,12 @@ PARSERS = {
     "hetfed-worker": HetfedWorkerParser,
     "hetfed": build_parser,
 }
-SECTION = REPO / "README.md"  # every command documented in the README
+# Every command documented: the README and the documentation's pages (docs/results are generated reports).
+DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def documented() -> str:
+    return "".join(path.read_text() for path in DOCUMENTS)
 
 
 def load(name: str) -> dict[str, Any]:
@@ -285,10 +290,10 @@ def test_each_silos_identity_is_mounted_only_in_its_own_executor_and_named_in_it
 
 
 def test_the_identity_commands_make_what_the_compose_file_mounts_and_keep_it(tmp_path: Path) -> None:
-    """The preparation the README documents, run for real in the compose file's folder: an identity per
-    silo (mode 0600) that the roster binds to the silo's partition (hetfed/silo_identity.py's check,
-    with the files the compose file mounts); run again it keeps every identity; the chown names
-    exactly the identities, for the image's user (docker/base.Dockerfile)."""
+    """The preparation docs/deployment.md documents, run for real in the compose file's folder: an
+    identity per silo (mode 0600) that the roster binds to the silo's partition
+    (hetfed/silo_identity.py's check, with the files the compose file mounts); run again it keeps
+    every identity; the chown names exactly the identities, for the image's user (docker/base.Dockerfile)."""
     import os
     import stat
     import subprocess
@@ -330,7 +335,7 @@ def test_the_identity_commands_make_what_the_compose_file_mounts_and_keep_it(tmp
     base = (REPO / "docker" / "base.Dockerfile").read_text()
     uid, gid = APP_USER.split(":")
     assert f"groupadd -g {gid} app" in base and f"useradd -M -d /app -u {uid} -g app" in base
-    # The README prepares the checked-in files with these very commands.
+    # docs/deployment.md prepares the checked-in files with these very commands.
     documented = section_commands()
     for argv in commands:
         assert shlex.join(argv) in documented, shlex.join(argv)
@@ -443,8 +448,8 @@ def test_pip_install_of_the_project_installs_every_subpackage() -> None:
 
 
 def section_commands() -> list[str]:
-    """Shell commands (one per logical line) of the README's code blocks."""
-    blocks = re.findall(r"```(?:bash|sh|console)\n(.*?)```", SECTION.read_text(), re.S)
+    """Shell commands (one per logical line) of the documentation's code blocks."""
+    blocks = re.findall(r"```(?:bash|sh|console)\n(.*?)```", documented(), re.S)
     lines = re.sub(r"\\\n\s*", " ", "".join(blocks)).splitlines()
     # Commands run as root or as the service user, and the installed path, are the same commands.
     lines = [re.sub(r"^(sudo (-u hetfed )?)?(/opt/hetfed/\.venv/bin/)?", "", ln.strip()) for ln in lines]
@@ -455,7 +460,7 @@ def section_commands() -> list[str]:
 def test_readme_compose_instructions_match_the_files() -> None:
     commands = section_commands()
     compose = [c for c in commands if c.startswith("docker compose")]
-    assert compose, "the README section documents docker compose"
+    assert compose, "docs/deployment.md documents docker compose"
     for cmd in compose:
         argv = shlex.split(cmd)
         name = argv[argv.index("-f") + 1] if "-f" in argv else "docker-compose.yml"
@@ -468,7 +473,7 @@ def test_readme_compose_instructions_match_the_files() -> None:
     generators = [shlex.split(c) for c in commands if c.startswith("hetfed federation compose")]
     assert {shlex.join(header_command(n)) for n in FILES} <= {shlex.join(g) for g in generators}
     # The flwr connection documented for the operator is the port the SuperLink publishes.
-    text = SECTION.read_text()
+    text = documented()
     port = load("docker-compose.yml")["services"]["superlink"]["ports"][0]
     assert port.startswith("127.0.0.1:")
     assert f'address = "127.0.0.1:{port.split(":")[1]}"' in text
@@ -485,7 +490,7 @@ def test_readme_hetfed_commands_parse() -> None:
         try:
             parser.parse_args(argv[1:])
         except SystemExit:
-            pytest.fail(f"README command does not parse: {cmd}")
+            pytest.fail(f"documented command does not parse: {cmd}")
 
 
 def test_the_compose_command_prints_the_offline_build_the_readme_documents(tmp_path: Path) -> None:
@@ -499,7 +504,7 @@ def test_the_compose_command_prints_the_offline_build_the_readme_documents(tmp_p
     lines = [line.strip() for line in out.stdout.splitlines()]
     build = next(line for line in lines if "docker build" in line)
     commands = section_commands()
-    for step in build.split(" && "):  # each step is a command of the README's offline build
+    for step in build.split(" && "):  # each step is a command of the documented offline build
         assert step in commands, step
     assert "--network none" in build  # nothing is fetched while building
     assert lines[-1] == f"then start it with: docker compose -f {tmp_path / 'c.yml'} up -d --no-build"
@@ -512,7 +517,7 @@ def test_the_compose_command_prints_the_offline_build_the_readme_documents(tmp_p
 
 def test_the_tls_superlink_service_runs_flower_on_its_loopback_behind_nginx(tmp_path: Path) -> None:
     """docker-compose.tls.yml's superlink command, run with ``--print`` against real certificates
-    (``certs --host superlink``, as the README makes them): Flower's SuperLink on 127.0.0.1 with node
+    (``certs --host superlink``, as docs/deployment.md makes them): Flower's SuperLink on 127.0.0.1 with node
     auth and process isolation (parsed by Flower's parser), nginx on the published port forwarding to
     it, and the allow-list the silos read is what the image's last build step writes."""
     from hetfed.credentials import write_certificates

@@ -7,7 +7,7 @@ with one reason. They start ``dockerd`` with its data root in a cache folder out
 before starts warm), without IP forwarding or masquerading (containers reach each other and the
 host's 127.0.0.1 only; the host's forwarding settings are left as they are), build what is
 missing (wheelhouse, the ``flwr/superexec`` stand-in, the app image, all with ``--network
-none``), and for the plain and the TLS file: the silos' identities and roster (made as the README
+none``), and for the plain and the TLS file: the silos' identities and roster (made as docs/deployment.md
 makes them), ``up -d --no-build``, the topology read back with the Docker SDK, a 2-round FedRSPO+
 run with secure aggregation submitted with ``flwr run`` (its summary says the keys were signed and
 verified against the roster: each executor read its 0600 identity),
@@ -215,7 +215,7 @@ def engine_unavailable() -> str | None:
             return f"no Docker engine can start: no {tool} (apt-get install docker.io iptables)"
     out = subprocess.run(["docker", "compose", "version", "--short"], capture_output=True, text=True)
     if out.returncode or not out.stdout.strip().lstrip("v").startswith("2."):
-        return "no Docker Compose v2: `docker compose version` fails (README: Docker compose)"
+        return "no Docker Compose v2: `docker compose version` fails (docs/deployment.md: Docker compose)"
     if CACHE.resolve().is_relative_to(REPO):
         return f"HETFED_DOCKER_CACHE={CACHE} is inside the clone"
     return None
@@ -475,7 +475,8 @@ class Federation:
 
             wait_for(f"{SILOS} SuperNodes online", online, timeout, self.logs)
             return
-        # As the README has the operator wait on the host: the published port, connection hetfed-compose.
+        # As docs/deployment.md has the operator wait on the host: the published port, connection
+        # hetfed-compose.
         argv = [str(FLWR.parent / "hetfed"), "federation", "status", "--connection", self.connection]
         argv += ["--wait", str(SILOS), "--timeout", str(timeout)]
         out = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=timeout + 60)
@@ -550,7 +551,7 @@ def compose_up(
     project.mkdir()
     (project / "docker-compose.yml").write_text(yaml.safe_dump(spec, sort_keys=False))
     hetfed = [sys.executable, "-m", "hetfed.cli", "federation"]
-    # Both files mount the silos' identities and roster: made as the README makes them (as root here).
+    # Both files mount the silos' identities and roster: made as docs/deployment.md makes them (as root here).
     for argv in identity_commands(SILOS):
         command = [*hetfed, *argv[2:]] if argv[0] == "hetfed" else argv
         subprocess.run(command, cwd=project, check=True, capture_output=True)

@@ -262,7 +262,7 @@ def test_the_live_page_follows_a_deployment_run(tmp_path: Path, serve: Callable[
         metrics = samples(get(url + "/metrics"))
         assert metrics[("hetfed_supernodes_online", ())] == 3
         assert metrics[("hetfed_run_rounds_completed", (("run", "live"),))] == 10
-        # HETFED_DASHBOARD_SCREENSHOT=docs/dashboard.png remakes the README's picture from this run
+        # HETFED_DASHBOARD_SCREENSHOT=docs/dashboard.png remakes the user guide's picture from this run
         shot = Path(os.environ.get("HETFED_DASHBOARD_SCREENSHOT") or tmp_path / "dashboard.png")
         height = driver.execute_script("return Math.ceil(document.body.getBoundingClientRect().bottom) + 16")
         metrics_override = {"width": 1100, "height": height, "deviceScaleFactor": 1, "mobile": False}

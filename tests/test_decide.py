@@ -35,7 +35,8 @@ def read_table(path: Path) -> list[dict[str, str]]:
 
 
 def splits(rows: list[dict[str, str]]) -> dict[str, list[dict[str, str]]]:
-    """The rows of each split as the README states the rule: the split column, else 50/10/40 in file order."""
+    """The rows of each split as docs/pilot.md states the rule: the split column, else 50/10/40 in
+    file order."""
     if "split" in rows[0]:
         return {s: [r for r in rows if r["split"] == s] for s in ("train", "val", "test")}
     n_train, n_val = int(0.5 * len(rows)), int(0.1 * len(rows))

@@ -3,9 +3,16 @@
 * ``docs/algorithms.md`` names, beside every equation, the ``path/file.py: name`` that computes
   it; every such reference must name a file of the repository and a function or class defined
   in it (``Class.method`` for a method), found by parsing the file with ``ast``.
-* Every number README.md and docs/results/knapsack.md quote from a results JSON (knapsack,
-  energy, shortest-path, np- and fair-classification) is recomputed from that JSON, and the
-  orderings they state (who is ahead, what holds on every row) are asserted on it.
+* Every number the documentation's pages (docs/*.md) and docs/results/knapsack.md quote from a
+  results JSON (knapsack, energy, shortest-path, np- and fair-classification, ...) is recomputed
+  from that JSON, and the orderings they state (who is ahead, what holds on every row) are
+  asserted on it. A claim names the page that holds its text: a passage that moves takes its
+  claims along.
+* Every relative link of README.md (which the site does not build) resolves, and so does every
+  heading anchor it links; the site's own links are checked by ``make docs``.
+* docs/config-reference.md lists every run-config key (docs/_ext/config_reference.py writes it
+  from hetfed/config.py's ``SCHEMA`` when the site is built), and README.md stays a front page
+  (at most 250 lines).
 * docs/results/knapsack.md is exactly what its generator (``hetfed reproduce knapsack``) renders
   from the committed knapsack.json, so the document and the generator cannot drift apart.
 """
@@ -14,11 +21,13 @@ from __future__ import annotations
 
 import ast
 import difflib
+import importlib.util
 import json
 import math
 import re
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,15 +106,79 @@ def test_the_reference_checker_catches_a_stale_name(tmp_path: Path) -> None:
     assert references("see `m.py: A.f` and (m.py: g), not m.py:g") == [("m.py", "A.f"), ("m.py", "g")]
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/results/knapsack.md"])
+PAGES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/results/knapsack.md", *PAGES])
 def test_no_link_to_a_missing_algorithms_file(doc: str) -> None:
-    """The README once pointed to a specification file that is not in the repository."""
+    """The README once pointed to a specification file that is not in the repository; every relative
+    link of the README and of the documentation's pages names a file that exists."""
     text = (ROOT / doc).read_text(encoding="utf-8")
     for target in re.findall(r"\]\(([^)#]+)", text):
         if not target.startswith(("http://", "https://")):
             assert (ROOT / Path(doc).parent / target).exists(), f"{doc} links to a missing {target}"
     if doc == "README.md":
         assert "docs/algorithms.md" in text
+
+
+def heading_anchor(heading: str) -> str:
+    """The anchor a Git host (and MyST's myst_heading_anchors) gives a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readmes_anchor_links_name_its_headings() -> None:
+    """The site checks its pages' anchors (``make docs``); the README is not one of them."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    anchors = {heading_anchor(h) for h in re.findall(r"^#+ (.+)$", text, re.M)}
+    links = re.findall(r"\]\(#([^)]+)\)", text)
+    assert links, "the README links its own sections"
+    assert not set(links) - anchors, f"README.md links to no heading: {sorted(set(links) - anchors)}"
+    assert heading_anchor("What is and is not protected`!") == "what-is-and-is-not-protected"
+
+
+def test_the_readme_is_a_front_page() -> None:
+    """What hetfed is, its two commands, one run, the engines and where the rest is: the manual is
+    in docs/ (issue 50)."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines; move the reference text into docs/"
+    for command in ("make demo", "make test", "hetfed run --engine inline"):
+        assert any(command in line for line in lines), command
+
+
+def config_reference() -> Any:
+    """docs/_ext/config_reference.py, the Sphinx extension that writes the run-config reference."""
+    path = ROOT / "docs" / "_ext" / "config_reference.py"
+    spec = importlib.util.spec_from_file_location("config_reference", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_config_reference_lists_every_run_config_key() -> None:
+    from hetfed.config import SCHEMA
+
+    reference = config_reference()
+    assert reference.MARKER in (ROOT / "docs" / "config-reference.md").read_text(encoding="utf-8")
+    rows = {m[1]: m[0] for m in re.finditer(r"^\| `([^`]+)` \|.*$", reference.markdown(), re.M)}
+    assert set(rows) == set(SCHEMA), sorted(set(SCHEMA) ^ set(rows))
+    for name, key in SCHEMA.items():  # its default, as TOML writes it, and its help
+        default = f"`{'true' if key.default is True else 'false' if key.default is False else ''}"
+        assert reference.code(key.default) in rows[name] and default in rows[name], name
+    assert "| `secagg-bits` | int | `32` | >= 8 and <= 48 |" in rows["secagg-bits"]
+    assert "| `dp-delta` | float | `1e-05` | > 0 and <= 0.5 |" in rows["dp-delta"]
+    assert '`"off"`, `"central"`, `"local"`' in rows["dp"]
+
+
+def test_a_run_config_key_the_reference_does_not_group_fails_the_build(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from hetfed.params import Key
+
+    reference = config_reference()
+    monkeypatch.setattr(reference, "SCHEMA", {**reference.SCHEMA, "new-key": Key(1, "a key of no group")})
+    with pytest.raises(ValueError, match="new-key"):
+        reference.markdown()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -120,6 +193,9 @@ def test_no_link_to_a_missing_algorithms_file(doc: str) -> None:
 # ------------------------------------------------------------------------------------------------
 
 RESULTS = ROOT / "docs" / "results"
+# The pages whose text quotes the JSON (the README points to them).
+REPRODUCTIONS, PILOT, SECURITY = "docs/reproductions.md", "docs/pilot.md", "docs/security.md"
+RUNTIME, METHODS_GUIDE = "docs/runtime.md", "docs/running-the-methods.md"
 PAPER_ROWS = ("(0,0,0)", "(1,0,0)", "(0,1,0)", "(0,0,1)")
 LOSSES = ("mse", "pfyl", "dpo", "spo+", "rspo+")
 
@@ -208,30 +284,30 @@ def knapsack_claims() -> list[tuple[str, str]]:
     spo_local = k.m("t14", r0, "spo+-local-only", "per")
     rspo_rows = ("RSPO+ surrogate only", "+ per-client lam/eta", "+ per-client lam/eta + P")
     rspo_rows += ("full (annealing and freezing)",)
-    readme, md = "README.md", "docs/results/knapsack.md"
+    page, md = REPRODUCTIONS, "docs/results/knapsack.md"
     return [
-        # README.md, FedRSPO+ section
+        # docs/reproductions.md, the knapsack against the paper
         (
-            readme,
+            page,
             f"Against the paper's Table 3, RSPO+ is within {dev['rspo+']} points in every cell (Fed and +P), "
             f"SPO+ within {dev['spo+']}, MSE within {dev['mse']}, PFYL within {dev['pfyl']} and DPO within "
             f"{dev['dpo']};",
         ),
-        (readme, "every cell more than 0.5 points off is lower (better) here"),
-        (readme, f"the Fed column of (0,0,1) (DPO {t3pair('dpo')})"),
+        (page, "every cell more than 0.5 points off is lower (better) here"),
+        (page, f"the Fed column of (0,0,1) (DPO {t3pair('dpo')})"),
         (
-            readme,
+            page,
             f"Interp-DFFL is {min(below_i):.2f} to {max(below_i):.2f} points below the paper "
             f"({f(k.interp(r2))} vs {k.t4_paper(r2, 'interp')} at (0,1,0))",
         ),
-        (readme, f"at (0,0,1) as in the paper ({f(k.interp(r3))} vs {f(k.full(r3))})"),
-        (readme, f"also at (0,1,0) ({f(k.interp(r2))} vs {f(k.full(r2))})"),
+        (page, f"at (0,0,1) as in the paper ({f(k.interp(r3))} vs {f(k.full(r3))})"),
+        (page, f"also at (0,1,0) ({f(k.interp(r2))} vs {f(k.full(r2))})"),
         (
-            readme,
+            page,
             f"({local3} against {full3} at (0,0,0) / (1,0,0) / (0,1,0); the paper: "
             f"{' / '.join(map(str, paper_local))} for local-only)",
         ),
-        (readme, f"local-only SPO+ is worse than the paper's ({f(spo_local)} vs {t14['SPO+ local-only']})"),
+        (page, f"local-only SPO+ is worse than the paper's ({f(spo_local)} vs {t14['SPO+ local-only']})"),
         # knapsack.md: header
         (md, f"took {k.wall / 60:.1f} min (`wall-time-s`"),
         # knapsack.md: Against the paper
@@ -352,7 +428,7 @@ def energy_claims() -> list[tuple[str, str]]:
     share = sum(z["share-sum-norm-%"] for z in zones) / len(zones)
     ratio = sum(z["lam0"] / z["lam0-no-storm"] for z in zones) / len(zones)
     days = {z["storm-days-in-train"] for z in zones}
-    assert days == {9}, "README: 'the nine February 2021 storm days'"
+    assert days == {9}, "docs/reproductions.md: 'the nine February 2021 storm days'"
     pjm = d["paper-pjm"]["ablation"]
     cold = d["cold-start"]
     local = {int(n): v["absolute"]["mean"]["mean"] for n, v in cold["local"].items() if int(n) > 0}
@@ -361,37 +437,37 @@ def energy_claims() -> list[tuple[str, str]]:
     assert clean["first-round-worse"] > clean["cases"] / 2  # "the harm is there after the first round"
     trace = [
         (
-            "README.md",
+            REPRODUCTIONS,
             f"on the test days in {clean['test-worse']} of {clean['cases']} zone-seeds while it ends better "
             f"on the zone's own validation days in {clean['val-better']};",
         ),
     ]
     return trace + [
         (
-            "README.md",
+            REPRODUCTIONS,
             f"training, MSE {a('no-storm', 'MSE')}, federated SPO+ {a('no-storm', 'SPO+')}, FedRSPO+ (full) "
             f"{a('no-storm', full, std=True)}.",
         ),
         (
-            "README.md",
+            REPRODUCTIONS,
             f"FedRSPO+ (full) is {a('as-is', full, std=True)} against SPO+ {a('as-is', 'SPO+', std=True)}",
         ),
-        ("README.md", f"carry {share:.0f}% of the training cost norms"),
-        ("README.md", f"about {ratio:.0f}x"),
-        ("README.md", f"(PJM: {pjm['MSE']} / {pjm['SPO+']} / ... / {pjm[full]})"),
+        (REPRODUCTIONS, f"carry {share:.0f}% of the training cost norms"),
+        (REPRODUCTIONS, f"about {ratio:.0f}x"),
+        (REPRODUCTIONS, f"(PJM: {pjm['MSE']} / {pjm['SPO+']} / ... / {pjm[full]})"),
         (
-            "README.md",
+            REPRODUCTIONS,
             f"(without the storm: {a('no-storm', 'RSPO+ fed-only, shared lam')} fed-only with a shared lam, "
             f"{a('no-storm', full)} full)",
         ),
-        ("README.md", f"prices correlate {d['similarity']['price-corr-mean']:.2f}"),
+        (REPRODUCTIONS, f"prices correlate {d['similarity']['price-corr-mean']:.2f}"),
         (
-            "README.md",
+            REPRODUCTIONS,
             f"({cold['federated']['as-is']['absolute']['mean']['mean']:.1f} as is, "
             f"{cold['federated']['no-storm']['absolute']['mean']['mean']:.1f} without the storm)",
         ),
         (
-            "README.md",
+            REPRODUCTIONS,
             f"its last {min(local)}-{max(local)} days ({min(local.values()):.0f}-{max(local.values()):.0f})",
         ),
     ]
@@ -411,13 +487,13 @@ def shortest_path_claims() -> list[tuple[str, str]]:
 
     terrain = d["rows"]["random-t0.5"].split("t = ")[1]
     return [
-        ("README.md", f"Table 8 settings** (client fraction {settings['fraction']}, 2 personalization"),
-        ("README.md", f"RSPO+ {t8_pair('12', 'rspo+')} against SPO+ {t8_pair('12', 'spo+')}"),
-        ("README.md", f"(MSE {t8_pair('12', 'mse')}), on 5 x 5"),
-        ("README.md", f"on 5 x 5 RSPO+ {t8_pair('5', 'rspo+')} against SPO+ {t8_pair('5', 'spo+')}"),
-        ("README.md", f"{pair('random-t0.5', 'rspo+')} against SPO+ {pair('random-t0.5', 'spo+')}"),
-        ("README.md", f"terrain (t = {terrain})"),
-        ("README.md", f"personalization does not help ({pair('corners-t0', 'rspo+')})"),
+        (REPRODUCTIONS, f"Table 8 settings** (client fraction {settings['fraction']}, 2 personalization"),
+        (REPRODUCTIONS, f"RSPO+ {t8_pair('12', 'rspo+')} against SPO+ {t8_pair('12', 'spo+')}"),
+        (REPRODUCTIONS, f"(MSE {t8_pair('12', 'mse')}), on 5 x 5"),
+        (REPRODUCTIONS, f"on 5 x 5 RSPO+ {t8_pair('5', 'rspo+')} against SPO+ {t8_pair('5', 'spo+')}"),
+        (REPRODUCTIONS, f"{pair('random-t0.5', 'rspo+')} against SPO+ {pair('random-t0.5', 'spo+')}"),
+        (REPRODUCTIONS, f"terrain (t = {terrain})"),
+        (REPRODUCTIONS, f"personalization does not help ({pair('corners-t0', 'rspo+')})"),
     ]
 
 
@@ -445,16 +521,16 @@ def switching_claims() -> list[tuple[str, str]]:
     n, m = clients(npc, "full"), clients(npc, "partial")
     alpha_min = 2 * math.log(n) / npc["eps"]
     return [
-        ("README.md", f"(worst G {worst_g:.3f} against eps = {npc['eps']})"),
+        (REPRODUCTIONS, f"(worst G {worst_g:.3f} against eps = {npc['eps']})"),
         (
-            "README.md",
+            REPRODUCTIONS,
             f"{avg_f(npc, 'full', sw)} vs {avg_f(npc, 'full', best_np['full'])} with full participation, "
             f"{avg_f(npc, 'partial', sw)} vs {avg_f(npc, 'partial', best_np['partial'])} "
             f"with {m} of {n} clients",
         ),
-        ("README.md", f"alpha >= 2 ln(m)/eps = {alpha_min:.0f}"),
+        (REPRODUCTIONS, f"alpha >= 2 ln(m)/eps = {alpha_min:.0f}"),
         (
-            "README.md",
+            REPRODUCTIONS,
             f"with full participation ({avg_f(fair, 'full', 'switching alpha=10')} vs "
             f"{avg_f(fair, 'full', best_fair['full'])}); with {clients(fair, 'partial')} of "
             f"{clients(fair, 'full')} clients per round the penalty with rho = 1 is slightly better "
@@ -469,7 +545,7 @@ STUDIES += ("schedule",)
 
 
 def study_claims() -> list[tuple[str, str]]:
-    """README.md's paragraph on the knapsack studies (docs/results/knapsack-<study>.json)."""
+    """docs/reproductions.md's paragraph on the knapsack studies (docs/results/knapsack-<study>.json)."""
 
     def s(name: str) -> dict:
         return results(f"knapsack-{name}")
@@ -498,46 +574,46 @@ def study_claims() -> list[tuple[str, str]]:
         local, fed = (m("data-heterogeneity", row, loss, v) for v in ("local-only", "fedrspo"))
         return f"{local} vs {fed}"
 
-    readme = "README.md"
+    page = REPRODUCTIONS
     return [
-        (readme, f"The eight studies are {runs} runs, {minutes:.1f} min of run time in all"),
+        (page, f"The eight studies are {runs} runs, {minutes:.1f} min of run time in all"),
         (
-            readme,
+            page,
             f"RSPO+ beats SPO+ in all {rf['rows']} rows of {{0, 0.5, 1}}^3, Fed and +P (smallest margins "
             f"{rf['margin']:.2f} and {rp['margin']:.2f} points), but SPO+ beats MSE with the federated model "
             f"in only {sf['holds']} of {sf['rows']} rows",
         ),
         (
-            readme,
+            page,
             f"local-only beats FedRSPO+ after personalization for RSPO+ ({het(d5, 'rspo+')} at (0,0,0.5), "
             f"{het(d1, 'rspo+')} at (0,0,1)) and for SPO+ ({het(d5, 'spo+')}, {het(d1, 'spo+')})",
         ),
         (
-            readme,
+            page,
             f"alpha = 0.1 gives {m('alpha', z, 'rspo+', 'rspo-alpha=0.1')} against "
             f"{m('alpha', z, 'rspo+', 'rspo-alpha=0.01')} at the paper's 0.01",
         ),
         (
-            readme,
+            page,
             "with 20 warm-start rounds instead of 10, SPO+ reaches "
             f"{m('rounds', z, 'spo+', 'num-rounds=20')} and MSE {m('rounds', z, 'mse', 'num-rounds=20')} "
             f"against RSPO+'s {m('rounds', z, 'rspo+', 'num-rounds=20')}",
         ),
         (
-            readme,
+            page,
             f"one RSPO+ model on the pooled data does worse still (centralized "
             f"{m('data-heterogeneity', d5, 'rspo+', 'centralized')} and "
             f"{m('data-heterogeneity', d1, 'rspo+', 'centralized')})",
         ),
-        (readme, f"FedProx (mu 0.01 or 0.1) moves no +P cell by more than {prox:.2f} points"),
+        (page, f"FedProx (mu 0.01 or 0.1) moves no +P cell by more than {prox:.2f} points"),
         (
-            readme,
+            page,
             f"Ditto's personal model (mu 0.1) is worse than FedRSPO+'s personalization "
             f"({m('compositions', z, 'rspo+', 'Ditto mu=0.1')} vs {m('compositions', z, 'rspo+', 'plain')} "
             "for RSPO+ at (0,0,0))",
         ),
         (
-            readme,
+            page,
             "the linear predictor is far behind the MLP for every loss "
             f"(RSPO+ {m('linear', z, 'rspo+', 'linear')} vs {m('linear', z, 'rspo+', 'MLP (64 hidden)')})",
         ),
@@ -548,8 +624,8 @@ FULL = "full (annealing and freezing)"
 
 
 def pilot_claims() -> list[tuple[str, str]]:
-    """README.md's paragraph on the energy pilot (docs/results/energy-pilot.json), and the first
-    seed's cells the README's 13-zone deployment reproduces (energy.json)."""
+    """docs/reproductions.md's paragraph on the energy pilot (docs/results/energy-pilot.json), and the
+    first seed's cells the 13-zone deployment of docs/running-the-methods.md reproduces (energy.json)."""
     d = results("energy-pilot")
     r = d["tables"]["regret"]
 
@@ -563,34 +639,34 @@ def pilot_claims() -> list[tuple[str, str]]:
     first = results("energy")["ablation"]["as-is"]
     fed, per = (first[row]["absolute"]["values"][0] for row in ("RSPO+ fed-only, per-client lam", FULL))
     return [
-        ("README.md", f"(Fed {fed:.1f}, +P {per:.1f} in `energy.json`;"),
-        ("README.md", f"(a lam0 about {sum(lam) / len(lam):.0f}x smaller, like the clean split's)"),
+        (METHODS_GUIDE, f"(Fed {fed:.1f}, +P {per:.1f} in `energy.json`;"),
+        (REPRODUCTIONS, f"(a lam0 about {sum(lam) / len(lam):.0f}x smaller, like the clean split's)"),
         (
-            "README.md",
+            REPRODUCTIONS,
             f"the federated model is at {m('as-is', 'rspo+ median', 'fed')} against "
             f"{m('as-is', 'rspo+ mean', 'fed')} with the paper's mean",
         ),
         (
-            "README.md",
+            REPRODUCTIONS,
             f"the deployed models at {m('as-is', 'rspo+ median', 'dep')} against "
             f"{m('as-is', 'rspo+ mean', 'dep')};",
         ),
         (
-            "README.md",
+            REPRODUCTIONS,
             f"(Fed {m('no-storm', 'rspo+ median', 'fed')} and {m('no-storm', 'rspo+ mean', 'fed')})",
         ),
         (
-            "README.md",
+            REPRODUCTIONS,
             f"the deployed models are at {m('as-is', 'rspo+ mean', 'dep')} against +P "
             f"{m('as-is', 'rspo+ mean', 'per')} and Fed {m('as-is', 'rspo+ mean', 'fed')}.",
         ),
-        ("README.md", f"correlates {min(corr):.2f} to {max(corr):.2f} with its test gain"),
-        ("README.md", f"picks the better test model in {min(picks):.0%} to {max(picks):.0%} of the cases"),
+        (REPRODUCTIONS, f"correlates {min(corr):.2f} to {max(corr):.2f} with its test gain"),
+        (REPRODUCTIONS, f"picks the better test model in {min(picks):.0%} to {max(picks):.0%} of the cases"),
     ]
 
 
 def lp_pilot_claims() -> list[tuple[str, str]]:
-    """README.md's paragraph on the worked pilot of silos' own LPs (docs/results/lp-pilot.json)."""
+    """docs/pilot.md's paragraph on the worked pilot of silos' own LPs (docs/results/lp-pilot.json)."""
     t = results("lp-pilot")["tables"]
 
     def dep(loss: str, silo: str = "mean") -> str:
@@ -603,7 +679,7 @@ def lp_pilot_claims() -> list[tuple[str, str]]:
     houston = "client-00-silo-0"
     return [
         (
-            "README.md",
+            PILOT,
             f"the deployed models' mean test relative regret is {dep('rspo+')} with RSPO+ against "
             f"{dep('mse')} with MSE (RSPO+ lower in {won('mse')} seeds) and {dep('spo+')} with SPO+ "
             f"(lower in {won('spo+')}); SPO+ is ahead on the Houston retailer ({dep('spo+', houston)} "
@@ -613,7 +689,7 @@ def lp_pilot_claims() -> list[tuple[str, str]]:
 
 
 def dp_claims() -> list[tuple[str, str]]:
-    """README.md's paragraph on the utility cost of DP (docs/results/dp-knapsack.json)."""
+    """docs/security.md's paragraph on the utility cost of DP (docs/results/dp-knapsack.json)."""
     t = results("dp-knapsack")["tables"]
 
     def dep(clients: str, loss: str, z: str) -> str:
@@ -624,7 +700,7 @@ def dp_claims() -> list[tuple[str, str]]:
 
     return [
         (
-            "README.md",
+            SECURITY,
             f"the deployed model's test relative regret of FedRSPO+ goes from {dep('10', 'rspo+', 'off')} "
             f"without DP to {dep('10', 'rspo+', '1')} at epsilon {eps('1')} and "
             f"{dep('10', 'rspo+', '4')} at epsilon {eps('4')} (delta 1e-5), MSE's from "
@@ -636,7 +712,7 @@ def dp_claims() -> list[tuple[str, str]]:
 
 
 def superlink_claims() -> list[tuple[str, str]]:
-    """README.md's per-request SuperLink CPU by node key and round time at 32 SuperNodes
+    """docs/runtime.md's per-request SuperLink CPU by node key and round time at 32 SuperNodes
     (docs/results/bench-superlink-asgi.json), and the SuperLink CPU per silo at 100 simulated silos
     (docs/results/bench-superlink-capacity.json, the newest hetfed row and the stock row)."""
     asgi = results("bench-superlink-asgi")
@@ -656,17 +732,17 @@ def superlink_claims() -> list[tuple[str, str]]:
     cpu_ms = hetfed["superlink-cpu-per-silo-round-ms"]
     return [
         (
-            "README.md",
+            RUNTIME,
             f"a signed empty pull costs hetfed-superlink {ms['gated-secp256r1']:g} ms of CPU with a P-256 "
             f"key against {ms['gated-secp384r1']:g} ms with a P-384 key.",
         ),
         (
-            "README.md",
+            RUNTIME,
             f"a 32-SuperNode FedAvg round on this 2-core machine took {round_s['gated-32']} s "
             f"(flower-superlink with the same warm SuperNodes: {round_s['stock-32']} s",
         ),
         (
-            "README.md",
+            RUNTIME,
             f"100 simulated silos cost the SuperLink {cpu_ms:.2f} ms of CPU "
             f"per silo per round with {requests:g} Fleet requests per silo per round (Flower's path: "
             f"{stock['superlink-cpu-per-silo-round-ms']:.0f} ms",
@@ -681,15 +757,15 @@ def all_claims() -> list[tuple[str, str]]:
 
 # (document, first words of a passage, first words after it): every number in it must be claimed.
 PASSAGES = [
-    ("README.md", "Results: [`docs/results/knapsack.md`]", "The plain single-process loop"),
-    ("README.md", "What they found (5 seeds):", "## PF-LSA"),
-    ("README.md", "What the knapsack studies found", "One run = (1)"),
-    ("README.md", "On this pilot, with every loss under FedRSPO+", "## Faults and recovery"),
-    ("README.md", "What DP costs.", "Who learns what:"),
+    (REPRODUCTIONS, "Results: [`docs/results/knapsack.md`]", "The plain single-process loop"),
+    (REPRODUCTIONS, "What they found (5 seeds):", "## PF-LSA"),
+    (REPRODUCTIONS, "What the knapsack studies found", "## Differential privacy on the knapsack"),
+    (PILOT, "On this pilot, with every loss under FedRSPO+", None),
+    (SECURITY, "What DP costs", "Who learns what:"),
     (
-        "README.md",
-        "[`docs/results/switching-study.md`](docs/results/switching-study.md). What they found:",
-        "## Real data",
+        REPRODUCTIONS,
+        "[`docs/results/switching-study.md`](results/switching-study.md). What they found:",
+        "## The result pages",
     ),
     ("docs/results/knapsack.md", "Generated by `hetfed reproduce knapsack`", "## Table 3"),
     ("docs/results/knapsack.md", "## Against the paper", "## Acceptance checks"),
@@ -884,7 +960,7 @@ def test_knapsack_md_is_what_the_generator_renders() -> None:
 
 
 def test_the_lp_pilot_orderings_the_readme_states_hold() -> None:
-    """ "RSPO+ lower" and "SPO+ is ahead on the Houston retailer" (README, the worked pilot)."""
+    """ "RSPO+ lower" and "SPO+ is ahead on the Houston retailer" (docs/pilot.md, the worked pilot)."""
     t = results("lp-pilot")["tables"]
     assert t["rspo+"]["dep"]["mean"]["mean"] < min(t[o]["dep"]["mean"]["mean"] for o in ("spo+", "mse"))
     houston = "client-00-silo-0"
@@ -892,8 +968,8 @@ def test_the_lp_pilot_orderings_the_readme_states_hold() -> None:
 
 
 def test_the_dp_orderings_the_readme_states_hold_in_the_json() -> None:
-    """README "What DP costs": FedRSPO+ ahead without DP and with weak noise, MSE ahead at the smallest
-    epsilons with 10 clients, and FedRSPO+'s updates clipped harder under noise."""
+    """docs/security.md "What DP costs": FedRSPO+ ahead without DP and with weak noise, MSE ahead at
+    the smallest epsilons with 10 clients, and FedRSPO+'s updates clipped harder under noise."""
     t = results("dp-knapsack")["tables"]["10"]
     dep = {loss: {z: t[loss][z]["dep"]["mean"] for z in t[loss]} for loss in ("rspo+", "mse")}
     assert all(dep["rspo+"][z] < dep["mse"][z] for z in ("off", "0.25", "0.5"))

@@ -266,8 +266,9 @@ def test_quick_energy_reproduction_writes_tables_json_and_plots(ercot_dir: Path,
 # --- one SuperNode per zone -----------------------------------------------------------------------------
 @pytest.mark.deployment
 def test_energy_on_five_supernodes_from_the_readme(ercot_dir: Path, tmp_path: Path) -> None:
-    """The README's commands: `hetfed federation up --nodes 5 --data-path <ercot dir>`, then a short
-    FedRSPO+ run of the energy task on the deployment engine; each SuperNode loads its own zone."""
+    """docs/running-the-methods.md's commands: `hetfed federation up --nodes 5 --data-path <ercot
+    dir>`, then a short FedRSPO+ run of the energy task on the deployment engine; each SuperNode
+    loads its own zone."""
     fed = tmp_path / "fed"
     up = hetfed_cli(
         "federation", "up", "--nodes", "5", "--dir", str(fed), "--data-path", str(ercot_dir), timeout=600

@@ -12,6 +12,7 @@ import pytest
 import torch
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
+from hetfed import secagg
 from hetfed.client.app import app as client_app
 from hetfed.client.decision_client import CalibrationError, calibrate, proximal_term
 from hetfed.client.personalization import PersonalSchedule
@@ -23,8 +24,6 @@ from hetfed.problems.base import DecisionClientData, DecisionSplit
 from hetfed.problems.knapsack import KnapsackParams, client_law, load_client
 from hetfed.problems.models import make_mlp, model_record
 from hetfed.problems.polytope import KnapsackPolytope
-from hetfed.records import to_numpy
-from hetfed.secure_mean import decode
 from hetfed.server.store import RunResult
 from hetfed.strategies.base import FederationError
 from hetfed.strategies.registry import build_strategy
@@ -168,7 +167,57 @@ def test_calibration_stays_on_the_client(tmp_path: Path) -> None:
         assert not [k for k in entry["metrics"] if k in CALIBRATION_KEYS or k.endswith(("-lam", "-lr"))]
 
 
-def test_shared_calibration_is_the_mean_and_other_losses_keep_their_lr(tmp_path: Path) -> None:
+# The shared calibration's secure mean: step 2^-40 at any number of clients (hetfed/secagg.py
+# mean_code; at 4 clients 61 bits, range +-2^20: 4 codes of up to 2^60 stay below 2^63).
+SHARED_STEP = 2.0**-40
+
+
+def test_the_secure_means_code_has_a_fixed_step_and_never_wraps() -> None:
+    """mean_code(m): step 2^-40 for every m, the widest power-of-two range whose m codes cannot wrap
+    (a brute check of m |q|max < 2^63 and that twice the range would wrap)."""
+    for m in (2, 3, 4, 10, 100, 1000, 10**5):
+        bits, bound = secagg.mean_code(m)
+        assert secagg.step_of(bound, bits) == SHARED_STEP
+        assert m * math.ceil(bound / SHARED_STEP) < 2**63 <= m * math.ceil(2 * bound / SHARED_STEP)
+    assert secagg.mean_code(4) == (61, 2.0**20) and secagg.mean_code(10) == (60, 2.0**19)
+    with pytest.raises(secagg.SecAggError):
+        secagg.mean_code(2**23)
+
+
+def own_calibrations(nodes: int = 4) -> list[dict[str, float]]:
+    """What each client computes from its own data (SMALL's knapsack, seed 42)."""
+    data = [load_client(KnapsackParams(num_items=10, n_train=40, n_test=30), 42, j) for j in range(nodes)]
+    return [calibrate(d, 0.01) for d in data]
+
+
+def shared_mean(seen: list[tuple[Message, Message]]) -> tuple[float, float]:
+    """The (shared-lam, shared-lr) every train message of a run carried (the same in each)."""
+    pairs = {
+        (i.content["config"]["shared-lam"], i.content["config"]["shared-lr"])
+        for i, _ in seen
+        if i.metadata.message_type == "train"
+    }
+    assert len(pairs) == 1, pairs
+    lam, lr = pairs.pop()
+    return float(lam), float(lr)  # type: ignore[arg-type]
+
+
+def assert_mean_of(seen: list[tuple[Message, Message]], own: list[dict[str, float]]) -> None:
+    """The run's mean equals, bit for bit, a NumPy transcription of the fixed-point mean
+    sum_j round(v_j 2^40) 2^-40 / n (the value the committed results were computed with), and the
+    clients' plain mean to the code's resolution."""
+    lam, lr = shared_mean(seen)
+    for got, key in ((lam, "lam0"), (lr, "lr0")):
+        values = np.array([c[key] for c in own])
+        codes = np.round(values / SHARED_STEP).astype(np.int64)
+        assert got == float(codes.sum()) * SHARED_STEP / len(own)
+        assert got == pytest.approx(values.mean(), rel=1e-14, abs=SHARED_STEP)
+
+
+def test_shared_calibration_is_the_secure_mean_and_other_losses_keep_their_lr(tmp_path: Path) -> None:
+    """The shared calibration's mean runs on SecAgg+ (also without secure-aggregation): it equals the
+    NumPy mean of the clients' own (lam0_j, lr0_j) to the code's resolution, and what the server
+    receives of them is only masked words, uniformly distributed."""
     seen: list[tuple[Message, Message]] = []
     cfg = {
         **SMALL,
@@ -179,11 +228,13 @@ def test_shared_calibration_is_the_mean_and_other_losses_keep_their_lr(tmp_path:
     }
     observe = [lambda ins, reply: seen.append((ins, reply))]
     run_inline({**cfg, "audit-traffic": True}, node_configs(4), observers=observe)
-    data = [load_client(KnapsackParams(num_items=10, n_train=40, n_test=30), 42, j) for j in range(4)]
-    own = [calibrate(d, 0.01) for d in data]  # what each client computed from its own data
+    own = own_calibrations()
     secrets = [c[k] for c in own for k in ("lam0", "lr0", "radius")]
-    masked = [r for i, r in seen if i.metadata.message_type == "query.masked_calibration"]
-    assert len(masked) == 4
+    kinds = [i.metadata.message_type for i, _ in seen]
+    assert kinds.count("query.masked_calibration") == 4
+    assert {"query.secagg_keys", "query.secagg_shares", "query.secagg_check", "query.secagg_unmask"} <= set(
+        kinds
+    )
     for ins, reply in seen:  # no calibration value crosses the wire in the clear, in any record
         for message in (ins, reply):
             content = message.content
@@ -192,17 +243,13 @@ def test_shared_calibration_is_the_mean_and_other_losses_keep_their_lr(tmp_path:
                 assert record.get("lr", 1e-3) == 1e-3, dict(record)  # the run's lr, not a client's
                 numbers = [v for v in record.values() if isinstance(v, float)]
                 assert not any(v == pytest.approx(x, rel=1e-9) for v in numbers for x in secrets)
-    for reply in masked:  # what replaces them: two uint64 words, far from every client's values
-        y = to_numpy(reply.content["arrays"])["masked-calibration"]
-        assert y.dtype == np.uint64 and y.shape == (2,)
-        assert np.abs(decode(y)[:, None] - np.asarray(secrets)[None, :]).min() > 1e-3
-    for ins, _ in seen:  # the server recovered the mean, and only the mean (the masks cancel)
-        if ins.metadata.message_type == "train":
-            config = ins.content["config"]
-            assert config["shared-lam"] == pytest.approx(np.mean([c["lam0"] for c in own]), abs=1e-11)
-            assert config["shared-lr"] == pytest.approx(np.mean([c["lr0"] for c in own]), abs=1e-11)
+    assert_mean_of(seen, own)
     for line in (tmp_path / "r" / "traffic.jsonl").read_text().splitlines():  # the audit agrees
-        assert not [k for k in json.loads(line)["metrics"] if k in CALIBRATION_KEYS]
+        entry = json.loads(line)
+        assert not [k for k in entry["metrics"] if k in CALIBRATION_KEYS]
+        if entry["exchange"] == "query.masked_calibration":
+            assert set(entry["arrays"]) == {"masked/y"} and entry["dtypes"] == {"masked/y": "uint64"}
+    words = [masked_words(seen)]
     seen.clear()
     run_inline(
         {**cfg, "loss": "spo+", "run-name": "s", "lr": 0.003},
@@ -210,41 +257,103 @@ def test_shared_calibration_is_the_mean_and_other_losses_keep_their_lr(tmp_path:
         observers=[lambda ins, reply: seen.append((ins, reply))],
     )
     assert {i.content["config"]["lr"] for i, _ in seen if i.metadata.message_type == "train"} == {0.003}
+    words.append(masked_words(seen))
     seen.clear()  # with a fixed lam0 every client holds lam0 = 2, lr0 = alpha 2 / 4: so does their mean
     run_inline(
         {**cfg, "run-name": "f", "fixed-lam0": 2.0, "rspo-alpha": 0.02},
         node_configs(4),
         observers=[lambda ins, reply: seen.append((ins, reply))],
     )
-    trains = [i.content["config"] for i, _ in seen if i.metadata.message_type == "train"]
-    assert trains and all(c["shared-lam"] == pytest.approx(2.0, abs=1e-11) for c in trains)
-    assert all(c["shared-lr"] == pytest.approx(0.02 * 2.0 / 4, abs=1e-11) for c in trains)
+    lam, lr = shared_mean(seen)
+    assert lam == pytest.approx(2.0, abs=SHARED_STEP) and lr == pytest.approx(0.02 * 2.0 / 4, abs=SHARED_STEP)
+    words.append(masked_words(seen))
+    y = np.concatenate(words)  # 3 runs x 4 clients x [lam0, lr0, weight 1, within-bit 1]
+    assert y.dtype == np.uint64 and y.size == 48
+    assert np.abs(secagg.decode(y, SHARED_STEP)[:, None] - np.asarray([*secrets, 1.0, 2.0])).min() > 1e-3
+    # A clear code of a value within +-2^20 at 61 bits has its 3 top bits equal; a uniform word in 1 of 4.
+    top = y >> np.uint64(61)
+    assert np.mean((top == 0) | (top == 7)) < 0.6
+    bits = (y[:, None] >> np.arange(64, dtype=np.uint64)) & np.uint64(1)
+    assert np.all(np.abs(bits.mean(axis=0) - 0.5) < 5 * 0.5 / np.sqrt(y.size))
 
 
-def test_a_client_missing_from_the_masked_mean_fails_the_run_in_one_line(tmp_path: Path) -> None:
-    """Without client-02's masked value the others' masks do not cancel: the run stops before any
-    training round, naming it, instead of training with a wrong lam."""
+def masked_words(seen: list[tuple[Message, Message]]) -> np.ndarray:
+    """The words of a run's query.masked_calibration replies (each reply: masked words only)."""
+    replies = [r for i, r in seen if i.metadata.message_type == "query.masked_calibration"]
+    assert replies and all(set(r.content.array_records) == {"masked"} for r in replies)
+    return np.concatenate([r.content.array_records["masked"]["y"].numpy() for r in replies])
+
+
+@pytest.mark.parametrize(
+    ("exchange", "in_mean"),
+    [("query.secagg_check", [0, 1, 2, 3]), ("query.masked_calibration", [0, 1, 3])],
+    ids=["after-its-input", "before-its-input"],
+)
+def test_a_client_lost_in_the_shared_calibration_is_recovered(
+    tmp_path: Path, exchange: str, in_mean: list[int]
+) -> None:
+    """client-02 lost after its masked input (at the consistency check) is in the mean, its self-mask
+    recovered from the others' shares; lost before it (at the calibration message), the mean is over
+    the three others, its pair masks removed with its recovered mask key. The run completes."""
+    seen: list[tuple[Message, Message]] = []
+    configs = node_configs(4)
+    configs[2] |= {"fail-round": 0, "drill-exchange": exchange}
+    cfg = {**SMALL, "results-dir": str(tmp_path), "run-name": "r", "personal-rounds": 0}
+    summary = run_inline(
+        {**cfg, "per-client-calibration": False},
+        configs,
+        observers=[lambda ins, reply: seen.append((ins, reply))],
+    )
+    assert summary["status"] == "completed"
+    own = own_calibrations()
+    assert_mean_of(seen, [own[j] for j in in_mean])
+    failed = [(r["round"], r["exchange"], r["client"]) for r in rows(tmp_path) if r["status"] == "failed"]
+    assert ("0", exchange, "client-02") in failed
+
+
+def test_below_the_threshold_the_shared_calibration_fails_the_run_in_one_line(tmp_path: Path) -> None:
+    """With two of four clients gone before their masked values, the two others are below the
+    threshold 3: the run stops before any training round with one line, instead of training with a
+    mean of two (or a wrong one)."""
     from flwr.common.constant import SUPERLINK_NODE_ID
     from flwr.supercore.task_identity import TaskIdentity
 
     from hetfed.server.app import run_server
 
-    def silent_two(message, context):
+    def two_gone(message, context):
         kind = message.metadata.message_type
-        if context.node_config["partition-id"] == 2 and kind == "query.masked_calibration":
-            raise ConnectionError("client-02 went away")
+        if context.node_config["partition-id"] in (2, 3) and kind == "query.masked_calibration":
+            raise ConnectionError("went away")
         return client_app(message, context)
 
     cfg = {**SMALL, "results-dir": str(tmp_path), "run-name": "r", "per-client-calibration": False}
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, SUPERLINK_NODE_ID, 1
-    with pytest.raises(FederationError, match="shared calibration: client-02 sent no masked value"):
-        run_server(InlineGrid(silent_two, node_configs(4), cfg), cfg)
+    with pytest.raises(FederationError, match="shared calibration: the secure mean .* has no sum") as raised:
+        run_server(InlineGrid(two_gone, node_configs(4), cfg), cfg)
+    assert "\n" not in str(raised.value)
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
-    assert summary["status"] == "failed" and "client-02" in summary["error"]
+    assert summary["status"] == "failed" and "secagg-threshold" in summary["error"]
     failed = {(r["exchange"], r["client"]): r["error"] for r in rows(tmp_path) if r["status"] == "failed"}
-    assert "client-02 went away" in failed[("query.masked_calibration", "client-02")]  # the reason, on disk
-    assert {r["exchange"] for r in rows(tmp_path)} == {"query.calibrate", "query.masked_calibration"}
+    assert "went away" in failed[("query.masked_calibration", "client-02")]  # the reason, on disk
+    assert "went away" in failed[("query.masked_calibration", "client-03")]
+    assert {r["exchange"] for r in rows(tmp_path)} >= {"query.calibrate", "query.masked_calibration"}
     assert not (tmp_path / "r" / "checkpoint.pt").exists()  # no round trained: nothing to resume
+
+
+def test_a_client_refuses_to_send_its_calibration_outside_secure_aggregation(task_identity: None) -> None:
+    """A server that asks for (lam0_j, lr0_j) in a message that is not a secure sum's gets a refusal
+    (the ClientApp raises: no reply content leaves)."""
+    full = validate({**SMALL, "per-client-calibration": False})
+    node = {"partition-id": 1, "num-partitions": 4}
+    context = Context(run_id=1, node_id=7, node_config=node, state=RecordDict(), run_config=full)
+    settings = build_strategy(full).client_settings()
+    for extra in ({}, {"sum-weight": 1.0}):  # in clear, or summed in clear (no secagg-step)
+        config = ConfigRecord({**settings, "run-name": "p", "server-round": 0, **extra})
+        ins = Message(RecordDict({"config": config}), dst_node_id=7, message_type="query.masked_calibration")
+        with pytest.raises(
+            PermissionError, match="refused to send its calibration outside secure aggregation"
+        ):
+            client_app(ins, context)
 
 
 def test_sampled_clients_are_the_same_for_every_loss(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """``hetfed docker wheelhouse`` / ``base-image``, checked without a Docker engine or a network:
 what the wheelhouse holds and how pip is asked for it, the apt mirror the base image comes from,
-the stand-in's layout against Flower's base image, and the README's instructions."""
+the stand-in's layout against Flower's base image, and docs/deployment.md's instructions."""
 
 from __future__ import annotations
 
@@ -120,8 +120,8 @@ def test_the_docker_commands_and_their_defaults_are_in_the_readme() -> None:
         "bookworm",
         False,
     )
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("### Docker compose") : readme.index("### TLS and node authentication")]
+    page = (REPO / "docs" / "deployment.md").read_text()
+    section = page[page.index("## Docker compose") : page.index("## TLS and node authentication")]
     commands = [shlex.split(c) for c in re.findall(r"^(hetfed docker [^\n#]*)", section, re.M)]
     assert {c[2] for c in commands} == {"wheelhouse", "base-image"}
     for words in ("--no-index", "air-gapped", "Compose v2", "--python-version 3.11", "--glibc 2.36"):

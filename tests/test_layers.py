@@ -8,8 +8,7 @@
                                            allow-list of app builds (hetfed.runtime.pinning), a
                                            message's objects in one request (hetfed.runtime.
                                            object_batch: routes and clients over Flower's), the
-                                           masked mean over clients (hetfed.secure_mean), the checks
-                                           of given paths, the folder lock and key files written
+                                           checks of given paths, the folder lock and key files written
                                            0600 (hetfed.paths), secure aggregation's primitives
                                            (hetfed.secagg), a silo's identity and the federation's
                                            roster (hetfed.silo_identity), the core's one door
@@ -31,7 +30,7 @@ from pathlib import Path
 from tests.conftest import REPO
 
 BASE = {"hetfed.config", "hetfed.records", "hetfed.runtime.waits", "hetfed.runtime.internals"}
-BASE |= {"hetfed.runtime.pinning", "hetfed.runtime.object_batch", "hetfed.secure_mean", "hetfed.paths"}
+BASE |= {"hetfed.runtime.pinning", "hetfed.runtime.object_batch", "hetfed.paths"}
 BASE |= {"hetfed.secagg", "hetfed.silo_identity", "hetfed.runtime.seam"}
 BASE |= {"hetfed.params", "hetfed.methods", "hetfed.problem_params", "hetfed.jsonl", "hetfed.versions"}
 PACKAGES = ("problems", "client", "strategies", "server", "hetfed", "bench")

@@ -23,7 +23,7 @@ CASES: list[tuple[dict[str, Any], dict[int, list[str]]]] = [
     ),
     (
         {"strategy": "fedrspo", "num-rounds": 2, "per-client-calibration": False},
-        {0: ["calibrate", "masked-calibration"], 1: ["train+", "evaluate"]},
+        {0: ["calibrate", "masked-calibration+"], 1: ["train+", "evaluate"]},
     ),
     (
         {"strategy": "local-only", "num-rounds": 2, "loss": "spo+"},

@@ -1,4 +1,4 @@
-"""The README's "A pilot on your own problem", run as written: a real local deployment federation of 3
+"""docs/pilot.md's worked pilot, run as written: a real local deployment federation of 3
 SuperNodes, each with its own LP file (LP, Maximize LP, MPS) and ERCOT days, FedRSPO+ with RSPO+, then
 ``hetfed decide`` on silo 1. The same run on the inline and simulation engines gives the same
 per-client metrics (to 1e-6, relative for the MSEs of order 1e3: a simulation run's differ from the
@@ -25,14 +25,14 @@ pytestmark = [pytest.mark.deployment, pytest.mark.simulation]
 
 
 def readme_commands() -> list[str]:
-    """The commands of the README's pilot block, continuation lines joined."""
-    text = (REPO / "README.md").read_text()
+    """The commands of the pilot guide's block, continuation lines joined."""
+    text = (REPO / "docs" / "pilot.md").read_text()
     block = text.split("<!-- pilot-commands:", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
     return [line.strip() for line in block.replace("\\\n", " ").splitlines() if line.strip()]
 
 
 def run_config(command: str) -> dict[str, object]:
-    """The ``--set`` values of the README's ``hetfed run`` command, typed as hetfed reads them."""
+    """The ``--set`` values of the pilot guide's ``hetfed run`` command, typed as hetfed reads them."""
     from hetfed.config import parse_assignments
 
     return dict(parse_assignments(re.findall(r"--set (\S+)", command)))
@@ -52,7 +52,7 @@ def test_the_readme_pilot_runs_as_written_and_every_engine_agrees(tmp_path: Path
         ["hetfed", "decide", "--state-dir"],
         ["hetfed", "federation", "down"],
     ]
-    # A fresh folder standing for the repository's (the README's paths are relative to it).
+    # A fresh folder standing for the repository's (the guide's paths are relative to it).
     (tmp_path / "examples").symlink_to(REPO / "examples")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     try:

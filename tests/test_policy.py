@@ -14,6 +14,7 @@ from hetfed.client.ledger import read
 from hetfed.client.policy import RULES, PolicyError, load
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.engines.runner import prepare
+from hetfed.server.rounds import NoUsableClient
 from tests.conftest import REPO, hetfed_cli
 
 FAST = {"num-rounds": 2, "n-train": 40, "n-test": 30, "local-epochs": 1, "num-items": 10, "seed": 3}
@@ -45,7 +46,7 @@ def assert_refused(tmp_path: Path, policy: str, refusal: str, rounds: set[int], 
     failed = [r for r in exchanges if r["status"] == "failed"]
     assert failed and {r["client"] for r in failed} == {"client-01"}
     assert {int(r["round"]) for r in failed} == rounds
-    assert all(r["error"].endswith(f"PolicyRefusal'>:<'{line}'>") for r in failed), failed[0]["error"]
+    assert all(r["error"] == line for r in failed), failed[0]["error"]  # the refusal's own line, no wrapper
     assert all(r["status"] == "ok" for r in exchanges if r["client"] != "client-01")
     refused = [e for e in ledger if "error" in e]
     assert [e["error"] for e in refused] == [f"PolicyRefusal: {line}"] * len(failed)
@@ -64,6 +65,48 @@ def test_a_strategy_the_silo_does_not_allow_is_refused(tmp_path: Path) -> None:
 def test_a_loss_the_silo_does_not_allow_is_refused(tmp_path: Path) -> None:
     refusal = "rule 'losses': loss 'mse' is not allowed (allowed: spo+, rspo+)"
     assert_refused(tmp_path, 'losses = ["spo+", "rspo+"]\n', refusal, {1, 2})
+
+
+def test_an_empty_allow_list_allows_nothing_and_says_so(tmp_path: Path) -> None:
+    refusal = "rule 'strategies': strategy 'fedavg' is not allowed (allowed: none)"
+    assert_refused(tmp_path, "strategies = []\n", refusal, {1, 2})
+
+
+def test_a_name_hetfed_does_not_have_in_an_allow_list_is_refused_at_load(tmp_path: Path) -> None:
+    """A typo would make the silo refuse every run; it is one line when the policy is read (silo start)."""
+    from hetfed.methods import METHODS
+    from hetfed.methods.decision import LOSSES
+
+    for key, value, known in (("strategies", "fedavgg", METHODS), ("losses", "rspo", LOSSES)):
+        path = tmp_path / f"{key}.toml"
+        path.write_text(f'{key} = ["{next(iter(known))}", "{value}"]\n')
+        with pytest.raises(PolicyError) as err:
+            load(str(path))
+        assert str(err.value) == (
+            f"policy file {path}: {key!r} names {value!r}, which hetfed does not have (known: "
+            f"{', '.join(known)})"
+        )
+    every = tmp_path / "every.toml"
+    every.write_text(f"strategies = {list(METHODS)}\nlosses = {list(LOSSES)}\n".replace("'", '"'))
+    assert load(str(every)).strategies == tuple(METHODS)
+
+
+def test_a_round_whose_every_reply_was_refused_is_not_ok(tmp_path: Path) -> None:
+    """Every silo refuses fedavg's train messages: the server's row of each round says ``no-update``
+    with why, not ``ok`` with clients-used 0."""
+    (tmp_path / "policy.toml").write_text('strategies = ["fedrspo"]\n')
+    configs = [{**c, "policy": str(tmp_path / "policy.toml")} for c in node_configs(3)]
+    with pytest.raises(NoUsableClient):  # then the run fails: no client reported in the end
+        run_inline({**FAST, "fraction": 1.0, "results-dir": str(tmp_path), "run-name": "r"}, configs)
+    with open(tmp_path / "r" / "rounds.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    server = [r for r in rows if r["client"] == "server"]
+    assert [(r["round"], r["status"], r["clients-used"]) for r in server] == [
+        ("1", "no-update", "0"),
+        ("2", "no-update", "0"),
+    ]
+    assert all("no client's reply could be used" in r["error"] for r in server)
+    assert {r["status"] for r in rows if r["client"] != "server" and r["round"] != "0"} == {"failed"}
 
 
 def test_rounds_beyond_the_silos_maximum_are_refused(tmp_path: Path) -> None:
@@ -205,8 +248,10 @@ def test_a_real_supernode_refuses_a_strategy_its_policy_does_not_allow(
         rows = [r for r in csv.DictReader(f) if r["round"] != "0"]
     failed = [r for r in rows if r["status"] == "failed"]
     assert {r["partition-id"] for r in failed} == {"1"} and {r["round"] for r in failed} == {"1", "2"}
-    assert all(line in r["error"] for r in failed), failed[0]["error"]
+    assert all(r["error"] == line for r in failed), failed[0]["error"]
     assert all(r["status"] == "ok" for r in rows if r["partition-id"] != "1")
     ledger = [e for e in read(deployment.root / "state" / "node-1") if e["run-name"] == "policed"]
     assert [e["error"] for e in ledger if "error" in e] == [f"PolicyRefusal: {line}"] * len(failed)
-    assert line in (deployment.root / "supernode-1.log").read_text()  # the silo's own log
+    silo_log = (deployment.root / "supernode-1.log").read_text()
+    assert silo_log.count(line) == len(failed)  # the silo's own log: the line once per refusal,
+    assert "Traceback" not in silo_log  # and no traceback (a refusal is not a fault of its ClientApp)

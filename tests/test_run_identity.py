@@ -77,7 +77,7 @@ def test_a_resume_reads_its_own_state_and_a_wiped_state_is_one_recorded_line(
 ) -> None:
     """A SuperLink crash in round 3, fresh node processes, the same state dirs (or partition 1's
     emptied): intact state resumes bit for bit; lost state is said in the log and in partition 1's
-    row of every exchange that expected it, and Ditto's rule (README "Client state") restarts its
+    row of every exchange that expected it, and Ditto's rule (docs/user-guide.md "Client state") restarts its
     personal model from the federated model: its fed-* metrics stay those of the whole run."""
     whole = run_inline(
         {**DITTO, "results-dir": str(tmp_path), "run-name": "whole"},

@@ -24,6 +24,7 @@ from hetfed.client import secure_aggregation as client_side
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.server import aggregation
 from hetfed.server.secure_aggregation import SecureRound
+from hetfed.strategies.base import FederationError
 from tests.test_dishonest_server import record_inputs, unmask_one
 
 FEDAVG = {"num-rounds": 1, "n-train": 40, "n-test": 30, "local-epochs": 1, "num-items": 10, "fraction": 1.0}
@@ -271,6 +272,39 @@ def test_key_substitution_unmasks_a_client_without_a_roster_and_is_refused_by_ev
     assert all(r["status"] == "failed" and line in r["error"] for r in shares), shares
     assert len(shares) == 4 and not inputs and KeySubstitutingRound.recovered == []
     assert exchanges(tmp_path / "signed", "train") == [] and summary["status"] == "completed"
+
+
+def test_the_shared_calibrations_secure_mean_is_signed_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FedRSPO+'s shared calibration (round 0) runs on the same SecAgg+ round without
+    secure-aggregation: key substitution recovers the victim's exact (lam0_j, lr0_j) from silos
+    without a roster, and every silo with one refuses it (round 0's keys are signed) so the run
+    fails in one line before any training round."""
+    from hetfed.client.decision_client import calibrate
+    from hetfed.problems.knapsack import KnapsackParams, load_client
+
+    monkeypatch.setattr(aggregation, "SecureRound", KeySubstitutingRound)
+    cfg = {**FEDAVG, "strategy": "fedrspo", "loss": "rspo+", "personal-rounds": 0}
+    cfg |= {"per-client-calibration": False, "results-dir": str(tmp_path)}
+    KeySubstitutingRound.recovered = []
+    run_inline({**cfg, "run-name": "semi-honest"}, silos(tmp_path, roster=False))
+    own = calibrate(load_client(KnapsackParams(num_items=10, n_train=40, n_test=30), 42, 0), 0.01)
+    (victim,) = KeySubstitutingRound.recovered  # [lam0, lr0, weight 1, within-clip 1] of partition 0
+    step = 2.0**-secagg.MEAN_FRACTION_BITS
+    np.testing.assert_allclose(victim, [own["lam0"], own["lr0"], 1.0, 1.0], rtol=0, atol=step)
+
+    KeySubstitutingRound.recovered = []
+    with pytest.raises(FederationError, match="shared calibration: the secure mean") as raised:
+        run_inline({**cfg, "run-name": "signed"}, silos(tmp_path))
+    assert "\n" not in str(raised.value)
+    summary = json.loads((tmp_path / "signed" / "summary.json").read_text())
+    shares = exchanges(tmp_path / "signed", "query.secagg_shares")
+    assert len(shares) == 4 and all(r["status"] == "failed" for r in shares), shares
+    assert all("refused to share keys: peer 0's keys are not signed" in r["error"] for r in shares)
+    assert KeySubstitutingRound.recovered == [] and summary["status"] == "failed"
+    assert "shared calibration: the secure mean" in summary["error"]
+    assert exchanges(tmp_path / "signed", "train") == []
 
 
 # --- split survivors' lists: both secrets of one client ----------------------------------------------
