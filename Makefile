@@ -12,7 +12,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 DEMO   := .hetfed/demo
 
-.PHONY: install demo test lint docs bench clean
+.PHONY: install demo test lint docs bench clean test-flower-next
 
 $(VENV)/.installed: pyproject.toml constraints-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -49,8 +49,36 @@ test: install lint
 docs: install
 	$(BIN)/sphinx-build -W --keep-going -n -q -b html docs docs/_build/html
 
+# make test-flower-next: the fast tier on the newest Flower pre-release in the registry, in a venv of
+# its own (on demand, never in CI: a moving pre-release must not decide what lands; docs/runtime.md
+# records the last result). flwr-nightly is another distribution of the same `flwr` package, so it
+# goes in first, then hetfed's other requirements without flwr, then hetfed itself with --no-deps:
+# nothing puts Flower's release back over the nightly. FAST_TESTS: the fast tier's pytest arguments.
+FAST_TESTS  ?= -m "not slow"
+FLOWER_NEXT ?= .venv-flower-next
+
+$(FLOWER_NEXT)/.installed: pyproject.toml constraints-dev.txt
+	$(PYTHON) -m venv $(FLOWER_NEXT)
+	grep -v '^flwr' constraints-dev.txt > $(FLOWER_NEXT)/constraints.txt
+	# A pre-release in the specifier admits pre-releases of flwr-nightly only (not of its dependencies).
+	$(FLOWER_NEXT)/bin/python -m pip install --quiet -c $(FLOWER_NEXT)/constraints.txt \
+	    "flwr-nightly[simulation]>=1.42.0.dev0,<2"
+	$(FLOWER_NEXT)/bin/python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+	    print("\n".join(r for r in p["dependencies"] + p["optional-dependencies"]["dev"] \
+	    if not r.startswith("flwr")))' > $(FLOWER_NEXT)/requirements.txt
+	$(FLOWER_NEXT)/bin/python -m pip install --quiet -c $(FLOWER_NEXT)/constraints.txt \
+	    -r $(FLOWER_NEXT)/requirements.txt
+	$(FLOWER_NEXT)/bin/python -m pip install --quiet --no-deps -e . "qpth==0.0.18"
+	! $(FLOWER_NEXT)/bin/python -m pip show --quiet flwr 2>/dev/null  # only the nightly provides flwr
+	touch $@
+
+test-flower-next: $(FLOWER_NEXT)/.installed
+	$(FLOWER_NEXT)/bin/python -m pip list 2>/dev/null | grep -i '^flwr'
+	$(FLOWER_NEXT)/bin/python -m hetfed.cli runtime check
+	$(FLOWER_NEXT)/bin/python -m pytest $(FAST_TESTS)
+
 bench: install
 	for b in bench/[a-z]*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .hetfed .pytest_cache .ruff_cache docs/_build
+	rm -rf $(VENV) $(FLOWER_NEXT) .hetfed .pytest_cache .ruff_cache docs/_build

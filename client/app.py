@@ -119,7 +119,7 @@ def handle(message: Message, context: Context) -> Message:
 
 def approved_builds(path: str) -> list[str]:
     """The app builds this silo approved (its allow-list), for the server's ``silos.json``."""
-    from hetfed.runtime.pinning import read_approved
+    from hetfed.runtime.seam import read_approved
 
     try:
         return read_approved(Path(path)) or ["none"]

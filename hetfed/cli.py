@@ -503,7 +503,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cfg.add_argument("--sync-pyproject", action="store_true", help="rewrite pyproject's config table")
     cfg.set_defaults(func=cmd_config)
+
+    rt = sub.add_parser("runtime", help="what hetfed's Flower runtime changes on the installed Flower")
+    rt_sub = rt.add_subparsers(dest="runtime_command", required=True)
+    check = rt_sub.add_parser(
+        "check",
+        help="for each runtime feature: does it apply on the installed Flower, or fall back, and why",
+    )
+    check.set_defaults(func=cmd_runtime_check)
     return parser
+
+
+def cmd_runtime_check(args: argparse.Namespace) -> int:
+    """One line per runtime feature (hetfed.runtime.features): applies, or falls back and why."""
+    from hetfed.runtime.features import report
+
+    print("\n".join(report()))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

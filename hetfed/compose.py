@@ -39,12 +39,12 @@ approve``), and each SuperNode and ClientApp worker refuses any other app.
 
 from __future__ import annotations
 
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from hetfed import versions
 from hetfed.config import to_toml, validate
 from hetfed.engines.flower import superexec_args, superlink_args, supernode_args
 from hetfed.silo_identity import ROSTER_FILE, identity_file
@@ -67,7 +67,7 @@ def compose_spec(silos: int, problem: str, tls: bool) -> dict[str, Any]:
     if silos < 1:
         raise ValueError(f"--silos must be >= 1, got {silos}")
     validate({"problem": problem})  # a clear error for an unknown problem
-    version = metadata.version("flwr")
+    version = versions.flower()
     link = f"superlink:{LINK_PORT}"
     ca_file = f"{SECRETS}/ca.crt"
     ca = ca_file if tls else None

@@ -23,11 +23,12 @@ import subprocess
 import sys
 import tempfile
 import tomllib
-from importlib import metadata
 from pathlib import Path
 
+from hetfed import versions
+
 REPO = Path(__file__).resolve().parents[1]
-FLWR_VERSION = metadata.version("flwr")
+FLWR_VERSION = versions.flower()
 BASE_IMAGE = f"flwr/superexec:{FLWR_VERSION}"
 PYTHON_VERSION = "3.11"  # Debian 12's python3, and the CPU torch wheel's cp311
 GLIBC = "2.36"  # Debian 12's; Ubuntu 24.04 (Flower's images) has 2.39
@@ -260,7 +261,7 @@ def build_base_image(
         shutil.copy(REPO / "docker" / "base.Dockerfile", context / "Dockerfile")
         # Flower and its dependencies only, out of the wheelhouse (torch stays out of the base image).
         local = ("--no-index", "--find-links", str(Path(wheelhouse).resolve()))
-        flwr = [f"flwr=={FLWR_VERSION}"]
+        flwr = [f"{versions.distribution('flwr')}=={FLWR_VERSION}"]  # flwr, or flwr-nightly
         closure = download_command(
             context / "wheels", flwr, info["python-version"], info["glibc"], sources=local
         )

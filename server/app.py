@@ -17,8 +17,7 @@ from flwr.supercore.inflatable.inflatable_utils import ObjectPushError
 from flwr.supercore.run import RunNotRunningException
 
 from hetfed.config import PROBLEM_KEYS, SCHEMA, ConfigError, validate
-from hetfed.runtime.object_batch import batch_grid
-from hetfed.runtime.waits import shorten_object_pull_backoff
+from hetfed.runtime.seam import serverapp_grid
 from hetfed.server.aggregation import Summation
 from hetfed.server.plots import draw_or_say
 from hetfed.server.pool import ClientPool, FederationError
@@ -33,9 +32,9 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    # Replies reach the SuperLink before their arrays; Flower would retry their pull after 1 s.
-    shorten_object_pull_backoff()
-    batched = batch_grid(grid)  # a message's objects in one Runtime API request each way (hetfed-superlink's)
+    # The short object-pull backoff, and a message's objects in one Runtime API request each way
+    # (hetfed-superlink's routes), where this Flower's internals are those read; else Flower's own.
+    batched = serverapp_grid(grid)
     try:
         run_server(grid, context.run_config)
     finally:

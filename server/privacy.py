@@ -45,6 +45,7 @@ from flwr.supercore.privacy_accounting import (
     SamplingMethod,
 )
 
+from hetfed import versions
 from hetfed.config import ConfigError
 
 
@@ -268,7 +269,7 @@ class Privacy:
                 "method": "Renyi DP (flwr RdpAccountant over dp-accounting)",
                 "accounted-noise-multiplier": accounted_multiplier(s.noise_multiplier, secret),
                 "dp-accounting": metadata.version("dp-accounting"),
-                "flwr": metadata.version("flwr"),
+                "flwr": versions.flower(),
             },
         }
 

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from hetfed import versions
 from hetfed.paths import exclusive_lock, flock_holder
 
 PACKAGES = ("hetfed", "flwr", "torch", "numpy", "scipy", "highspy", "osqp", "daqp", "qpth", "ray")
@@ -82,7 +83,7 @@ def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str]:
     out = {"python": platform.python_version()}
     for name in names:
         try:
-            out[name] = metadata.version(name)
+            out[name] = versions.version(name)
         except metadata.PackageNotFoundError:
             out[name] = "not installed"
     return out

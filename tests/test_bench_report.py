@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from bench import _report
+from hetfed import versions
 from tests.conftest import lscpu_model
 
 
@@ -28,7 +29,7 @@ def test_a_section_names_the_cpu_and_versions_and_replaces_only_itself(
     line = next(ln for ln in text.splitlines() if ln.startswith("_Measured"))
     cores = int(subprocess.run(["nproc"], capture_output=True, text=True, check=True).stdout)
     assert f"{model} ({torch.backends.cpu.get_cpu_capability()}, {cores} cores)" in line
-    assert f"Flower {metadata.version('flwr')}" in line and f"torch {metadata.version('torch')}" in line
+    assert f"Flower {versions.flower()}" in line and f"torch {metadata.version('torch')}" in line
     env = _report.environment()
     assert env["versions"]["starlette"] == metadata.version("starlette")  # the SuperLink's web stack
     assert env["machine"]["cpu"] == model

@@ -13,7 +13,6 @@ import argparse
 import re
 import shlex
 import tomllib
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from flwr.supercore.cli.flower_superexec import _parse_args as superexec_parser
 from flwr.superlink.cli.flower_superlink import _parse_args_run_superlink as superlink_parser
 from flwr.supernode.cli.flower_supernode import _parse_args_run_supernode as supernode_parser
 
+from hetfed import versions
 from hetfed.cli import build_parser
 from hetfed.compose import APP_USER, APPROVED_APPS, compose_spec, identity_commands, render, run_config
 from hetfed.config import PROBLEMS, validate
@@ -132,7 +132,7 @@ def test_every_command_parses_with_flowers_parsers_and_wires_the_topology(name: 
     services = spec["services"]
     tls = spec["x-hetfed"]["tls"]
     silos = spec["x-hetfed"]["silos"]
-    assert spec["x-hetfed"]["flwr"] == metadata.version("flwr")
+    assert spec["x-hetfed"]["flwr"] == versions.flower()
     parsed = {s: parse(svc) for s, svc in services.items()}
 
     link = parsed["superlink"]
@@ -365,7 +365,7 @@ def dockerfile() -> list[tuple[str, str]]:
 def test_dockerfile_bakes_the_app_and_its_cpu_dependencies_into_a_flower_image() -> None:
     steps = dockerfile()
     args = dict(a.split("=", 1) for kind, a in steps if kind == "ARG" and "=" in a)
-    assert steps[0] == ("ARG", f"FLWR_VERSION={metadata.version('flwr')}")
+    assert steps[0] == ("ARG", f"FLWR_VERSION={versions.flower()}")
     assert steps[1] == ("ARG", "BASE_IMAGE=flwr/superexec:${FLWR_VERSION}")  # Flower's by default
     assert steps[2] == ("FROM", "${BASE_IMAGE}")
     for spec in (load(name) for name in FILES):
@@ -395,7 +395,7 @@ def test_dockerfile_bakes_the_app_and_its_cpu_dependencies_into_a_flower_image()
     app_step = next(i for i, r in enumerate(runs) if r.rstrip().endswith("-c constraints-dev.txt ."))
     assert deps_step < app_step
     assert f'--no-deps "{QPTH}"' in runs[deps_step]
-    assert args == {"FLWR_VERSION": metadata.version("flwr"), "BASE_IMAGE": "flwr/superexec:${FLWR_VERSION}"}
+    assert args == {"FLWR_VERSION": versions.flower(), "BASE_IMAGE": "flwr/superexec:${FLWR_VERSION}"}
     assert "/wheelhouse/" in (REPO / ".gitignore").read_text().split()
 
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())

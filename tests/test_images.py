@@ -8,11 +8,11 @@ import platform
 import re
 import shlex
 import tomllib
-from importlib import metadata
 from pathlib import Path
 
 import pytest
 
+from hetfed import versions
 from hetfed.cli import build_parser
 from hetfed.images import (
     BASE_IMAGE,
@@ -36,7 +36,7 @@ def test_the_wheelhouse_holds_cpu_torch_flower_and_every_runtime_requirement() -
     assert reqs[0] == f"torch=={torch.__version__.split('+')[0]}"  # constraints-dev.txt's CPU wheel
     deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     assert reqs[1:] == [d.replace("flwr[simulation]", "flwr") for d in deps]
-    assert f"flwr=={metadata.version('flwr')}" in reqs and not [r for r in reqs if "simulation" in r]
+    assert f"flwr=={versions.flower()}" in reqs and not [r for r in reqs if "simulation" in r]
     assert build_requirements() == ["setuptools>=68"]
     assert QPTH == "qpth==0.0.18"
     assert "qpth==0.0.18" in (REPO / "Makefile").read_text()  # the same release as the venv's
@@ -92,7 +92,7 @@ def test_the_stand_in_has_flowers_base_image_layout_and_installs_offline() -> No
     text = re.sub(r"\\\n\s*", " ", (REPO / "docker" / "base.Dockerfile").read_text())
     steps = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     assert steps[:2] == ["ARG DEBIAN_IMAGE=local/debian:bookworm", "FROM ${DEBIAN_IMAGE}"]
-    assert f"ARG FLWR_VERSION={metadata.version('flwr')}" in steps
+    assert f"ARG FLWR_VERSION={versions.flower()}" in steps
     run = next(s for s in steps if s.startswith("RUN "))
     assert "python3 -m venv /python/venv" in run
     assert '--no-index --find-links /tmp/wheels "flwr==${FLWR_VERSION}"' in run
@@ -101,7 +101,7 @@ def test_the_stand_in_has_flowers_base_image_layout_and_installs_offline() -> No
     env = next(s for s in steps if s.startswith("ENV "))
     assert "PATH=/python/venv/bin:$PATH" in env and "HOME=/app" in env
     assert steps[-3:] == ["WORKDIR /app", "USER app", 'ENTRYPOINT ["flower-superexec"]']
-    assert BASE_IMAGE == f"flwr/superexec:{metadata.version('flwr')}"
+    assert BASE_IMAGE == f"flwr/superexec:{versions.flower()}"
 
 
 def test_the_docker_commands_and_their_defaults_are_in_the_readme() -> None:

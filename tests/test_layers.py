@@ -11,7 +11,9 @@
                                            checks of given paths, the folder lock and key files written
                                            0600 (hetfed.paths), secure aggregation's primitives
                                            (hetfed.secagg), a silo's identity and the federation's
-                                           roster (hetfed.silo_identity)
+                                           roster (hetfed.silo_identity), the core's one door
+                                           into the Flower runtime (hetfed.runtime.seam),
+                                           installed versions (hetfed.versions)
     1  problems                            data, feasible sets, models, metrics
     2  client | strategies                 the two sides of a method; neither imports the other
     3  server                              the ServerApp: client pool, round loop, results store
@@ -29,8 +31,8 @@ from tests.conftest import REPO
 
 BASE = {"hetfed.config", "hetfed.records", "hetfed.runtime.waits", "hetfed.runtime.internals"}
 BASE |= {"hetfed.runtime.pinning", "hetfed.runtime.object_batch", "hetfed.paths"}
-BASE |= {"hetfed.secagg", "hetfed.silo_identity"}
-BASE |= {"hetfed.params", "hetfed.methods", "hetfed.problem_params", "hetfed.jsonl"}
+BASE |= {"hetfed.secagg", "hetfed.silo_identity", "hetfed.runtime.seam"}
+BASE |= {"hetfed.params", "hetfed.methods", "hetfed.problem_params", "hetfed.jsonl", "hetfed.versions"}
 PACKAGES = ("problems", "client", "strategies", "server", "hetfed", "bench")
 # The app's folders, installed as hetfed.problems, hetfed.client, ... (hetfed/__init__.py).
 FOLDERS = ("problems", "client", "strategies", "server")
@@ -100,6 +102,26 @@ def violations() -> list[str]:
 
 def test_no_module_imports_a_higher_layer() -> None:
     assert violations() == []
+
+
+# The core: the app's folders and the engines. It reaches hetfed/runtime (which changes Flower's
+# internals) only through the seam, where each change applies only where its checks pass.
+CORE = (*FOLDERS, "hetfed/engines")
+SEAM = "hetfed.runtime.seam"
+
+
+def test_the_core_reaches_the_flower_runtime_only_through_its_seam() -> None:
+    reached = [
+        f"{path.relative_to(REPO)}:{line} imports {target}"
+        for folder in CORE
+        for path in sorted((REPO / folder).rglob("*.py"))
+        for line, target in imports(path)
+        if (target == "hetfed.runtime" or target.startswith("hetfed.runtime."))
+        and target != SEAM
+        and not target.startswith(SEAM + ".")
+    ]
+    assert reached == []
+    assert any(t == SEAM for _, t in imports(REPO / "server" / "app.py"))  # the check reads real imports
 
 
 def test_the_check_sees_a_violation(tmp_path: Path) -> None:

@@ -34,14 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 from hetfed.config import to_toml
 from hetfed.credentials import TlsFiles
-from hetfed.runtime.superlink import ASGI_MODES
+from hetfed.runtime.seam import ASGI_MODES, RUNTIMES
 
 if TYPE_CHECKING:
     from hetfed.engines.control_api import ControlApi
 
 CONNECTION = "hetfed"
 BIN = Path(sys.executable).parent  # flwr, hetfed-superlink, ... of this environment
-RUNTIMES = ("warm", "stock")  # ClientApp runtime of a SuperNode (hetfed.runtime)
 DEFAULT_RUNTIME = "warm"
 # Where the SuperLink keeps its state. "memory" is Flower's own default and ~3.5x faster per
 # exchange here: with "file" (SQLite through SQLAlchemy) the SuperLink spent ~3.5 s of CPU per

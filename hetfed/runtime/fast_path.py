@@ -18,9 +18,10 @@ middleware, :data:`SUPERNODE_APP`), checked by the launchers before installing i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from hetfed.runtime.internals import extend_supernode_app
+from hetfed.runtime.internals import extend_supernode_app, supernode_app_why_not
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
@@ -134,6 +135,12 @@ async def _buffered(app: ASGIApp, scope: Scope, receive: Receive) -> Any:
 SUPERNODE_APP = {
     "flwr.supernode.main:create_app": "f7215c8a9ef9279faeb489ae80c9542525c2c131aa8ba35d0f9d75b6db2b3f7d"
 }
+
+
+def why_not_on_supernode(pinned: Mapping[str, str] | None = None) -> str:
+    """What :func:`install_on_supernode` relies on and this Flower lacks ("" = it can be installed);
+    ``pinned`` defaults to :data:`PINNED_SOURCE` and :data:`SUPERNODE_APP`."""
+    return supernode_app_why_not({**PINNED_SOURCE, **SUPERNODE_APP} if pinned is None else pinned)
 
 
 def install_on_supernode() -> str:

@@ -25,14 +25,14 @@ their root messages), the Fleet pull handler, node authentication and the state 
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from logging import WARNING
 from typing import Any
 
 from hetfed.runtime import object_batch
-from hetfed.runtime.internals import extend_superlink_app
-from hetfed.runtime.object_batch import FLEET_PULL, FLEET_PUSH, NOT_OFFERED, BatchedObjects, why_not_as_read
+from hetfed.runtime.internals import extend_superlink_app, superlink_app_why_not, why_not_as_read
+from hetfed.runtime.object_batch import FLEET_PULL, FLEET_PUSH, NOT_OFFERED, BatchedObjects
 
 PULL_MESSAGES = "/v1/fleet/hetfed/pull-messages"
 WAIT = 5.0  # s an empty pull is held (Flower's Fleet client reads 30 s; a stopping SuperLink waits it out)
@@ -117,6 +117,11 @@ def ringing(store_object: Callable[..., bool]) -> Callable[..., bool]:
         return stored
 
     return store
+
+
+def why_not_on_superlink(pinned: Mapping[str, str] = PINNED_SOURCE) -> str:
+    """What :func:`install_on_superlink` relies on and this Flower lacks ("" = it can be installed)."""
+    return superlink_app_why_not(pinned)
 
 
 def install_on_superlink() -> str:
@@ -207,11 +212,16 @@ class HeldPullFleetClient(BatchedObjects):
         return self._client.PullMessages(request)
 
 
+def why_not_fleet_client(pinned: Mapping[str, str] = FLEET_CLIENT_PINNED) -> str:
+    """What :func:`install_fleet_client` relies on and this Flower lacks ("" = it can be installed)."""
+    return why_not_as_read(pinned)
+
+
 def install_fleet_client() -> str:
     """Make Flower's Fleet connection (``http_request_response``) send through a
     :class:`HeldPullFleetClient`. Returns "" when installed, else why not (nothing patched). Call
     before the SuperNode connects (and before :mod:`hetfed.runtime.dropped` wraps the pull step)."""
-    if why := why_not_as_read(FLEET_CLIENT_PINNED):
+    if why := why_not_fleet_client():
         return why
     import flwr.supernode.fleet_http_connection as connection
 

@@ -7,10 +7,15 @@ and messages, and the SuperNode's in-memory task tokens (to answer a task at onc
 its worker dies). :func:`missing_internals` checks each before anything is patched;
 the launcher runs stock Flower when the list is not empty.
 
-App pinning (:mod:`hetfed.runtime.pinning`) needs one check inside Flower's SuperNode in
+App pinning (:mod:`hetfed.runtime.pinning`) installs one check inside Flower's SuperNode in
 both runtimes, so the stock runtime with an allow-list is no longer "nothing patched":
-:func:`missing_pinning_internals` checks what that check relies on, and a SuperNode
-with an allow-list refuses to start (rather than run unpinned) when anything is missing.
+:func:`missing_pinning_internals` checks what that check relies on. Where it is missing, the warm
+worker's own check of each app build still pins a silo; a SuperNode with neither refuses to start.
+
+Every check is of the installed Flower's code, not of its version: a function hetfed replaces or
+wraps is pinned by the SHA-256 of its source as read in Flower 1.42.0, so a later Flower whose code
+there is the same keeps the feature, and one whose code changed runs that feature stock
+(:mod:`hetfed.runtime.features` lists them; ``hetfed runtime check`` prints the verdicts).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-FLOWER_VERSION = "1.42.0"  # the only release these internals were read in
+FLOWER_VERSION = "1.42.0"  # the release these internals were read in (and their source hashed)
 
 # Literal sleeps of flwr.supernode.start_client_internal (idle pull; reply and object waits).
 IDLE_SLEEP = 3
@@ -47,23 +52,45 @@ def changed_sources(pinned: Mapping[str, str]) -> list[str]:
 
 
 def changed_pinned(pinned: Mapping[str, str]) -> list[str]:
-    """What differs from the Flower the ``path -> SHA-256`` sources were read in, described for the
-    launchers' one-line fallback: its version, else each pinned source that changed ([] = as read)."""
-    if attr("flwr.supercore.version:package_version") != FLOWER_VERSION:
-        return [f"flwr version {FLOWER_VERSION}"]
+    """Each ``path -> SHA-256`` source that differs from the one read in Flower 1.42.0, described for
+    the launchers' one-line fallback ([] = all as read)."""
     return [f"the source of {path} as read in Flower {FLOWER_VERSION}" for path in changed_sources(pinned)]
+
+
+def why_not_as_read(pinned: Mapping[str, str]) -> str:
+    """ "" when every ``pinned`` source is as read in Flower 1.42.0, else the first difference (or
+    what is gone)."""
+    changed = _changed(pinned)
+    return changed[0] if changed else ""
+
+
+def supernode_app_why_not(pinned: Mapping[str, str]) -> str:
+    """What :func:`extend_supernode_app` needs and this Flower lacks ("" = it can be installed)."""
+    return why_not_as_read(pinned) or _gone("flwr.supernode.main:create_app")
+
+
+def superlink_app_why_not(pinned: Mapping[str, str]) -> str:
+    """What :func:`extend_superlink_app` needs and this Flower lacks ("" = it can be installed)."""
+    return why_not_as_read({**pinned, **SUPERLINK_APP}) or _gone("flwr.superlink.extensions:configure_app")
+
+
+def _gone(path: str) -> str:
+    """ "" when ``path`` exists in this Flower, else what is missing."""
+    try:
+        attr(path)
+    except (ImportError, AttributeError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return ""
 
 
 def extend_supernode_app(pinned: Mapping[str, str], extend: Callable[[Any], None]) -> str:
     """Make ``flwr.supernode.main.create_app`` call ``extend(app)`` on each Runtime API app it creates,
     if every ``pinned`` source is as read. Returns "" when installed, else why not (nothing patched).
     Call before the SuperNode starts."""
-    try:
-        if changed := changed_sources(pinned):
-            return f"the source of {changed[0]} differs from Flower's 1.42.0"
-        import flwr.supernode.main as supernode_main
-    except (ImportError, AttributeError, OSError, TypeError) as exc:
-        return f"{type(exc).__name__}: {exc}"
+    if why := supernode_app_why_not(pinned):
+        return why
+    import flwr.supernode.main as supernode_main
+
     stock = supernode_main.create_app
 
     def create_app(*args: Any, **kwargs: Any) -> Any:
@@ -81,13 +108,10 @@ def extend_superlink_app(pinned: Mapping[str, str], extend: Callable[[Any], None
     Flower's extension hook ``extensions.configure_app``), if this is the Flower 1.42.0 every
     ``pinned`` source (and create_app's) was read in. Returns "" when installed, else why not
     (nothing patched). Call before the SuperLink starts."""
-    try:
-        changed = changed_pinned({**pinned, **SUPERLINK_APP})
-        import flwr.superlink.extensions as extensions
-    except (ImportError, AttributeError, OSError, TypeError) as exc:
-        return f"{type(exc).__name__}: {exc}"
-    if changed:
-        return changed[0]
+    if why := superlink_app_why_not(pinned):
+        return why
+    import flwr.superlink.extensions as extensions
+
     stock = extensions.configure_app
 
     def configure_app(app: Any) -> None:
@@ -112,10 +136,6 @@ def _kwdefaults(path: str, *names: str) -> Callable[[], bool]:
     return lambda: all(n in (attr(path).__kwdefaults__ or {}) for n in names)
 
 
-def _version() -> bool:
-    return bool(attr("flwr.supercore.version:package_version") == FLOWER_VERSION)
-
-
 def _module_time() -> bool:
     import time
 
@@ -137,9 +157,23 @@ def _keyword_call(path: str, *names: str) -> Callable[[], bool]:
     return check
 
 
-# (what it is, how to check it). Names are those of Flower 1.42.0.
+_SCI = "flwr.supernode.start_client_internal"
+# The SuperNode's pull step (wrapped by hetfed.runtime.dropped, .waits and .pinning) and the
+# ClientApp process's main function (what the warm worker does, task after task), as read.
+PULL_STEP = {
+    f"{_SCI}:_pull_and_store_message": "eaf5d0e36dc34e4cf46a490511d077ac55cc8edbbcdbe938c1f6dbcb758628be"
+}
+RUN_CLIENTAPP = {
+    "flwr.supernode.runtime.run_clientapp:run_clientapp": (
+        "6ce09559f3a2f5dcafb7d08f4b443585d76b9b53b9cb29ba1ec06a6982163443"
+    )
+}
+
+WARM_PINNED = {**RUN_CLIENTAPP, **PULL_STEP}
+
+# (what it is, how to check it): the rest of what the warm ClientApp runtime relies on (besides
+# WARM_PINNED). Names are those of Flower 1.42.0.
 CHECKS: list[tuple[str, Callable[[], bool]]] = [
-    (f"flwr version {FLOWER_VERSION}", _version),
     ("start_client_internal uses module `time`", _module_time),
     (
         f"start_client_internal sleeps {IDLE_SLEEP} s idle and {REPLY_SLEEP} s for replies",
@@ -247,14 +281,6 @@ CHECKS: list[tuple[str, Callable[[], bool]]] = [
         ),
     ),
     (
-        "http_request_response makes a self-registered node's keys with generate_key_pairs "
-        "(hetfed.runtime.node_key)",
-        _source_has(
-            "flwr.supernode.fleet_http_connection:http_request_response",
-            "authentication_keys = generate_key_pairs()",
-        ),
-    ),
-    (
         "FAB install and ClientApp loader",
         lambda: (
             callable(attr("flwr.cli.install:install_from_fab"))
@@ -264,9 +290,19 @@ CHECKS: list[tuple[str, Callable[[], bool]]] = [
 ]
 
 
-# What app pinning's check inside the SuperNode relies on (both runtimes).
+# What hetfed.runtime.node_key relies on.
+NODE_KEY_CHECKS: list[tuple[str, Callable[[], bool]]] = [
+    (
+        "http_request_response makes a self-registered node's keys with generate_key_pairs",
+        _source_has(
+            "flwr.supernode.fleet_http_connection:http_request_response",
+            "authentication_keys = generate_key_pairs()",
+        ),
+    ),
+]
+
+# What app pinning's check inside the SuperNode relies on (both runtimes), besides PULL_STEP.
 PINNING_CHECKS: list[tuple[str, Callable[[], bool]]] = [
-    (f"flwr version {FLOWER_VERSION}", _version),
     (
         "start_client_internal._pull_and_store_message(state, object_store, node_config, receive, get_run, "
         "get_fab), called with keywords",
@@ -290,14 +326,27 @@ PINNING_CHECKS: list[tuple[str, Callable[[], bool]]] = [
 ]
 
 
-def missing_internals() -> list[str]:
-    """The description of every check that fails (empty: the warm runtime may run)."""
-    return _failing(CHECKS)
+def missing_internals(pinned: Mapping[str, str] = WARM_PINNED) -> list[str]:
+    """The description of every check that fails (empty: the warm runtime may run); ``pinned``: the
+    sources it relies on as read."""
+    return _changed(pinned) + _failing(CHECKS)
 
 
-def missing_pinning_internals() -> list[str]:
-    """The description of every pinning check that fails (empty: pinning can be installed)."""
-    return _failing(PINNING_CHECKS)
+def missing_node_key_internals() -> list[str]:
+    """The description of every node-key check that fails (empty: the P-256 key can be installed)."""
+    return _failing(NODE_KEY_CHECKS)
+
+
+def missing_pinning_internals(pinned: Mapping[str, str] = PULL_STEP) -> list[str]:
+    """The description of every pinning check that fails (empty: the SuperNode's check can be installed)."""
+    return _changed(pinned) + _failing(PINNING_CHECKS)
+
+
+def _changed(pinned: Mapping[str, str]) -> list[str]:
+    try:
+        return changed_pinned(pinned)
+    except (ImportError, AttributeError, OSError, TypeError) as exc:
+        return [f"{type(exc).__name__}: {exc}"]
 
 
 def _failing(checks: list[tuple[str, Callable[[], bool]]]) -> list[str]:

@@ -42,11 +42,17 @@ path; the app factories are pinned with :mod:`hetfed.runtime.fast_path` and
 # dependencies, imported inside _runtime_routes) as objects.
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from logging import INFO, WARNING
 from typing import TYPE_CHECKING, Any
 
-from hetfed.runtime.internals import changed_pinned, extend_superlink_app, extend_supernode_app
+from hetfed.runtime.internals import (
+    extend_superlink_app,
+    extend_supernode_app,
+    superlink_app_why_not,
+    supernode_app_why_not,
+    why_not_as_read,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -159,15 +165,6 @@ def framed(parts: Iterable[bytes]) -> bytes:
     return b"".join(len(p).to_bytes(FRAME_HEADER, "big") + p for p in parts)
 
 
-def why_not_as_read(pinned: dict[str, str]) -> str:
-    """ "" when this is the Flower 1.42.0 every ``pinned`` source was read in, else the first difference."""
-    try:
-        changed = changed_pinned(pinned)
-    except (ImportError, AttributeError, OSError, TypeError) as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return changed[0] if changed else ""
-
-
 async def _answer(
     request: Any,
     request_type: Any,
@@ -208,6 +205,16 @@ async def _answer(
 
 
 # --- the SuperNode's Runtime API --------------------------------------------------------------
+def why_not_on_supernode(pinned: Mapping[str, str] = PINNED_SOURCE) -> str:
+    """What :func:`install_on_supernode` relies on and this Flower lacks ("" = it can be installed)."""
+    return supernode_app_why_not(pinned)
+
+
+def why_not_batch_grid(pinned: Mapping[str, str] = GRID_PINNED) -> str:
+    """What :func:`batch_grid` relies on and this Flower lacks ("" = a ServerApp's grid can be batched)."""
+    return why_not_as_read(pinned)
+
+
 def install_on_supernode() -> str:
     """Make ``flwr.supernode.main.create_app`` add the :data:`PULL` and :data:`PUSH` routes.
     Returns "" when installed, else why not (the worker then sends single requests)."""
@@ -257,6 +264,11 @@ def _runtime_routes() -> tuple[Any, Any]:
 
 
 # --- the SuperLink: its Fleet API, and its Runtime API (the ServerApp's) ------------------------
+def why_not_on_superlink(pinned: Mapping[str, str] = SUPERLINK_PINNED) -> str:
+    """What :func:`install_on_superlink` relies on and this Flower lacks ("" = it can be installed)."""
+    return superlink_app_why_not(pinned)
+
+
 def install_on_superlink() -> str:
     """Make ``flwr.superlink.main.create_app`` add the :data:`FLEET_PULL` and :data:`FLEET_PUSH`
     routes, and :data:`PULL` and :data:`PUSH` to its Runtime API (the ServerApp's). Returns "" when
@@ -326,7 +338,7 @@ def batch_grid(grid: Any) -> "BatchedObjects | None":
         return None
     if not isinstance(grid, HttpGrid):
         return None
-    if why := why_not_as_read(GRID_PINNED):
+    if why := why_not_batch_grid():
         log(WARNING, "hetfed: the ServerApp's objects go one request each: %s", why)
         return None
     batched = BatchedObjects(grid._runtime_client, hop="SuperLink", node=grid.node)

@@ -24,6 +24,7 @@ Fleet handler that calls it. The SQL LinkState (a SuperLink whose state is on di
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from hetfed.runtime.internals import attr, changed_pinned
@@ -89,10 +90,11 @@ def own_complete_messages(
     return found
 
 
-def missing_pull_internals() -> list[str]:
-    """What :func:`install` relies on and this Flower lacks ([] = all there)."""
+def missing_pull_internals(pinned: Mapping[str, str] = PINNED_SOURCE) -> list[str]:
+    """What :func:`install` relies on and this Flower lacks ([] = all there); ``pinned``: the sources
+    it relies on as read."""
     try:
-        changed = changed_pinned(PINNED_SOURCE)
+        changed = changed_pinned(pinned)
         attr("flwr.supercore.inflatable.inflatable_object:iterate_object_tree")
         attr("flwr.supercore.date:now")
         return changed

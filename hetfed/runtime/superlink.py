@@ -43,18 +43,18 @@ from __future__ import annotations
 import argparse
 import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hetfed.runtime import fast_path, held_pull, object_batch, pull, telemetry_off
 from hetfed.runtime.fast_path import FLEET, ProtobufFastPath
 from hetfed.runtime.internals import attr, changed_pinned
+from hetfed.runtime.seam import ASGI_MODES
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Receive, Scope, Send
 
-ASGI_MODES = ("gated", "stock")
 PULL_MODES = ("own", "stock")
 OBJECT_MODES = ("batched", "stock")
 CONTROL = "/v1/control/"
@@ -140,12 +140,13 @@ def gated_middleware(stock: Callable[[], list[Any]]) -> list[Any]:
     return out
 
 
-def missing_gate_internals() -> list[str]:
-    """What the gate relies on and this Flower lacks ([] = all there): the version, the pinned
-    sources, no extension middleware, the gated layers in Flower's list, every sensitive Control
-    route under /v1/control/, and create_app taking its list from ``_get_middleware``."""
+def missing_gate_internals(pinned: Mapping[str, str] | None = None) -> list[str]:
+    """What the gate relies on and this Flower lacks ([] = all there): the ``pinned`` sources as read
+    (default: :data:`PINNED_SOURCE` and the fast path's), no extension middleware, the gated layers in
+    Flower's list, every sensitive Control route under /v1/control/, and create_app taking its list
+    from ``_get_middleware``."""
     try:
-        changed = changed_pinned({**PINNED_SOURCE, **fast_path.PINNED_SOURCE})
+        changed = changed_pinned({**PINNED_SOURCE, **fast_path.PINNED_SOURCE} if pinned is None else pinned)
         if changed:
             return changed
         missing = []

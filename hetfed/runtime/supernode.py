@@ -20,8 +20,10 @@ With ``--approved-apps FILE`` (app pinning, :mod:`hetfed.runtime.pinning`) the S
 answers every run whose app build is not in FILE with an error reply, in both runtimes:
 the check is installed in this process (so ``stock`` then runs Flower's SuperNode
 in-process instead of replacing itself), and the warm worker checks FILE again before it
-loads a build. If the Flower internals the check needs are missing, the SuperNode does
-not start.
+loads a build. Where this Flower lacks what the SuperNode's check needs, the warm worker's
+check alone pins the silo (said in one line); where there is no warm worker of this
+SuperNode either (``--runtime stock``, ``--worker external``, or a warm runtime this Flower
+cannot run), the SuperNode does not start (one line saying why).
 
 TLS and node authentication of the SuperNode-SuperLink link are Flower's, unchanged.
 """
@@ -41,10 +43,16 @@ from logging import ERROR, INFO, WARNING
 from pathlib import Path
 
 from hetfed.runtime import telemetry_off
-from hetfed.runtime.internals import IDLE_SLEEP, REPLY_SLEEP, missing_internals, missing_pinning_internals
+from hetfed.runtime.internals import (
+    IDLE_SLEEP,
+    REPLY_SLEEP,
+    missing_internals,
+    missing_node_key_internals,
+    missing_pinning_internals,
+)
 from hetfed.runtime.pinning import install_supernode_check
+from hetfed.runtime.seam import RUNTIMES
 
-RUNTIMES = ("warm", "stock")
 WORKERS = ("local", "external")
 IDLE_FAST = 0.1  # s between SuperLink pulls right after a message (grows x1.5 per empty pull to 3 s)
 REPLY_FAST = 0.01  # s between checks for the worker's reply (grows to 0.5 s; the worker also signals)
@@ -248,14 +256,17 @@ def run_warm(flower_args: list[str], approved_apps: Path | None = None, worker: 
     args = with_isolation(flower_args, "process")
     address, ca_file = runtime_api(args)
     reply_ready = threading.Event()
-    if approved_apps is not None:
+    if approved_apps is not None and not missing_pinning_internals():
         install_supernode_check(approved_apps)
     supervisor = WorkerSupervisor(address, ca_file, reply_ready, node_state_expirer(), approved_apps)
     # Before dropped.install(), which wraps the pull step this checks.
     if batch := held_pull.install_fleet_client():
         log(WARNING, "hetfed-supernode: Flower's Fleet client (no batched objects, no held pull): %s", batch)
     dropped.install()
-    node_key.install()
+    if key := missing_node_key_internals():
+        log(WARNING, "hetfed-supernode: Flower's P-384 node key: this Flower lacks %s", "; ".join(key))
+    else:
+        node_key.install()
     fast = fast_path.install_on_supernode()
     if fast:
         log(WARNING, "hetfed-supernode: Runtime API on Flower's own middleware: %s", fast)
@@ -280,29 +291,51 @@ def run_warm(flower_args: list[str], approved_apps: Path | None = None, worker: 
     flower_supernode()
 
 
+def pinning_checks(supernode_lacks: str, own_warm_worker: bool) -> list[str]:
+    """Who checks a run's app build on a pinned SuperNode: ``"supernode"`` where this Flower lacks
+    nothing its check needs (``supernode_lacks`` == ""), ``"worker"`` where a warm worker of its own
+    runs (it checks before it loads a build); [] = nobody can, and the SuperNode must not start."""
+    return ([] if supernode_lacks else ["supernode"]) + (["worker"] if own_warm_worker else [])
+
+
 def main(argv: list[str] | None = None) -> None:
     telemetry_off()
     runtime, approved_apps, flower_args = split_options(list(sys.argv[1:] if argv is None else argv))
     worker, flower_args = split_worker(flower_args)
+    warm_missing = missing_internals() if runtime == "warm" else []
+    if warm_missing:
+        from flwr.supercore import log
+
+        log(
+            WARNING,
+            "hetfed-supernode: warm runtime off, running stock Flower; missing or changed "
+            "Flower internals: %s",
+            "; ".join(warm_missing),
+        )
+        runtime = "stock"
     if approved_apps is not None:
-        missing = missing_pinning_internals()
-        if missing:
-            raise SystemExit(
-                "hetfed-supernode: app pinning cannot be installed (missing or changed Flower "
-                f"internals: {'; '.join(missing)}); not starting an unpinned SuperNode"
+        missing = "; ".join(missing_pinning_internals())
+        checks = pinning_checks(missing, runtime == "warm" and worker == "local")
+        if not checks:
+            no_worker = (
+                f"the warm runtime lacks {'; '.join(warm_missing)}"
+                if warm_missing
+                else ("--worker external" if worker == "external" else "--runtime stock")
             )
-    if runtime == "warm":
-        missing = missing_internals()
-        if missing:
+            raise SystemExit(
+                f"hetfed-supernode: app pinning cannot be checked on this Flower (the SuperNode's check "
+                f"needs {missing}; no warm worker of this SuperNode: {no_worker}); not starting an "
+                "unpinned SuperNode"
+            )
+        if "supernode" not in checks:
             from flwr.supercore import log
 
             log(
                 WARNING,
-                "hetfed-supernode: warm runtime off, running stock Flower; missing or changed "
-                "Flower internals: %s",
-                "; ".join(missing),
+                "hetfed-supernode: app pinning by the warm worker alone (it checks each app build before "
+                "installing it); the SuperNode's own check needs %s",
+                missing,
             )
-            runtime = "stock"
     if runtime == "stock" and approved_apps is not None:  # Flower's SuperNode with the pinning check only
         from flwr.supernode.cli import flower_supernode
 

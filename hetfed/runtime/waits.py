@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from hetfed.runtime.internals import IDLE_SLEEP, REPLY_SLEEP
+from hetfed.runtime.internals import IDLE_SLEEP, REPLY_SLEEP, attr, why_not_as_read
 
 # Object pulls retry a missing object after PULL_INITIAL_BACKOFF s, doubling up to PULL_BACKOFF_CAP
 # (Flower: 1 s up to 10 s, at most 500 tries). They happen while a message is in flight and its
@@ -104,20 +104,40 @@ def install(
     shorten_object_pull_backoff()
 
 
+# The two pull helpers whose keyword defaults shorten_object_pull_backoff changes, as read (their
+# loops read max_tries_per_object=None as "no limit but max_time").
+_UTILS = "flwr.supercore.inflatable.inflatable_utils"
+PULL_HELPERS = {
+    f"{_UTILS}:pull_objects": "31bb2de46b450e6acfadb7a8bb15e3f2074bb112199826a40a5eaa648bad5b2b",
+    f"{_UTILS}:pull_and_inflate_object_from_tree": (
+        "139811483a15e4a6c1f8523614c12f28dd3049194e5713816be0931387adb1cf"
+    ),
+}
+PULL_KEYWORDS = {"initial_backoff", "backoff_cap", "max_tries_per_object", "max_time"}
+
+
+def why_not_short_backoff(pinned: Mapping[str, str] = PULL_HELPERS) -> str:
+    """What :func:`shorten_object_pull_backoff` relies on and this Flower lacks ("" = it applies)."""
+    if why := why_not_as_read(pinned):
+        return why
+    if not all(PULL_KEYWORDS <= set(attr(path).__kwdefaults__ or {}) for path in pinned):
+        return f"the keywords {', '.join(sorted(PULL_KEYWORDS))} of Flower's object-pull helpers"
+    return ""
+
+
 def shorten_object_pull_backoff(initial: float = PULL_INITIAL_BACKOFF, cap: float = PULL_BACKOFF_CAP) -> bool:
     """Retry a not-yet-available object after ``initial`` s, doubling up to ``cap`` (Flower: 1 s, 10 s),
     until Flower's ``max_time`` (not a count of tries).
 
     A message reaches the other side before its objects (arrays) do, so the first pull
     of them often finds nothing. Returns False, changing nothing, where Flower's pull
-    helpers have no such keyword.
+    helpers are not as read (:func:`why_not_short_backoff`).
     """
+    if why_not_short_backoff():
+        return False
     from flwr.supercore.inflatable import inflatable_utils
 
     helpers = (inflatable_utils.pull_objects, inflatable_utils.pull_and_inflate_object_from_tree)
-    keys = {"initial_backoff", "backoff_cap", "max_tries_per_object", "max_time"}
-    if not all(keys <= set(fn.__kwdefaults__ or {}) for fn in helpers):
-        return False
     for fn in helpers:
         fn.__kwdefaults__.update(  # type: ignore[union-attr]
             initial_backoff=initial, backoff_cap=cap, max_tries_per_object=None
