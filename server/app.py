@@ -23,7 +23,14 @@ from hetfed.server.plots import draw_or_say
 from hetfed.server.pool import ClientPool, FederationError
 from hetfed.server.report import report_markdown
 from hetfed.server.rounds import run_rounds
-from hetfed.server.store import RunStore, StoreError, load_checkpoint_file, run_completed, run_path
+from hetfed.server.store import (
+    RunStore,
+    StoreError,
+    existing_run,
+    load_checkpoint_file,
+    run_completed,
+    run_path,
+)
 from hetfed.server.tracking import LINK as TRACKING_LINK
 from hetfed.server.tracking import MlflowTracker
 
@@ -69,10 +76,7 @@ def run_server(grid: Grid, run_config: dict[str, Any]) -> dict[str, Any]:
     path = run_path(cfg["results-dir"], run_name)
     has_config = (path / "config.json").exists()
     if has_config and not cfg["resume"]:
-        raise ConfigError(
-            f"run config 'run-name': results/{run_name} already exists; "
-            "choose another run-name or set resume=true to continue it"
-        )
+        raise ConfigError(existing_run(path))
     recorded_engine = ""
     if cfg["resume"]:  # checked before anything is created: a refused resume leaves no folder
         cfg, recorded_engine = resumed_config(cfg, path)

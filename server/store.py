@@ -380,6 +380,15 @@ class RunStore:
         os.replace(tmp, self.path / name)
 
 
+def existing_run(run_dir: Path) -> str:
+    """The line refusing a new run whose results folder ``run_dir`` holds a run already."""
+    return (
+        f"run config 'run-name': {run_dir} holds a run already; choose another run-name, or continue it "
+        f"with `hetfed run --resume {run_dir.name} --results-dir {run_dir.parent}` (under flwr run: "
+        "resume=true)"
+    )
+
+
 def run_completed(path: Path, checkpoint: Mapping[str, Any], num_rounds: int) -> bool:
     """Whether the run in ``path`` completed (nothing to resume): its summary.json says so and its
     checkpoint holds its last round."""

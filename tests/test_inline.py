@@ -19,7 +19,8 @@ from hetfed.problems.models import make_mlp
 from hetfed.records import to_numpy, to_record
 from hetfed.server.app import run_server
 from hetfed.server.pool import FederationError
-from tests.conftest import lscpu_model
+from hetfed.server.store import existing_run
+from tests.conftest import hetfed_cli, lscpu_model
 
 FAST = {"num-rounds": 2, "n-train": 40, "n-test": 30, "local-epochs": 1, "num-items": 10}
 
@@ -230,9 +231,29 @@ def test_a_missing_data_path_names_the_node(tmp_path: Path) -> None:
 def test_an_existing_run_is_never_overwritten(tmp_path: Path) -> None:
     run(tmp_path, nodes=2)
     before = (tmp_path / "r" / "summary.json").read_text()
-    with pytest.raises(ConfigError, match="already exists"):
+    with pytest.raises(ConfigError) as refused:
         run(tmp_path, nodes=2)
+    assert str(refused.value) == existing_run(tmp_path / "r")
+    assert f"{tmp_path / 'r'} holds a run already" in str(refused.value)
     assert (tmp_path / "r" / "summary.json").read_text() == before
+
+
+@pytest.mark.parametrize("engine", ["inline", "simulation"])
+def test_every_engine_refuses_an_existing_results_folder_before_it_starts(
+    tmp_path: Path, engine: str
+) -> None:
+    """The real path and `--resume NAME` (the simulation engine used to submit, print the old run's
+    progress and fail later with `results/NAME` and `resume=true`)."""
+    args = ["--results-dir", str(tmp_path), "--nodes", "2", "--set", "run-name=r", "--set", "num-rounds=1"]
+    args += ["--set", "n-train=20", "--set", "n-test=10", "--set", "num-items=5"]
+    first = hetfed_cli("run", "--engine", "inline", *args)
+    assert first.returncode == 0, first.stderr
+    again = hetfed_cli("run", "--engine", engine, *args)
+    line = f"hetfed: error: {existing_run(tmp_path / 'r')}"
+    assert again.returncode == 2 and again.stderr.strip().splitlines() == [line], again.stderr
+    assert f"--resume r --results-dir {tmp_path}" in line and again.stdout == ""  # nothing submitted
+    resumed = hetfed_cli("run", "--resume", "r", "--results-dir", str(tmp_path))  # the advice works
+    assert resumed.returncode == 2 and "already completed" in resumed.stderr  # (it completed: one line)
 
 
 def test_client_data_never_reaches_the_server_store(tmp_path: Path) -> None:

@@ -138,6 +138,10 @@ def run_experiment(
     overrides.setdefault("launch", json.dumps(launch))
     run_config = prepare(overrides, engine, results_dir)
     run_dir = Path(run_config["results-dir"]) / run_config["run-name"]
+    if not run_config.get("resume") and (run_dir / "config.json").exists():  # before anything starts
+        from hetfed.server.store import existing_run
+
+        raise ConfigError(existing_run(run_dir))
     if engine == "inline":
         from hetfed.engines.inline import node_configs, run_inline
 
