@@ -96,6 +96,7 @@ def cmd_state(args: argparse.Namespace) -> int:
         )
         return 0
     chosen = [s for s in states if args.run in (s.run_name, s.key)]
+    _refuse_a_running_run(args, {args.run} | {s.run_name for s in chosen})
     if not chosen:
         runs = sorted({s.key for s in states})
         raise ValueError(
@@ -107,6 +108,25 @@ def cmd_state(args: argparse.Namespace) -> int:
         print(f"removed {s.path} ({_size(s.size)})")
     print(f"removed {len(chosen)} state folders of run {args.run}, {_size(sum(s.size for s in chosen))}")
     return 0
+
+
+def _refuse_a_running_run(args: argparse.Namespace, names: set[str]) -> None:
+    """With the local federation of ``--dir`` up: refuse to remove the state of a run it still runs
+    (its SuperNodes would make the folders again, half filled, and the run would not notice)."""
+    from hetfed.federation import FederationInfo, FederationNotRunning
+
+    try:
+        flower = FederationInfo.load(Path(args.dir)).flower()
+    except FederationNotRunning:
+        return
+    with flower.control() as control:
+        running = control.unfinished_runs()
+    for name in sorted(names & set(running)):
+        run_id, status = running[name]
+        raise ValueError(
+            f"--run {args.run}: run {name} is {status} on the federation in {args.dir} (Flower run "
+            f"{run_id}); its state is in use: stop it (`flwr stop {run_id}`) or let it end, then remove it"
+        )
 
 
 def cmd_ledger(args: argparse.Namespace) -> int:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from hetfed.cli import main
 from hetfed.engines.flower import LocalFlower, SuperLinkUnreachable, free_port, processes_of
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.federation import FederationInfo
@@ -461,13 +462,18 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Federation]
 @pytest.mark.deployment
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_stops_a_deployment_run_on_the_federation(
-    federation: Federation, sig: int, code: int
+    federation: Federation, sig: int, code: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Ctrl-C / SIGTERM: ``flwr stop`` on the SuperLink, recorded interrupted, 130 / 143, resumable."""
     name = f"signal-{code}"
     proc = federation.run(name)
     run_dir = federation.results / name
     wait_for_round(run_dir, 1, proc, timeout=300)
+    # While it runs, the silos' state of the run is in use: `federation state rm` refuses (in-process,
+    # so the run is still going; a removed folder would be made again half filled, unnoticed).
+    assert main(["federation", "state", "rm", "--dir", str(federation.root), "--run", name]) == 2
+    (refused,) = capsys.readouterr().err.strip().splitlines()
+    assert f"--run {name}: run {name} is running on the federation in {federation.root}" in refused
     started = time.time()
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=120)

@@ -71,6 +71,16 @@ class ControlApi:
             which = "" if run_id is None else f" for run {run_id}"
             raise ControlApiError(f"ListRuns{which} at {self.address}: {_reason(exc)}") from None
 
+    def unfinished_runs(self) -> dict[str, tuple[int, str]]:
+        """Runs not finished yet, by the ``run-name`` of their run config: (Flower run id, status)."""
+        out = {}
+        for run_id, run in self.runs().items():
+            status = run_status_text(run)
+            name = run.override_config["run-name"].string if "run-name" in run.override_config else ""
+            if name and not status.startswith("finished"):
+                out[name] = (int(run_id), status)
+        return out
+
     def nodes(self) -> list[NodeInfo]:
         """The SuperNodes the SuperLink knows (``flwr supernode ls``): id, status, name, public key."""
         try:
