@@ -41,7 +41,7 @@ def summarize(
 
 def pooled_ratios(per_client: Mapping[str, Mapping[str, float]]) -> dict[str, tuple[str, str]]:
     """``<p>pooled-relative-regret = sum_j <p>regret-sum / sum_j <p>abs-opt-sum`` for every prefix p."""
-    keys = {k for m in per_client.values() for k in m}
+    keys = dict.fromkeys(k for m in per_client.values() for k in m)  # in order: rounds.csv's columns
     return {
         f"{k[: -len('regret-sum')]}pooled-relative-regret": (k, k[: -len("regret-sum")] + "abs-opt-sum")
         for k in keys
