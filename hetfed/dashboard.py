@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from hetfed.paths import flock_holder
@@ -321,26 +321,39 @@ class Dashboard:
         return generate_latest(registry)
 
 
+# What a run's status can be on the page and in /metrics: its summary's, else whether a process holds its
+# writer lock. Every one is exported, 0 included, so an alert on a status has a series from the start.
+RUN_STATUSES = ("running", "completed", "failed", "interrupted", "stopped")
+
+
 class _Metrics(Collector):
-    """The Prometheus gauges, read from the files at each scrape."""
+    """The Prometheus metrics, read from the files at each scrape (Prometheus's conventions: a
+    counter only grows and is named ``_total``; a gauge, which a resume may set back, is not)."""
 
     def __init__(self, dashboard: Dashboard) -> None:
         self.dashboard = dashboard
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         runs = read_runs(self.dashboard.results_dir)
         by_status = GaugeMetricFamily(
             "hetfed_runs", "Runs in the results folder, by status", labels=["status"]
         )
-        for status, count in sorted(Counter(r.status for r in runs).items()):
-            by_status.add_metric([status], count)
+        counts = Counter(r.status for r in runs)
+        for status in (*RUN_STATUSES, *sorted(set(counts) - set(RUN_STATUSES))):
+            by_status.add_metric([status], counts[status])
         yield by_status
+        segments = CounterMetricFamily(
+            "hetfed_run_segments", "Segments a run has started (its first start, each resume)", labels=["run"]
+        )
+        for r in runs:
+            segments.add_metric([r.name], len(r.segments))
+        yield segments
         per_run = {
             "hetfed_run_rounds_completed": (
                 "Rounds the run has completed (progress.json)",
                 lambda r: r.round,
             ),
-            "hetfed_run_rounds_total": ("Rounds the run is to do", lambda r: r.total),
+            "hetfed_run_rounds_planned": ("Rounds the run is to do", lambda r: r.total),
             "hetfed_run_elapsed_seconds": (
                 "Wall time of the run so far, all segments",
                 lambda r: r.elapsed_s,

@@ -10,6 +10,7 @@ import csv
 import html
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hetfed.dashboard import Dashboard, make_server
+from hetfed.dashboard import RUN_STATUSES, Dashboard, make_server
 from hetfed.engines.inline import node_configs, run_inline
 from tests.conftest import REPO, cannot_run, hetfed_cli
 
@@ -80,8 +81,11 @@ def test_metrics_equal_the_run_files(tmp_path: Path, serve: Callable[..., str]) 
         rows = list(csv.DictReader(f))
     assert metrics[("hetfed_runs", (("status", "completed"),))] == 1
     assert sum(v for (name, _), v in metrics.items() if name == "hetfed_runs") == 1
+    for status in RUN_STATUSES:  # every status has its series, 0 included (alert rules need one)
+        assert ("hetfed_runs", (("status", status),)) in metrics
     assert metrics[("hetfed_run_rounds_completed", (("run", "one"),))] == progress["round"] == 3
-    assert metrics[("hetfed_run_rounds_total", (("run", "one"),))] == 3
+    assert metrics[("hetfed_run_rounds_planned", (("run", "one"),))] == 3
+    assert metrics[("hetfed_run_segments_total", (("run", "one"),))] == 1
     assert metrics[("hetfed_run_elapsed_seconds", (("run", "one"),))] == summary["wall-time-s"]
     assert metrics[("hetfed_run_round_seconds", (("run", "one"),))] == pytest.approx(
         progress["elapsed-s"] / 3
@@ -132,7 +136,8 @@ def test_the_command_serves_the_page_and_metrics(tmp_path: Path) -> None:
         url = line.split()[3]
         assert url.startswith("http://127.0.0.1:"), line
         assert "No runs yet." in get(url)
-        assert samples(get(url + "metrics")) == {}  # no runs: families without samples
+        # no runs: every status at 0 (the issue of a status absent until its first run), nothing else
+        assert samples(get(url + "metrics")) == {("hetfed_runs", (("status", s),)): 0.0 for s in RUN_STATUSES}
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -262,6 +267,7 @@ def test_the_live_page_follows_a_deployment_run(tmp_path: Path, serve: Callable[
         metrics = samples(get(url + "/metrics"))
         assert metrics[("hetfed_supernodes_online", ())] == 3
         assert metrics[("hetfed_run_rounds_completed", (("run", "live"),))] == 10
+        assert grafana_metric_names() <= {name for name, _ in metrics}  # with a federation: every one
         # HETFED_DASHBOARD_SCREENSHOT=docs/dashboard.png remakes the user guide's picture from this run
         shot = Path(os.environ.get("HETFED_DASHBOARD_SCREENSHOT") or tmp_path / "dashboard.png")
         height = driver.execute_script("return Math.ceil(document.body.getBoundingClientRect().bottom) + 16")
@@ -307,3 +313,52 @@ def test_the_charts_show_the_familys_main_metric_from_rounds_csv(
         ]
         assert len(expected) == 3 and server, (metric, rows[0])
         assert chart.series == {**dict(sorted(expected.items())), AGGREGATE: server}
+
+
+GRAFANA = REPO / "deploy" / "grafana" / "hetfed-dashboard.json"
+
+
+def grafana_metric_names() -> set[str]:
+    """The metric names deploy/grafana/hetfed-dashboard.json's queries read."""
+    exprs = [t["expr"] for panel in json.loads(GRAFANA.read_text())["panels"] for t in panel["targets"]]
+    return {name for expr in exprs for name in re.findall(r"\bhetfed_[a-z_]+\b", expr)}
+
+
+def test_counters_only_grow_across_a_resume_and_grafana_reads_only_exported_metrics(
+    tmp_path: Path, serve: Callable[..., str]
+) -> None:
+    """Prometheus's conventions: a family of ``_total`` samples is a counter, a counter never goes
+    down, also when a resume sets the run's rounds back; a gauge (rounds, replies) may. A run that
+    died in round 3 and its resume are scraped before and after."""
+    from hetfed.client.app import app as client_app
+    from tests.test_resume import CFG as RESUMED
+    from tests.test_resume import DyingGrid, faulted
+
+    results = tmp_path / "results"
+    cfg = {**RESUMED, "results-dir": str(results), "run-name": "crash"}
+    faulted(DyingGrid(client_app, node_configs(4), cfg, die_at=4), cfg, ConnectionError)
+    url = serve(results) + "/metrics"
+    before = list(text_string_to_metric_families(get(url)))
+    run_inline({**cfg, "resume": True}, node_configs(4))
+    after = list(text_string_to_metric_families(get(url)))
+    for families in (before, after):
+        for family in families:
+            totals = [s.name.endswith("_total") for s in family.samples]
+            assert all(totals) == (family.type == "counter") or not family.samples, family.name
+    counters = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for families in (before,)
+        for family in families
+        if family.type == "counter"
+        for s in family.samples
+    }
+    now = samples(get(url))
+    assert counters and all(now[key] >= value for key, value in counters.items())
+    assert counters[("hetfed_run_segments_total", (("run", "crash"),))] == 1
+    assert now[("hetfed_run_segments_total", (("run", "crash"),))] == 2
+    # runs by status: every status present, 0 included, before (failed) and after (completed)
+    by_status = {dict(labels)["status"]: v for (name, labels), v in now.items() if name == "hetfed_runs"}
+    assert by_status == {s: float(s == "completed") for s in RUN_STATUSES}
+    # the Grafana dashboard reads only exported names (the SuperNodes' need a federation: the live test)
+    names = {name for name, _ in now}
+    assert grafana_metric_names() - names == {"hetfed_supernodes_online", "hetfed_supernodes_expected"}
