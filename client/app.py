@@ -27,10 +27,7 @@ from hetfed.client.ledger import ledger_mod
 from hetfed.client.policy import policy_mod
 from hetfed.client.refusal import refusal_mod
 from hetfed.client.session import ClientSession
-from hetfed.methods import CLIENTS
-
-# Secure aggregation's exchanges, served for every client class (client/secure_aggregation.py).
-SECAGG_EXCHANGES = ("query.secagg_keys", "query.secagg_shares", "query.secagg_check", "query.secagg_unmask")
+from hetfed.methods import CLIENTS, SECAGG_EXCHANGES
 
 # Every message type some client class handles: registered up front, without importing the classes.
 MESSAGE_TYPES = (*dict.fromkeys(kind for c in CLIENTS.values() for kind in c.handles), *SECAGG_EXCHANGES)

@@ -33,7 +33,8 @@ from pathlib import Path
 import pytest
 
 from hetfed.cli import main
-from hetfed.engines.flower import LocalFlower, SuperLinkUnreachable, free_port, processes_of
+from hetfed.engines.errors import SuperLinkUnreachable
+from hetfed.engines.flower import LocalFlower, free_port, processes_of
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.federation import FederationInfo
 from tests.conftest import REPO, hetfed_cli

@@ -74,30 +74,101 @@ def imports(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-def violations() -> list[str]:
-    out = []
+def modules() -> dict[str, Path]:
+    """Every project module (installed name, ``hetfed.client.app``) -> its file, each file once."""
+    found = {}
     for package in PACKAGES:
         for path in sorted((REPO / package).rglob("*.py")):
             rel = path.relative_to(REPO)
+            if rel.parts[0] == "hetfed" and rel.parts[1] in FOLDERS:
+                continue  # hetfed/client -> ../client in a checkout: the folder's files, once
             module = ".".join(rel.with_suffix("").parts).removesuffix(".__init__")
-            module = f"hetfed.{module}" if rel.parts[0] in FOLDERS else module
-            own = layer(module)
-            assert own is not None, module
-            for line, target in imports(path):
-                if target.split(".")[0] in FOLDERS:  # would import a second copy, or fail installed
-                    out.append(f"{rel}:{line} imports {target}, not hetfed.{target}")
-                    continue
-                other = layer(target)
-                if other is None or target.split(".")[0] == module.split(".")[0] and own[0] == 4:
-                    continue
-                # `from hetfed import config` names a base module: judge the module, not the package.
-                if target == "hetfed" or target.removeprefix("hetfed.") in FOLDERS:
-                    continue
-                higher = other[0] > own[0]
-                across = other[0] == own[0] == 2 and other[1] != own[1]
-                if higher or across:
-                    out.append(f"{rel}:{line} imports {target} (layer {other[0]} from layer {own[0]})")
+            found[f"hetfed.{module}" if rel.parts[0] in FOLDERS else module] = path
+    return found
+
+
+def violations() -> list[str]:
+    out = []
+    for module, path in modules().items():
+        rel = path.relative_to(REPO)
+        own = layer(module)
+        assert own is not None, module
+        for line, target in imports(path):
+            if target.split(".")[0] in FOLDERS:  # would import a second copy, or fail installed
+                out.append(f"{rel}:{line} imports {target}, not hetfed.{target}")
+                continue
+            other = layer(target)
+            if other is None or target.split(".")[0] == module.split(".")[0] and own[0] == 4:
+                continue
+            # `from hetfed import config` names a base module: judge the module, not the package.
+            if target == "hetfed" or target.removeprefix("hetfed.") in FOLDERS:
+                continue
+            higher = other[0] > own[0]
+            across = other[0] == own[0] == 2 and other[1] != own[1]
+            if higher or across:
+                out.append(f"{rel}:{line} imports {target} (layer {other[0]} from layer {own[0]})")
     return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Project module -> the project modules it imports, an import inside a function included.
+
+    ``from a.b import c`` is an edge to ``a.b.c`` when that is a module, else to ``a.b`` (the
+    longest project module the name starts with); importing ``a.b`` also runs ``a/__init__.py``,
+    which is no edge here: a package that imports its own submodules is no circle.
+    """
+    known = modules()
+    graph: dict[str, set[str]] = {}
+    for module, path in known.items():
+        graph[module] = set()
+        for _, target in imports(path):
+            parts = target.split(".")
+            while parts and ".".join(parts) not in known:
+                parts.pop()
+            if parts and (found := ".".join(parts)) != module:
+                graph[module].add(found)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles: every strongly connected set of more than one module (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = [stack.pop()]
+            while component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_no_import_circle() -> None:
+    """No module reaches itself through imports. An import deferred into a function counts: it
+    only hides the circle from the interpreter until the call (engines/control_api.py and
+    engines/flower.py were one, client/app.py and client/policy.py another)."""
+    assert cycles(import_graph()) == []
+
+
+def test_the_circle_check_sees_a_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "e"}, "e": set(), "f": {"g"}, "g": {"f"}}
+    assert cycles(graph) == [["a", "b", "c"], ["f", "g"]]
 
 
 def test_no_module_imports_a_higher_layer() -> None:

@@ -21,12 +21,8 @@ from typing import Any
 
 from hetfed import audit
 from hetfed.config import ConfigError, validate
-from hetfed.engines.flower import (
-    FlowerProcessError,
-    LocalFlower,
-    SuperLinkUnreachable,
-    end_processes_of,
-)
+from hetfed.engines.errors import FlowerProcessError, SuperLinkUnreachable
+from hetfed.engines.flower import LocalFlower, end_processes_of
 from hetfed.federation import DEFAULT_DIR, FederationInfo
 from hetfed.server.interrupts import raise_or_defer
 
