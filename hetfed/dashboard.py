@@ -235,7 +235,7 @@ def read_federation(federation_dir: Path) -> FederationView:
     logged its node id in ``supernode-<partition>.log``, which gives its partition.
     """
     from hetfed.engines.errors import FlowerProcessError
-    from hetfed.federation import FederationInfo, FederationNotRunning
+    from hetfed.engines.federation_info import FederationInfo, FederationNotRunning
 
     try:
         info = FederationInfo.load(federation_dir)
