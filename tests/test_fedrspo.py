@@ -551,7 +551,7 @@ def test_local_only_shares_no_model(tmp_path: Path) -> None:
 # --- the Flower protocol computes what a plain loop computes -----------------------------------------
 @pytest.mark.parametrize("loss", ["rspo+", "mse->spo+"])
 def test_flower_run_equals_an_independent_plain_loop(tmp_path: Path, loss: str) -> None:
-    from fedrspo_reference import fedrspo_plain
+    from bench.fedrspo_reference import fedrspo_plain
 
     overrides = {
         **SMALL,

@@ -216,3 +216,18 @@ def test_no_strategy_writes_a_file() -> None:
             if isinstance(node, ast.Call):
                 name = getattr(node.func, "attr", getattr(node.func, "id", ""))
                 assert name not in writers, f"{path.name}:{node.lineno} calls {name}"
+
+
+def test_bench_imports_nothing_from_tests() -> None:
+    """bench/ runs from a checkout without the test suite: the references it shares with the tests
+    live in bench/ (bench/fedrspo_reference.py, bench/lsa_reference.py), and no script puts tests/ on
+    its path to import a module of it by its bare name."""
+    tests = {p.stem for p in (REPO / "tests").glob("*.py")} | {"tests"}
+    found = []
+    for path in sorted((REPO / "bench").rglob("*.py")):
+        found += [
+            f"{path.relative_to(REPO)}:{line} {m}" for line, m in imports(path) if m.split(".")[0] in tests
+        ]
+        if '"tests"' in path.read_text():
+            found.append(f"{path.relative_to(REPO)} names the folder tests")
+    assert found == []
