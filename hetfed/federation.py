@@ -254,7 +254,7 @@ class HostCommand:
         os.chdir(self.cwd)
         if self.proxy is None:
             os.execvpe(self.argv[0], self.argv, self.env)
-        from hetfed.proxy import supervise
+        from hetfed.nginx_proxy import supervise
 
         raise SystemExit(supervise(self.argv, self.proxy, self.env, self.cwd))
 
@@ -279,7 +279,7 @@ def superlink_host(
     certificate must name that address (``hetfed federation certs`` always adds it).
 
     With ``proxy`` the SuperLink listens on 127.0.0.1:``local_port`` (default ``port``
-    + 1) only, and nginx (``hetfed.proxy``, config in ``root/proxy``) serves
+    + 1) only, and nginx (``hetfed.nginx_proxy``, config in ``root/proxy``) serves
     ``host:port`` with TLS, forwarding the Fleet API and ``/health`` only.
 
     ``state`` ``file`` (the default: ``root/state.db``) keeps registered keys, nodes and runs
@@ -322,7 +322,7 @@ def superlink_host(
     (root / "results").mkdir(parents=True, exist_ok=True)
     proxy_argv = None
     if proxy:
-        from hetfed.proxy import check_nginx_conf, write_nginx_conf
+        from hetfed.nginx_proxy import check_nginx_conf, write_nginx_conf
 
         assert tls is not None
         if "localhost" not in certificate_names(tls.cert):  # the proxy verifies the SuperLink as localhost
