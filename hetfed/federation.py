@@ -377,7 +377,7 @@ def silo_host(
     ``stock`` runs Flower's own SuperNode exactly as installed. ``approved_apps`` is the
     silo's allow-list of app builds (``hetfed federation approve``); it must list one at
     least; None runs any app the SuperLink sends. ``policy`` is the silo's own policy file
-    (client/policy.py), checked here so a malformed one stops the silo at start, in one line.
+    (client/silo_policy.py), checked here so a malformed one stops the silo at start, in one line.
     ``identity`` and ``roster`` (both or neither): the silo's signing identity and the federation's
     roster (hetfed/silo_identity.py), checked here to agree for the partition; without them the
     silo's secure aggregation trusts the server to forward its peers' keys.
@@ -404,7 +404,7 @@ def silo_host(
         approved_apps = _approved_apps_file(approved_apps)
         cfg["approved-apps"] = str(approved_apps)  # the ClientApp reports what its silo approved
     if policy is not None:
-        from hetfed.client.policy import load
+        from hetfed.client.silo_policy import load
 
         cfg["policy"] = load(str(Path(policy).resolve())).path
     if (identity is None) != (roster is None):

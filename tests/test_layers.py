@@ -162,7 +162,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_circle() -> None:
     """No module reaches itself through imports. An import deferred into a function counts: it
     only hides the circle from the interpreter until the call (engines/control_api.py and
-    engines/flower.py were one, client/app.py and client/policy.py another)."""
+    engines/flower.py were one, client/app.py and client/silo_policy.py another)."""
     assert cycles(import_graph()) == []
 
 
