@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from hetfed.client.batch_losses import make_loss
-from hetfed.client.decision import batch_generator, decision_metrics, train_epochs
-from hetfed.client.decision_client import BATCHES, MONITOR, NOISE, calibrate
+from hetfed.client.calibration import calibrate
+from hetfed.client.decision import BATCHES, MONITOR, NOISE, batch_generator, decision_metrics, train_epochs
 from hetfed.config import validate
 from hetfed.methods.decision import CalibratedParams
 from hetfed.problems.metrics import qp_lp_gap

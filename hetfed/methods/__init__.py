@@ -45,9 +45,9 @@ DECISION_MESSAGES = (
 LSA_MESSAGES = ("query.info", "train", "evaluate")
 CLIENTS: dict[str, ClientHandler] = {
     "decision": ClientHandler("hetfed.client.decision_client:DecisionClient", DECISION_MESSAGES),
-    "decision-local": ClientHandler("hetfed.client.decision_client:LocalOnlyClient", DECISION_MESSAGES),
+    "decision-local": ClientHandler("hetfed.client.local_only:LocalOnlyClient", DECISION_MESSAGES),
     "decision-pooled": ClientHandler(
-        "hetfed.client.decision_client:PooledClient", ("query.info", "train", "evaluate")
+        "hetfed.client.pooled:PooledClient", ("query.info", "train", "evaluate")
     ),
     "constrained": ClientHandler(
         "hetfed.client.constrained:ConstrainedClient", ("query.info", "query.fg", "train", "evaluate")
