@@ -113,7 +113,7 @@ def cmd_state(args: argparse.Namespace) -> int:
 def _refuse_a_running_run(args: argparse.Namespace, names: set[str]) -> None:
     """With the local federation of ``--dir`` up: refuse to remove the state of a run it still runs
     (its SuperNodes would make the folders again, half filled, and the run would not notice)."""
-    from hetfed.federation import FederationInfo, FederationNotRunning
+    from hetfed.engines.federation_info import FederationInfo, FederationNotRunning
 
     try:
         flower = FederationInfo.load(Path(args.dir)).flower()
