@@ -1,6 +1,6 @@
 """One FedRSPO+ knapsack run (20 clients, 10 + 10 rounds): the plain loop against every engine.
 
-The plain loop (tests/fedrspo_reference.py) computes the same numbers without Flower; the
+The plain loop (bench/fedrspo_reference.py) computes the same numbers without Flower; the
 ratio inline / plain is hetfed's framework overhead (messages, records, per-client state).
 Simulation and deployment wall times are reported for the same run (one repetition each).
 Usage: python bench/knapsack_run.py [--repeats 3] [--skip-deployment] [--skip-simulation]
@@ -22,11 +22,10 @@ from typing import TypeVar
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-from fedrspo_reference import fedrspo_plain  # noqa: E402
+sys.path.insert(0, str(ROOT))
 
 from bench._report import markdown_table, write_section  # noqa: E402
+from bench.fedrspo_reference import fedrspo_plain  # noqa: E402
 from hetfed.engines.runner import run_experiment  # noqa: E402
 
 RUN = {"strategy": "fedrspo", "loss": "rspo+", "seed": 42, "checkpoint-every": 0}

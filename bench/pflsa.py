@@ -2,7 +2,7 @@
 
 * Inline: one PF-LSA run (Garnet, zeta_ker = zeta_rew = 0.5, eta = 1, beta = 1/N, one sample per
   agent and iteration; one exchange per iteration, so 10 client messages per iteration) against
-  the NumPy transcription of tests/lsa_reference.py fed the same samples. Both wall and CPU
+  the NumPy transcription of bench/lsa_reference.py fed the same samples. Both wall and CPU
   (process) time are given: on a shared machine the wall time mostly measures the other load.
   The final per-agent errors of both must agree to 1e-9 (relative).
 * Where the inline time goes: a cProfile of a shorter run, self time grouped by where the code
@@ -32,11 +32,10 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-from lsa_reference import per_agent_oracle, pflsa, stacked  # noqa: E402
+sys.path.insert(0, str(ROOT))
 
 from bench._report import markdown_table, write_section  # noqa: E402
+from bench.lsa_reference import per_agent_oracle, pflsa, stacked  # noqa: E402
 from bench.round_latency import RoundClock  # noqa: E402
 from hetfed.client.lsa import sample_rng  # noqa: E402
 from hetfed.engines.runner import run_experiment  # noqa: E402

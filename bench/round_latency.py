@@ -93,8 +93,8 @@ class RoundClock:
 
 def run_engine(engine: str, results: Path, name: str, federation_dir: Path | None = None) -> list[float]:
     """Run the task on ``engine`` (``federation_dir=`` for a deployment); its middle rounds' durations."""
+    from hetfed.engines.federation_info import DEFAULT_DIR
     from hetfed.engines.runner import run_experiment
-    from hetfed.federation import DEFAULT_DIR
 
     overrides = {**TASK, "run-name": name}
     where = federation_dir or DEFAULT_DIR  # run_experiment's default when none is given

@@ -417,7 +417,7 @@ class Drivers:
 
     def wait_online(self, flower: Any, silos: int, timeout: float) -> None:
         """Until the SuperLink counts ``silos`` online; RuntimeError if a driver exits or time runs out."""
-        from hetfed.engines.flower import FlowerProcessError
+        from hetfed.engines.errors import FlowerProcessError
 
         end, online = time.time() + timeout, 0
         with flower.control(timeout=30) as control:

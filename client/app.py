@@ -24,18 +24,15 @@ from flwr.app import ConfigRecordValues, Context, Message
 from flwr.clientapp import ClientApp
 
 from hetfed.client.ledger import ledger_mod
-from hetfed.client.policy import policy_mod
 from hetfed.client.refusal import refusal_mod
 from hetfed.client.session import ClientSession
-from hetfed.methods import CLIENTS
-
-# Secure aggregation's exchanges, served for every client class (client/secure_aggregation.py).
-SECAGG_EXCHANGES = ("query.secagg_keys", "query.secagg_shares", "query.secagg_check", "query.secagg_unmask")
+from hetfed.client.silo_policy import policy_mod
+from hetfed.methods import CLIENTS, SECAGG_EXCHANGES
 
 # Every message type some client class handles: registered up front, without importing the classes.
 MESSAGE_TYPES = (*dict.fromkeys(kind for c in CLIENTS.values() for kind in c.handles), *SECAGG_EXCHANGES)
 
-# The first mod is the outermost: the silo's policy (client/policy.py) checks each message before the
+# The first mod is the outermost: the silo's policy (client/silo_policy.py) checks each message before the
 # ClientApp runs and each reply before it leaves, inside the ledger (client/ledger.py), which so
 # records every reply that leaves, a refusal included; outside both, a refusal (the policy's, secure
 # aggregation's) becomes its one-line error reply (client/refusal.py).

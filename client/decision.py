@@ -7,6 +7,7 @@ minimisers ``w*(c_hat)`` over the client's own polytope, judged on the true cost
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import numpy as np
 import torch
@@ -20,6 +21,9 @@ from hetfed.problems.polytope import Polytope
 # loss(c_hat, c, index) -> scalar; ``index`` selects the batch rows of the split, so
 # losses can reuse per-sample caches (e.g. w*(c)).
 BatchLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+# Random streams of a client (separate ones for batches, noise and the monitor, as the specification asks).
+BATCHES, NOISE, MONITOR = 2, 3, 4
 
 
 def batch_generator(seed: int, *stream: int) -> torch.Generator:
@@ -98,3 +102,16 @@ def decision_metrics(model: nn.Module, split: DecisionSplit, polytope: Polytope)
         "mse": s.mse,
         "num-examples": s.n,
     }
+
+
+def proximal_term(model: torch.nn.Module, anchor: torch.nn.Module, mu: float) -> Callable[[], torch.Tensor]:
+    """``() -> (mu/2) ||theta - theta_anchor||^2`` with the anchor's current weights frozen
+    (FedProx: the round's global model; Ditto: the global model for the personal one)."""
+    fixed = [p.detach().clone() for p in anchor.parameters()]
+
+    def term() -> torch.Tensor:
+        # sum() starts from the int 0: a Tensor for every model with parameters
+        squares = sum(((p - a) ** 2).sum() for p, a in zip(model.parameters(), fixed, strict=True))
+        return 0.5 * mu * cast(torch.Tensor, squares)
+
+    return term

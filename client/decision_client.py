@@ -1,4 +1,11 @@
-"""The client of every decision-focused strategy (FedAvg, FedRSPO+ and its baselines).
+"""The decision client: FedAvg's and FedRSPO+'s (handler ``decision``), and the shared base of every
+decision-focused client. The other kinds, each in its own module:
+
+- Ditto's personal model step (client/ditto.py) and Interp-DFFL's blend (client/interp_dffl.py), which
+  this client runs when the run's ``ditto-mu`` / ``interp-dffl`` ask for them;
+- the local-only baseline's client (client/local_only.py) and the centralized yardstick's (client/
+  pooled.py), subclasses of this one;
+- the calibration every kind shares (client/calibration.py).
 
 One client holds features -> costs data and its own polytope. Handlers:
 
@@ -15,7 +22,7 @@ One client holds features -> costs data and its own polytope. Handlers:
 - ``train``: one warm-start round: validation metrics of the received model, then E epochs
   with a fresh Adam (clip per array), optional FedProx term ``(mu/2)||theta - theta_g||^2``
   and Ditto update of the persistent personal model; replies with the new weights.
-  ``local-only``: the client trains its own stored model instead and replies with scalars only.
+  Local-only: the client trains its own stored model instead and replies with scalars only.
 - ``train.personalize``: all R_per personalization rounds locally (docs/algorithms.md 1.5); the
   personal model, Adam state and schedule are saved after every round, so a re-sent
   instruction continues where a restarted node stopped. The lam_t, lr_t path stays in the
@@ -32,10 +39,8 @@ reproduction's cold start).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
-from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import torch
@@ -43,21 +48,27 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord, MetricRec
 
 from hetfed.client.adam import Adam
 from hetfed.client.batch_losses import make_loss
-from hetfed.client.decision import BatchLoss, batch_generator, decision_metrics, train_epochs
-from hetfed.client.losses import spo_plus_loss
+from hetfed.client.calibration import check_projection, own_calibration, step_sizes
+from hetfed.client.decision import (
+    BATCHES,
+    MONITOR,
+    NOISE,
+    BatchLoss,
+    batch_generator,
+    decision_metrics,
+    proximal_term,
+    train_epochs,
+)
+from hetfed.client.ditto import ditto_step
+from hetfed.client.interp_dffl import interp_dffl
 from hetfed.client.personalization import PersonalSchedule
-from hetfed.client.session import ClientSession, NodeConfigError
+from hetfed.client.session import ClientSession
 from hetfed.client.state import ROUND_KEY, ClientState, optimizer_from_state, optimizer_to_state
-from hetfed.methods.decision import LOSSES, DecisionParams
-from hetfed.problems.base import DecisionClientData, DecisionSplit
+from hetfed.methods.decision import DecisionParams
+from hetfed.problems.base import DecisionClientData
 from hetfed.problems.metrics import qp_lp_gap
 from hetfed.problems.models import load_record, make_mlp, model_manifest, model_record
 from hetfed.records import scalar, to_record
-
-# Random streams of a client (separate ones for batches, noise and the monitor, as the specification asks).
-BATCHES, NOISE, MONITOR = 2, 3, 4
-POOLED = 99  # the centralized yardstick's one stream (batches and noise of the pooled training)
-
 
 DEPLOYED = "deployed"  # the client-state group of the model this silo deploys (evaluate)
 FEDERATED = "federated"  # the federated model as this silo received it for its final evaluation
@@ -66,51 +77,6 @@ MANIFEST = "manifest"  # what the kept models take and return, and what the silo
 
 
 MODEL_NAMES = {"fed": "federated", "per": "personal"}  # evaluate's metric prefixes -> state groups
-
-
-class CalibrationError(ValueError):
-    """The client's data cannot calibrate lam0 (zero costs or a zero-radius feasible set)."""
-
-
-def calibrate(
-    data: DecisionClientData, alpha: float, norm: str = "mean", fixed: float = 0.0
-) -> dict[str, float]:
-    """``lam0 = s_i(||c_i||_2) / R``, ``lr0 = alpha lam0 / 4`` from the client's training costs, with
-    ``s`` the mean (the paper) or the median (``norm``: a few extreme days cannot inflate it); a
-    ``fixed`` lam0 > 0 (the paper's shortest-path setting: 2) replaces the data's scale."""
-    radius = data.polytope.radius()
-    if not radius > 0:
-        raise CalibrationError(
-            f"{data.name}: its feasible set has radius {radius:g} (a single point), so lam0 = mean||c|| / R "
-            "is undefined; this client cannot take part in FedRSPO+"
-        )
-    if fixed > 0:
-        return {"lam0": fixed, "lr0": alpha * fixed / 4, "radius": radius}
-    norms = data.train.c.norm(dim=1)
-    lam0 = float(norms.mean() if norm == "mean" else norms.quantile(0.5)) / radius
-    if not (math.isfinite(lam0) and lam0 > 0):
-        raise CalibrationError(f"{data.name}: lam0 = {lam0:g} (its training costs are all zero)")
-    return {"lam0": lam0, "lr0": alpha * lam0 / 4, "radius": radius}
-
-
-def own_calibration(data: DecisionClientData, params: DecisionParams) -> dict[str, float]:
-    """:func:`calibrate` with the method's settings (``rspo-alpha``, ``calibration-norm``, ``fixed-lam0``):
-    this client's ``lam0_j``, ``lr0_j`` and radius (docs/algorithms.md 1.3)."""
-    return calibrate(data, params.rspo_alpha, params.calibration_norm, params.fixed_lam0)
-
-
-def step_sizes(
-    data: DecisionClientData, params: DecisionParams, loss: str, shared: tuple[float, float] | None = None
-) -> tuple[float, float]:
-    """(lam, lr) a client trains ``loss`` with: the ``shared`` (lam, lr) when the message carries a
-    shared calibration, else the client's own ``lam0_j`` (for a loss that projects; 1 otherwise) and
-    ``lr0_j``; the run's ``lr`` for a loss whose step is not calibrated (docs/algorithms.md 1.3)."""
-    needs = LOSSES[loss]
-    own = own_calibration(data, params) if shared is None and needs.needs_calibration else {}
-    lam = shared[0] if shared is not None else own.get("lam0", 1.0)
-    if not needs.calibrated_lr:
-        return lam, params.lr
-    return lam, shared[1] if shared is not None else own["lr0"]
 
 
 def personal_schedule(
@@ -247,34 +213,6 @@ def personalize_and_evaluate(
     return evaluation(data, {"per": personal, "fed": fed})[0]
 
 
-def check_projection(data: DecisionClientData, params: DecisionParams) -> None:
-    """Fail before round 1, naming the client, if its polytope cannot project as the loss needs."""
-    losses = {params.phase_loss("warm"), params.phase_loss("personal")}
-    backend = params.optnet_backend if "optnet" in losses else "auto"
-    if any(LOSSES[name].projects for name in losses):
-        try:
-            data.polytope.project(torch.zeros(1, data.num_costs, dtype=torch.float64), backend=backend)
-        except (ValueError, ImportError, NotImplementedError) as exc:
-            hint = "; set optnet-backend = 'qpth' (a QP layer for any polytope)" if backend == "exact" else ""
-            raise ValueError(
-                f"{data.name}: loss {params.loss!r} needs projections onto its "
-                f"{type(data.polytope).__name__}, which backend {backend!r} cannot do: {exc}{hint}"
-            ) from None
-
-
-def proximal_term(model: torch.nn.Module, anchor: torch.nn.Module, mu: float) -> Callable[[], torch.Tensor]:
-    """``() -> (mu/2) ||theta - theta_anchor||^2`` with the anchor's current weights frozen
-    (FedProx: the round's global model; Ditto: the global model for the personal one)."""
-    fixed = [p.detach().clone() for p in anchor.parameters()]
-
-    def term() -> torch.Tensor:
-        # sum() starts from the int 0: a Tensor for every model with parameters
-        squares = sum(((p - a) ** 2).sum() for p, a in zip(model.parameters(), fixed, strict=True))
-        return 0.5 * mu * cast(torch.Tensor, squares)
-
-    return term
-
-
 class DecisionClient:
     """Handlers of one client holding a decision problem (features -> LP costs)."""
 
@@ -404,7 +342,7 @@ class DecisionClient:
         mu = self.params.proximal_mu
         penalty = proximal_term(model, model, mu) if mu > 0 else None
         if self.params.ditto_mu > 0:
-            self._ditto_step(self.state(content), content.array_records["arrays"], loss, lr, epochs, rnd)
+            ditto_step(self, self.state(content), content.array_records["arrays"], loss, lr, epochs, rnd)
         train_loss = self.fit(model, optimizer, loss, epochs, rnd, penalty)
         return RecordDict(
             {
@@ -418,22 +356,6 @@ class DecisionClient:
                 ),
             }
         )
-
-    def _ditto_step(
-        self,
-        state: ClientState,
-        global_arrays: ArrayRecord,
-        loss: BatchLoss,
-        lr: float,
-        epochs: int,
-        rnd: int,
-    ) -> None:
-        """Ditto: E epochs on ``loss(v) + (mu/2)||v - w_global||^2`` for the persistent personal model v."""
-        kept = state.round_arrays("personal", rnd)
-        personal = self.model_of(kept) if kept is not None else self.model(global_arrays)
-        penalty = proximal_term(personal, self.model(global_arrays), self.params.ditto_mu)
-        self.fit(personal, Adam(personal.parameters(), lr=lr), loss, epochs, rnd, penalty)
-        state.set_round_arrays("personal", personal.state_dict(), rnd)
 
     def train_personalize(self, content: RecordDict) -> RecordDict:
         """All personalization rounds t = 1..R_per, locally (:func:`personalize`); the personal model,
@@ -480,40 +402,6 @@ class DecisionClient:
             "fed": self.model(content.array_records["arrays"]),
         }
 
-    def interp_dffl(self, fed: torch.nn.Module) -> dict[str, float]:
-        """Interp-DFFL: ``c_hat = (1 - a) c_hat_local + a c_hat_fed`` with ``a`` in {0, 0.05, ..., 1}
-        chosen on a calibration split (the last ``interp-split`` of the training data) by the
-        lowest SPO+ loss; the local SPO+ model trains on the rest for ``interp-local-epochs`` epochs
-        (to convergence: ~60 Adam steps, the warm start's budget, leave it far behind the federated
-        model, and the blend would always pick the federated one)."""
-        params, poly, train = self.params, self.data.polytope, self.data.train
-        n_cal = max(1, round(params.interp_split * len(train)))
-        fit_part = DecisionSplit(train.x[:-n_cal], train.c[:-n_cal])
-        cal = DecisionSplit(train.x[-n_cal:], train.c[-n_cal:])
-        local = self.new_model()
-        loss = make_loss("spo+", fit_part, poly, params, 1.0, self.gen(NOISE, 2000))
-        train_epochs(
-            local,
-            [(fit_part, loss)],
-            Adam(local.parameters(), lr=params.lr),  # the run's lr, not a calibrated one
-            epochs=params.interp_local_epochs,
-            batch_size=params.batch_size,
-            generator=self.gen(BATCHES, 2000),
-            clip_norm=params.clip_norm,
-        )
-        with torch.no_grad():
-            blends = torch.linspace(0, 1, 21, dtype=torch.float64)
-            scores = [
-                float(spo_plus_loss((1 - a) * local(cal.x) + a * fed(cal.x), cal.c, poly)) for a in blends
-            ]
-            a = float(blends[int(np.argmin(scores))])
-
-        class Blend(torch.nn.Module):
-            def forward(self, x: torch.Tensor) -> torch.Tensor:
-                return (1 - a) * local(x) + a * fed(x)
-
-        return {**decision_metrics(Blend(), self.data.test, poly), "blend": a}
-
     @staticmethod
     def save_personal(
         state: ClientState, model: torch.nn.Module, optimizer: Adam, sched: dict[str, Any]
@@ -543,7 +431,7 @@ class DecisionClient:
             kept = [MODEL_NAMES[p] for p, model in models.items() if model is not None]
             self.save_inference(state, content, deployed, kept=kept)
         if self.params.interp_dffl and (fed := models.get("fed")) is not None:
-            metrics.update({f"interp-{k}": v for k, v in self.interp_dffl(fed).items()})
+            metrics.update({f"interp-{k}": v for k, v in interp_dffl(self, fed).items()})
         metrics["num-examples"] = len(self.data.test)
         return RecordDict({"metrics": MetricRecord(metrics)})
 
@@ -571,78 +459,3 @@ class DecisionClient:
             **source,
         }
         state.set_values(MANIFEST, model_manifest(arrays, **about))
-
-
-class LocalOnlyClient(DecisionClient):
-    """The local-only baseline's client: its own model, trained on its own data every round and
-    never shared; the same calibration, schedules and evaluation as FedRSPO+'s (docs/algorithms.md 1)."""
-
-    def train_round(
-        self, content: RecordDict, loss: BatchLoss, lr: float, epochs: int, rnd: int
-    ) -> RecordDict:
-        """Local-only baseline: the client's own model, never shared; replies with scalars only."""
-        state = self.state(content)
-        kept = state.round_arrays("local", rnd)
-        model = self.model_of(kept) if kept is not None else self.new_model()
-        val = decision_metrics(model, self.data.val, self.data.polytope)
-        train_loss = self.fit(model, Adam(model.parameters(), lr=lr), loss, epochs, rnd)
-        state.set_round_arrays("local", model.state_dict(), rnd)
-        return RecordDict(
-            {
-                "metrics": MetricRecord(
-                    {
-                        "num-examples": len(self.data.train),
-                        "train-loss": train_loss,
-                        "val-relative-regret": val["relative-regret"],
-                    }
-                )
-            }
-        )
-
-    def personal_start(self, state: ClientState, content: RecordDict) -> torch.nn.Module:
-        """Personalization continues this client's own model."""
-        return self.stored_model(state, "local") or self.model(content.array_records["arrays"])
-
-    def evaluated_models(self, state: ClientState, content: RecordDict) -> dict[str, torch.nn.Module | None]:
-        """Its personal model, or its own model when it did not personalize (no federated one)."""
-        return {"per": self.stored_model(state, "personal") or self.stored_model(state, "local")}
-
-
-class PooledClient(DecisionClient):
-    """The centralized yardstick's client (strategies/centralized.py): its ``train`` pools every
-    partition's generated data, each sample judged by its own partition's loss, polytope and
-    ``lam0_j``, and trains ONE model for the message's ``epochs`` with the mean of the partitions'
-    ``lr0_j`` (a shared calibration's; the run's ``lr`` for a loss without a calibrated step)."""
-
-    def train(self, content: RecordDict) -> RecordDict:
-        if self.session.data_path is not None:
-            raise NodeConfigError(
-                f"partition {self.pid} of {self.session.num_partitions}: the centralized yardstick pools "
-                "the generated data of a built-in problem; it does not read other silos' files"
-            )
-        n, loss = self.session.num_partitions, self.params.loss
-        data = [replace(self.session, partition_id=j, opened={}).data() for j in range(n)]
-        cal = [step_sizes(d, self.params, loss) for d in data]  # (lam0_j, lr0_j), as each client trains
-        lr = sum(lr_j for _, lr_j in cal) / n if LOSSES[loss].calibrated_lr else self.params.lr
-        model = self.model(content.array_records["arrays"])
-        optimizer = Adam(model.parameters(), lr=lr)
-        gen = batch_generator(self.cfg["seed"], POOLED)
-        splits = [
-            (d.train, make_loss(loss, d.train, d.polytope, self.params, lam, gen))
-            for d, (lam, _) in zip(data, cal, strict=True)
-        ]
-        epochs = int(scalar(content.config_records["config"]["epochs"]))
-        train_loss = train_epochs(
-            model,
-            splits,
-            optimizer,
-            epochs=epochs,
-            batch_size=self.params.batch_size,
-            generator=gen,
-            clip_norm=self.params.clip_norm,
-        )
-        metrics: dict[str, MetricRecordValues] = {
-            "num-examples": sum(len(d.train) for d in data),
-            "train-loss": train_loss,
-        }
-        return RecordDict({"arrays": model_record(model), "metrics": MetricRecord(metrics)})

@@ -1,6 +1,6 @@
 """A silo's refusal: one line, sent back as the reply's error, with no traceback on the silo.
 
-A silo refuses a message when its own rules forbid it (its policy, client/policy.py) or when the
+A silo refuses a message when its own rules forbid it (its policy, client/silo_policy.py) or when the
 protocol forbids it (secure aggregation's checks, client/secure_aggregation.py). Such a refusal is
 not a fault of the ClientApp: Flower would log the raise with its traceback and send the reason
 as ``<class '...'>:<'...'>``. :func:`refusal_mod`, the ClientApp's outermost mod, sends the

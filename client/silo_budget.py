@@ -8,7 +8,7 @@ N(0, (z S)^2 I), noised on the silo: one Gaussian release at noise multiplier z 
 (client/ledger.py) records z with every such reply before it leaves; the silo's epsilon at
 ``delta`` composes every release with Rényi DP (Mironov 2017; dp-accounting's accountant, RDP
 alpha / (2 z^2) per release), with no amplification by sampling (the silo knows it was asked).
-Its policy (client/policy.py) bounds it per run (``max-epsilon``) and over every run the silo
+Its policy (client/silo_policy.py) bounds it per run (``max-epsilon``) and over every run the silo
 served (``lifetime-epsilon``), and refuses the release that would exceed either; ``hetfed
 federation ledger`` prints both.
 """

@@ -306,8 +306,8 @@ def cmd_data(args: argparse.Namespace) -> int:
 def cmd_dashboard(args: argparse.Namespace) -> int:
     """``hetfed dashboard``: serve the read-only live page and /metrics until Ctrl-C."""
     from hetfed.dashboard import Dashboard, make_server
+    from hetfed.engines.federation_info import FederationInfo
     from hetfed.engines.flower import is_loopback
-    from hetfed.federation import FederationInfo
     from hetfed.paths import check_port
 
     results = Path(args.results_dir)

@@ -234,8 +234,8 @@ def read_federation(federation_dir: Path) -> FederationView:
     The SuperLink does not know partitions; a SuperNode that ``hetfed federation up`` started here
     logged its node id in ``supernode-<partition>.log``, which gives its partition.
     """
-    from hetfed.engines.flower import FlowerProcessError
-    from hetfed.federation import FederationInfo, FederationNotRunning
+    from hetfed.engines.errors import FlowerProcessError
+    from hetfed.engines.federation_info import FederationInfo, FederationNotRunning
 
     try:
         info = FederationInfo.load(federation_dir)

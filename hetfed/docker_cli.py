@@ -1,4 +1,4 @@
-"""``hetfed docker ...``: build the compose federation's images offline (see hetfed/images.py).
+"""``hetfed docker ...``: build the compose federation's images offline (see hetfed/docker_images.py).
 
 ``wheelhouse`` collects every wheel the images install, on the host; ``base-image`` builds a
 local stand-in for Flower's ``flwr/superexec`` image where it cannot be pulled.
@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hetfed.images import BASE_IMAGE, GLIBC, PYTHON_VERSION, SUITE
+from hetfed.docker_images import BASE_IMAGE, GLIBC, PYTHON_VERSION, SUITE
 
 
 def cmd_wheelhouse(args: argparse.Namespace) -> int:
-    from hetfed.images import collect_wheelhouse
+    from hetfed.docker_images import collect_wheelhouse
 
     info = collect_wheelhouse(Path(args.dir), args.python_version, args.glibc, args.torch_index_url)
     print(
@@ -25,7 +25,7 @@ def cmd_wheelhouse(args: argparse.Namespace) -> int:
 
 
 def cmd_base_image(args: argparse.Namespace) -> int:
-    from hetfed.images import build_base_image
+    from hetfed.docker_images import build_base_image
 
     work = Path(args.work_dir) if args.work_dir else None
     print(build_base_image(Path(args.wheelhouse), args.tag, args.suite, args.mirror, work, args.force))

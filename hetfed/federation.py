@@ -9,26 +9,24 @@
   ``federation.json`` and a flwr connection, so ``hetfed run --engine deployment
   --federation-dir DIR``, ``register`` and ``status`` work on that host.
 
-``federation.json`` records the SuperLink address, its CA (if TLS), whether node
-authentication is on, the number of SuperNodes expected and the process groups
-that ``down`` stops.
+``federation.json`` (:class:`hetfed.engines.federation_info.FederationInfo`, which the deployment
+engine reads) records the SuperLink address, its CA (if TLS), whether node authentication is on, the
+number of SuperNodes expected and the process groups that ``down`` stops.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hetfed import audit, silo_identity
 from hetfed.config import ConfigError
 from hetfed.credentials import TlsFiles, certificate_names, write_node_key
+from hetfed.engines.federation_info import FederationInfo
 from hetfed.engines.flower import (
-    CONNECTION,
     DEFAULT_RUNTIME,
     LocalFlower,
     end_processes_of,
@@ -51,71 +49,6 @@ from hetfed.paths import (
     flock_holder,
     per_partition,
 )
-
-DEFAULT_DIR = Path(".hetfed") / "federation"
-
-
-class FederationNotRunning(RuntimeError):
-    """No local federation is up in the given folder."""
-
-
-@dataclass
-class FederationInfo:
-    """What ``federation.json`` records about a federation's SuperLink."""
-
-    root: Path
-    link_port: int
-    nodes: int
-    pids: list[int]
-    host: str = "127.0.0.1"
-    tls_dir: Path | None = None
-    node_auth: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def load(cls, root: Path) -> FederationInfo:
-        path = Path(root) / "federation.json"
-        if not path.exists():
-            raise FederationNotRunning(
-                f"no local federation is running in {root}; start one with `hetfed federation up --nodes 4`"
-            )
-        data = json.loads(path.read_text())
-        return cls(
-            Path(root).resolve(),
-            int(data["link-port"]),
-            int(data["nodes"]),
-            list(data["pids"]),
-            host=data.get("host", "127.0.0.1"),
-            tls_dir=Path(data["tls-dir"]) if data.get("tls-dir") else None,
-            node_auth=bool(data.get("node-auth", False)),
-            extra={
-                k: data[k]
-                for k in ("role", "superlink-pid", "public-address", "proxy", "state-dirs")
-                if k in data
-            },
-        )
-
-    def save(self) -> None:
-        """Write ``federation.json``."""
-        data = {
-            "link-port": self.link_port,
-            "host": self.host,
-            "nodes": self.nodes,
-            "pids": self.pids,
-            "tls-dir": str(self.tls_dir) if self.tls_dir else "",
-            "node-auth": self.node_auth,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "connection": CONNECTION,
-            **self.extra,
-        }
-        (self.root / "federation.json").write_text(json.dumps(data, indent=2))
-
-    def flower(self) -> LocalFlower:
-        """A handle to submit runs to this federation and query it (TLS verified with its CA)."""
-        tls = TlsFiles.from_dir(self.tls_dir) if self.tls_dir else None
-        return LocalFlower(
-            self.root, link_port=self.link_port, host=self.host, tls=tls, node_auth=self.node_auth
-        )
 
 
 def node_config(
@@ -321,7 +254,7 @@ class HostCommand:
         os.chdir(self.cwd)
         if self.proxy is None:
             os.execvpe(self.argv[0], self.argv, self.env)
-        from hetfed.proxy import supervise
+        from hetfed.nginx_proxy import supervise
 
         raise SystemExit(supervise(self.argv, self.proxy, self.env, self.cwd))
 
@@ -346,7 +279,7 @@ def superlink_host(
     certificate must name that address (``hetfed federation certs`` always adds it).
 
     With ``proxy`` the SuperLink listens on 127.0.0.1:``local_port`` (default ``port``
-    + 1) only, and nginx (``hetfed.proxy``, config in ``root/proxy``) serves
+    + 1) only, and nginx (``hetfed.nginx_proxy``, config in ``root/proxy``) serves
     ``host:port`` with TLS, forwarding the Fleet API and ``/health`` only.
 
     ``state`` ``file`` (the default: ``root/state.db``) keeps registered keys, nodes and runs
@@ -389,7 +322,7 @@ def superlink_host(
     (root / "results").mkdir(parents=True, exist_ok=True)
     proxy_argv = None
     if proxy:
-        from hetfed.proxy import check_nginx_conf, write_nginx_conf
+        from hetfed.nginx_proxy import check_nginx_conf, write_nginx_conf
 
         assert tls is not None
         if "localhost" not in certificate_names(tls.cert):  # the proxy verifies the SuperLink as localhost
@@ -444,7 +377,7 @@ def silo_host(
     ``stock`` runs Flower's own SuperNode exactly as installed. ``approved_apps`` is the
     silo's allow-list of app builds (``hetfed federation approve``); it must list one at
     least; None runs any app the SuperLink sends. ``policy`` is the silo's own policy file
-    (client/policy.py), checked here so a malformed one stops the silo at start, in one line.
+    (client/silo_policy.py), checked here so a malformed one stops the silo at start, in one line.
     ``identity`` and ``roster`` (both or neither): the silo's signing identity and the federation's
     roster (hetfed/silo_identity.py), checked here to agree for the partition; without them the
     silo's secure aggregation trusts the server to forward its peers' keys.
@@ -471,7 +404,7 @@ def silo_host(
         approved_apps = _approved_apps_file(approved_apps)
         cfg["approved-apps"] = str(approved_apps)  # the ClientApp reports what its silo approved
     if policy is not None:
-        from hetfed.client.policy import load
+        from hetfed.client.silo_policy import load
 
         cfg["policy"] = load(str(Path(policy).resolve())).path
     if (identity is None) != (roster is None):

@@ -113,7 +113,7 @@ def cmd_state(args: argparse.Namespace) -> int:
 def _refuse_a_running_run(args: argparse.Namespace, names: set[str]) -> None:
     """With the local federation of ``--dir`` up: refuse to remove the state of a run it still runs
     (its SuperNodes would make the folders again, half filled, and the run would not notice)."""
-    from hetfed.federation import FederationInfo, FederationNotRunning
+    from hetfed.engines.federation_info import FederationInfo, FederationNotRunning
 
     try:
         flower = FederationInfo.load(Path(args.dir)).flower()
@@ -163,8 +163,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     from hetfed.config import ConfigError
     from hetfed.engines.control_api import ControlApi, ControlApiError
+    from hetfed.engines.federation_info import FederationInfo
     from hetfed.engines.flower import nodes_timeout
-    from hetfed.federation import FederationInfo
 
     timeout = nodes_timeout(args.wait) if args.timeout is None else args.timeout
     if args.wait < 0 or not timeout > 0:  # NaN too
@@ -208,7 +208,7 @@ def flwr_home_default() -> str:
 def cmd_audit(args: argparse.Namespace) -> int:
     """``federation audit``: the runs started, stopped and resumed on this federation (audit.jsonl)."""
     from hetfed import audit
-    from hetfed.federation import FederationInfo
+    from hetfed.engines.federation_info import FederationInfo
 
     root = Path(args.dir)
     if not (root / audit.AUDIT_FILE).exists() and not (root / "federation.json").exists():
@@ -287,8 +287,9 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 def cmd_register(args: argparse.Namespace) -> int:
     import tempfile
 
+    from hetfed.engines.federation_info import FederationInfo
     from hetfed.engines.flower import LocalFlower, split_address
-    from hetfed.federation import FederationInfo, register_keys
+    from hetfed.federation import register_keys
 
     keys = [Path(k) for k in args.public_keys]
     if args.superlink:

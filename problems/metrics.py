@@ -5,7 +5,7 @@ Per client, with the LP oracle ``w*``:
 * regret per sample ``c'w*(c_hat) - z*(c)`` with ``z*(c) = c'w*(c)`` (>= 0);
 * absolute regret = mean regret; relative regret = mean regret / mean |z*|
   (:class:`RegretSummary`), so a client's relative regret is a ratio of its own means. The
-  client reports the totals too, so that the run's summary (strategies/summary.py) forms, next
+  client reports the totals too, so that the run's summary (strategies/result_summary.py) forms, next
   to the mean over clients of every metric, the pooled ratio ``sum of regrets / sum of |z*|``
   over all clients' samples.
 

@@ -173,7 +173,7 @@ class Privacy:
     def client_values(self) -> dict[str, float]:
         """What a summed round's train message carries: the clip, the local noise multiplier, and the
         run's epsilon budget (0: none; checked by :meth:`check_budget` before round 1), which a silo's
-        policy bounds (client/policy.py ``max-epsilon``)."""
+        policy bounds (client/silo_policy.py ``max-epsilon``)."""
         s = self.settings
         if not s.on:
             return {"dp-clip": 0.0, "dp-local-noise": 0.0}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hetfed.strategies.summary import is_extensive
+from hetfed.strategies.result_summary import is_extensive
 
 
 def report_markdown(title: str, summary: Mapping[str, Any], columns: list[str] | None = None) -> str:

@@ -3,7 +3,7 @@ training data, which a federation never does; a method of the inline engine only
 ``engines``: the run config is refused on another) (docs/algorithms.md 1.7).
 
 Its phases (strategies/base.py): round 1 ``train``, one message, to the first client, which pools
-the generated data of every partition (client/decision_client.py ``PooledClient``) and trains
+the generated data of every partition (client/pooled.py ``PooledClient``) and trains
 the run's whole budget of epochs, ``R_fed E + R_per E_per``; then ``evaluate``: every client
 tests the pooled model on its own test set and polytope, as after FedAvg.
 """

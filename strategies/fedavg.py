@@ -27,7 +27,7 @@ from hetfed.strategies.base import (
     drawn,
     reply_metrics,
 )
-from hetfed.strategies.summary import summarize
+from hetfed.strategies.result_summary import summarize
 
 
 class FedAvg(FederatedStrategy):

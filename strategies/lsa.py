@@ -46,7 +46,7 @@ from hetfed.strategies.base import (
     reply_arrays,
     reply_metrics,
 )
-from hetfed.strategies.summary import summarize
+from hetfed.strategies.result_summary import summarize
 
 
 def check_lsa_config(cfg: Mapping[str, Any]) -> None:

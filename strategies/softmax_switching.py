@@ -47,7 +47,7 @@ from hetfed.problems.models import model_record
 from hetfed.problems.registry import get_problem
 from hetfed.records import to_numpy, to_record
 from hetfed.strategies.base import FederatedStrategy, Folded, Phase, WeightedSum, drawn, reply_metrics
-from hetfed.strategies.summary import summarize
+from hetfed.strategies.result_summary import summarize
 
 SAMPLING_STREAM = 61  # the client-sampling RNG is default_rng(SeedSequence([seed, SAMPLING_STREAM]))
 

@@ -148,8 +148,8 @@ def cannot_run(reason: str) -> NoReturn:
 
 
 def needs_nginx() -> str:
-    """nginx for the SuperLink host's reverse proxy (hetfed.proxy), or :func:`cannot_run`."""
-    from hetfed.proxy import find_nginx
+    """nginx for the SuperLink host's reverse proxy (hetfed.nginx_proxy), or :func:`cannot_run`."""
+    from hetfed.nginx_proxy import find_nginx
 
     try:
         return find_nginx()

@@ -42,7 +42,7 @@ def test_the_registered_loss_is_a_choice_and_builds_its_batch_loss(l1: str) -> N
 
 
 def test_a_federation_trains_with_it_as_the_plain_loop_does(tmp_path: Path, l1: str) -> None:
-    from fedrspo_reference import fedrspo_plain
+    from bench.fedrspo_reference import fedrspo_plain
 
     cfg = {"loss": l1, "num-items": 10, "n-train": 40, "n-test": 30, "local-epochs": 1, "num-rounds": 3}
     cfg |= {"personal-rounds": 2, "lr": 0.01}

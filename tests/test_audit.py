@@ -20,9 +20,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from hetfed import audit
+from hetfed.engines.federation_info import FederationInfo
 from hetfed.engines.flower import CONNECTION
 from hetfed.engines.runner import prepare
-from hetfed.federation import FederationInfo
 from hetfed.runtime.pinning import fab_hash
 from tests.conftest import REPO, hetfed_cli
 from tests.test_cli_faults import sets, start_cli, wait_for_round

@@ -27,7 +27,7 @@ from hetfed import versions
 from hetfed.cli import build_parser
 from hetfed.compose import APP_USER, APPROVED_APPS, compose_spec, identity_commands, render, run_config
 from hetfed.config import PROBLEMS, validate
-from hetfed.images import QPTH
+from hetfed.docker_images import QPTH
 from hetfed.runtime.supernode import split_options, split_worker
 from hetfed.runtime.worker import parse_args as worker_args
 from hetfed.silo_identity import load as load_silo_keys

@@ -51,9 +51,9 @@ import yaml
 
 from hetfed.compose import APPROVED_APPS, LOCAL_PORT, identity_commands
 from hetfed.config import to_toml
+from hetfed.docker_images import BASE_IMAGE, base_image_current, read_wheelhouse, requirements
 from hetfed.engines.flower import free_port
 from hetfed.engines.inline import node_configs, run_inline
-from hetfed.images import BASE_IMAGE, base_image_current, read_wheelhouse, requirements
 from tests.conftest import REPO, cannot_run
 from tests.http_probe import CLOSED
 from tests.http_probe import SOURCE as PROBE_SOURCE

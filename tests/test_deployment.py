@@ -13,13 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from hetfed.engines.flower import (
-    STARTUP_BATCH,
-    FlowerProcessError,
-    _group_alive,
-    nodes_timeout,
-    processes_of,
-)
+from hetfed.engines.errors import FlowerProcessError
+from hetfed.engines.flower import STARTUP_BATCH, _group_alive, nodes_timeout, processes_of
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.engines.runner import prepare
 from tests.conftest import REPO, hetfed_cli

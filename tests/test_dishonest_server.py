@@ -31,7 +31,7 @@ from hetfed.config import ConfigError
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.server import aggregation
 from hetfed.server.secure_aggregation import FixedPointCode, SecureRound
-from tests.test_policy import assert_refused
+from tests.test_silo_policy import assert_refused
 
 FEDAVG = {"num-rounds": 1, "n-train": 40, "n-test": 30, "local-epochs": 1, "num-items": 10, "fraction": 1.0}
 SECURE = {"secure-aggregation": True}

@@ -84,7 +84,7 @@ def test_algorithms_md_covers_the_three_methods_and_their_pieces() -> None:
         "client/losses.py: pfyl_loss",
         "client/losses.py: dpo_loss",
         "client/losses.py: optnet_loss",
-        "client/decision_client.py: calibrate",
+        "client/calibration.py: calibrate",
         "client/decision_client.py: DecisionClient.train_personalize",
         "problems/metrics.py: qp_lp_gap",
         "strategies/fedavg.py: FedAvg.aggregate_sum",

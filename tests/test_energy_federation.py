@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from hetfed.client.decision_client import calibrate
+from hetfed.client.calibration import calibrate
 from hetfed.config import ConfigError, validate
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.problems.energy import (

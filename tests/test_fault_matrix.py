@@ -33,9 +33,10 @@ from pathlib import Path
 import pytest
 
 from hetfed.cli import main
-from hetfed.engines.flower import LocalFlower, SuperLinkUnreachable, free_port, processes_of
+from hetfed.engines.errors import SuperLinkUnreachable
+from hetfed.engines.federation_info import FederationInfo
+from hetfed.engines.flower import LocalFlower, free_port, processes_of
 from hetfed.engines.inline import node_configs, run_inline
-from hetfed.federation import FederationInfo
 from tests.conftest import REPO, hetfed_cli
 from tests.test_cli_faults import start_cli, wait_for_round
 from tests.test_silo_data import RUN as ENERGY_RUN

@@ -14,7 +14,8 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from hetfed import secagg
 from hetfed.client.app import app as client_app
-from hetfed.client.decision_client import CalibrationError, calibrate, proximal_term
+from hetfed.client.calibration import CalibrationError, calibrate
+from hetfed.client.decision import proximal_term
 from hetfed.client.personalization import PersonalSchedule
 from hetfed.config import ConfigError, validate
 from hetfed.decide import state_folder
@@ -551,7 +552,7 @@ def test_local_only_shares_no_model(tmp_path: Path) -> None:
 # --- the Flower protocol computes what a plain loop computes -----------------------------------------
 @pytest.mark.parametrize("loss", ["rspo+", "mse->spo+"])
 def test_flower_run_equals_an_independent_plain_loop(tmp_path: Path, loss: str) -> None:
-    from fedrspo_reference import fedrspo_plain
+    from bench.fedrspo_reference import fedrspo_plain
 
     overrides = {
         **SMALL,
@@ -571,7 +572,7 @@ def test_flower_run_equals_an_independent_plain_loop(tmp_path: Path, loss: str) 
 def test_a_polytope_without_the_needed_projection_is_named_before_round_1(tmp_path: Path) -> None:
     """OptNet with the `exact` QP layer on a flow polytope (no closed-form projection): the client
     fails calibration with the reason and is left out; with every client so, the run stops."""
-    from hetfed.client.decision_client import check_projection
+    from hetfed.client.calibration import check_projection
     from hetfed.methods.decision import CalibratedParams
     from hetfed.problems.polytope import GridFlowPolytope
 

@@ -17,9 +17,18 @@
     1  problems                            data, feasible sets, models, metrics
     2  client | strategies                 the two sides of a method; neither imports the other
     3  server                              the ServerApp: client pool, round loop, results store
-    4  hetfed (CLI, engines, runtimes, federation, reproductions), bench
+                                           (it never imports the client side)
+    4  engines                             inline, simulation and deployment runs, Flower's
+                                           processes, the Flower runtime, TLS and node keys, the
+                                           audit trail
+    5  federation                          local and real-machine federations, the nginx proxy, the
+                                           compose files and their Docker images
+    6  tools                               the CLI, the dashboard, decide / predict, the
+                                           reproductions, bench/
 
-Imports under ``if TYPE_CHECKING:`` are annotations only and do not count.
+``LAYERS`` below is the one list of each layer's modules and the layers it may import; a module
+imports any module of its own layer. Imports under ``if TYPE_CHECKING:`` are annotations only and
+do not count. The module-level import graph, deferred imports included, has no circle.
 """
 
 from __future__ import annotations
@@ -38,21 +47,55 @@ PACKAGES = ("problems", "client", "strategies", "server", "hetfed", "bench")
 FOLDERS = ("problems", "client", "strategies", "server")
 
 
-def layer(module: str) -> tuple[int, str] | None:
-    """(layer, side) of a project module; None for third-party and standard modules."""
-    parts = module.split(".")
-    top = parts[1] if parts[0] == "hetfed" and parts[1:2] and parts[1] in FOLDERS else parts[0]
-    if any(module == b or module.startswith(b + ".") for b in BASE):
-        return 0, ""
-    if top == "problems":
-        return 1, ""
-    if top in ("client", "strategies"):
-        return 2, top
-    if top == "server":
-        return 3, ""
-    if top in ("hetfed", "bench"):
-        return 4, ""
-    return None
+# The house, bottom to top: layer -> (its modules, the layers it may import besides its own). A
+# name stands for the module and its submodules; the longest name that matches decides.
+LOW = ("base", "problems")
+LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "base": (tuple(sorted(BASE)), ()),
+    "problems": (("hetfed.problems",), ("base",)),
+    "client": (("hetfed.client",), LOW),
+    "strategies": (("hetfed.strategies",), LOW),
+    "server": (("hetfed.server",), (*LOW, "strategies")),
+    "engines": (
+        ("hetfed.engines", "hetfed.runtime", "hetfed.credentials", "hetfed.audit"),
+        (*LOW, "client", "strategies", "server"),
+    ),
+    "federation": (
+        ("hetfed.federation", "hetfed.nginx_proxy", "hetfed.compose", "hetfed.docker_images"),
+        (*LOW, "client", "strategies", "server", "engines"),
+    ),
+    "tools": (
+        ("hetfed.cli", "hetfed.federation_cli", "hetfed.docker_cli", "hetfed.dashboard", "hetfed.decide")
+        + ("hetfed.predict", "hetfed.reproduce", "bench"),
+        (*LOW, "client", "strategies", "server", "engines", "federation"),
+    ),
+}
+PACKAGE = "hetfed"  # hetfed/__init__.py finds the app's folders and imports nothing of the project
+
+
+def layer(module: str) -> str | None:
+    """The layer of a project module; None for third-party and standard modules (and the package)."""
+    names = [n for ns, _ in LAYERS.values() for n in ns if module == n or module.startswith(n + ".")]
+    if not names:
+        return None
+    longest = max(names, key=len)
+    return next(name for name, (ns, _) in LAYERS.items() if longest in ns)
+
+
+def judge(module: str, target: str) -> str | None:
+    """Why ``module`` may not import ``target`` (None: it may)."""
+    if target.split(".")[0] in FOLDERS:  # would import a second copy, or fail installed
+        return f"imports {target}, not hetfed.{target}"
+    # `from hetfed import config` names a base module: judge the module, not the package.
+    if target == PACKAGE or target.removeprefix("hetfed.") in FOLDERS:
+        return None
+    own, other = layer(module), layer(target)
+    assert own is not None, f"{module} is in no layer of LAYERS"
+    if other is None or other == own or other in LAYERS[own][1]:
+        return None
+    return (
+        f"imports {target} (layer {other}; {own} may import {', '.join(LAYERS[own][1]) or 'no other layer'})"
+    )
 
 
 def imports(path: Path) -> list[tuple[int, str]]:
@@ -74,30 +117,87 @@ def imports(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-def violations() -> list[str]:
-    out = []
+def modules() -> dict[str, Path]:
+    """Every project module (installed name, ``hetfed.client.app``) -> its file, each file once."""
+    found = {}
     for package in PACKAGES:
         for path in sorted((REPO / package).rglob("*.py")):
             rel = path.relative_to(REPO)
+            if rel.parts[0] == "hetfed" and rel.parts[1] in FOLDERS:
+                continue  # hetfed/client -> ../client in a checkout: the folder's files, once
             module = ".".join(rel.with_suffix("").parts).removesuffix(".__init__")
-            module = f"hetfed.{module}" if rel.parts[0] in FOLDERS else module
-            own = layer(module)
-            assert own is not None, module
-            for line, target in imports(path):
-                if target.split(".")[0] in FOLDERS:  # would import a second copy, or fail installed
-                    out.append(f"{rel}:{line} imports {target}, not hetfed.{target}")
-                    continue
-                other = layer(target)
-                if other is None or target.split(".")[0] == module.split(".")[0] and own[0] == 4:
-                    continue
-                # `from hetfed import config` names a base module: judge the module, not the package.
-                if target == "hetfed" or target.removeprefix("hetfed.") in FOLDERS:
-                    continue
-                higher = other[0] > own[0]
-                across = other[0] == own[0] == 2 and other[1] != own[1]
-                if higher or across:
-                    out.append(f"{rel}:{line} imports {target} (layer {other[0]} from layer {own[0]})")
+            found[f"hetfed.{module}" if rel.parts[0] in FOLDERS else module] = path
+    return found
+
+
+def violations() -> list[str]:
+    out = []
+    for module, path in modules().items():
+        if module != PACKAGE:
+            rel = path.relative_to(REPO)
+            out += [f"{rel}:{line} {why}" for line, target in imports(path) if (why := judge(module, target))]
     return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Project module -> the project modules it imports, an import inside a function included.
+
+    ``from a.b import c`` is an edge to ``a.b.c`` when that is a module, else to ``a.b`` (the
+    longest project module the name starts with); importing ``a.b`` also runs ``a/__init__.py``,
+    which is no edge here: a package that imports its own submodules is no circle.
+    """
+    known = modules()
+    graph: dict[str, set[str]] = {}
+    for module, path in known.items():
+        graph[module] = set()
+        for _, target in imports(path):
+            parts = target.split(".")
+            while parts and ".".join(parts) not in known:
+                parts.pop()
+            if parts and (found := ".".join(parts)) != module:
+                graph[module].add(found)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles: every strongly connected set of more than one module (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = [stack.pop()]
+            while component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_no_import_circle() -> None:
+    """No module reaches itself through imports. An import deferred into a function counts: it
+    only hides the circle from the interpreter until the call (engines/control_api.py and
+    engines/flower.py were one, client/app.py and client/silo_policy.py another)."""
+    assert cycles(import_graph()) == []
+
+
+def test_the_circle_check_sees_a_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "e"}, "e": set(), "f": {"g"}, "g": {"f"}}
+    assert cycles(graph) == [["a", "b", "c"], ["f", "g"]]
 
 
 def test_no_module_imports_a_higher_layer() -> None:
@@ -124,6 +224,27 @@ def test_the_core_reaches_the_flower_runtime_only_through_its_seam() -> None:
     assert any(t == SEAM for _, t in imports(REPO / "server" / "app.py"))  # the check reads real imports
 
 
+def test_every_module_has_its_layer() -> None:
+    assert [m for m in modules() if m != PACKAGE and layer(m) is None] == []
+
+
+def test_the_rules_refuse_what_the_house_forbids() -> None:
+    """The engines never import the federation layer, the server never the client side, a strategy
+    never a client, the base nothing above it; a tool imports anything below it."""
+    assert judge("hetfed.engines.runner", "hetfed.federation.node_config")
+    assert judge("hetfed.engines.runner", "hetfed.cli")
+    assert judge("hetfed.server.app", "hetfed.client.app")
+    assert judge("hetfed.strategies.fedavg", "hetfed.client.decision")
+    assert judge("hetfed.config", "hetfed.problems.registry")
+    assert judge("hetfed.runtime.pinning", "hetfed.runtime.supernode")  # base inside runtime/
+    assert judge("hetfed.client.app", "client.session")  # the folder's bare name
+    assert judge("hetfed.engines.runner", "hetfed.engines.federation_info.FederationInfo") is None
+    assert judge("hetfed.federation", "hetfed.engines.flower") is None
+    assert judge("hetfed.cli", "hetfed.federation") is None
+    assert judge("bench.pflsa", "hetfed.engines.runner") is None
+    assert judge("hetfed.server.app", "numpy") is None
+
+
 def test_the_check_sees_a_violation(tmp_path: Path) -> None:
     """The AST reading catches a lazy import and ignores a TYPE_CHECKING one."""
     path = tmp_path / "m.py"
@@ -145,3 +266,18 @@ def test_no_strategy_writes_a_file() -> None:
             if isinstance(node, ast.Call):
                 name = getattr(node.func, "attr", getattr(node.func, "id", ""))
                 assert name not in writers, f"{path.name}:{node.lineno} calls {name}"
+
+
+def test_bench_imports_nothing_from_tests() -> None:
+    """bench/ runs from a checkout without the test suite: the references it shares with the tests
+    live in bench/ (bench/fedrspo_reference.py, bench/lsa_reference.py), and no script puts tests/ on
+    its path to import a module of it by its bare name."""
+    tests = {p.stem for p in (REPO / "tests").glob("*.py")} | {"tests"}
+    found = []
+    for path in sorted((REPO / "bench").rglob("*.py")):
+        found += [
+            f"{path.relative_to(REPO)}:{line} {m}" for line, m in imports(path) if m.split(".")[0] in tests
+        ]
+        if '"tests"' in path.read_text():
+            found.append(f"{path.relative_to(REPO)} names the folder tests")
+    assert found == []

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from hetfed.client.app import CLIENTS, MESSAGE_TYPES, SECAGG_EXCHANGES, client_class
+from hetfed.client.app import CLIENTS, MESSAGE_TYPES, client_class
 from hetfed.config import validate
+from hetfed.methods import SECAGG_EXCHANGES
 from hetfed.strategies.registry import METHODS, build_strategy, strategy_class
 
 REPO = Path(__file__).resolve().parents[1]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from lsa_reference import exact_oracle, garnet_oracle, pflsa, stacked
 
+from bench.lsa_reference import exact_oracle, garnet_oracle, pflsa, stacked
 from hetfed.problems.garnet import make_agents
 from hetfed.reproduce.lsa_moments import LSAMoments
 

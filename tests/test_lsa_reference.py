@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from lsa_reference import (
+
+from bench.lsa_reference import (
     exact_oracle,
     fedlsa,
     garnet_oracle,
@@ -17,7 +18,6 @@ from lsa_reference import (
     stacked,
     theta_lim,
 )
-
 from hetfed.problems.garnet import make_agents
 
 N_AGENTS = 4

@@ -15,7 +15,7 @@ from hetfed.client.decision import decision_metrics
 from hetfed.problems.base import DecisionSplit
 from hetfed.problems.metrics import optimal_values, qp_lp_gap, regret, summarize_regret
 from hetfed.problems.polytope import GridFlowPolytope, KnapsackPolytope, Polytope, QuotaPolytope
-from hetfed.strategies.summary import summarize
+from hetfed.strategies.result_summary import summarize
 
 
 def lp_solution(poly: Polytope, c: np.ndarray) -> np.ndarray:
@@ -69,7 +69,7 @@ def reported(poly: Polytope, c_hat: np.ndarray, c: np.ndarray) -> dict[str, floa
 
 def test_summary_macro_and_pooled_relative_regret():
     """Per client (problems/metrics.py), then over clients as the run's summary forms them
-    (strategies/summary.py) from what the clients report."""
+    (strategies/result_summary.py) from what the clients report."""
     clients = [client(1, 30), client(2, 5), client(3, 12)]
     summaries = [summarize_regret(torch.from_numpy(h), torch.from_numpy(c), p) for p, h, c in clients]
     per_client_regret, per_client_abs_z = [], []

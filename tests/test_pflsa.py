@@ -1,4 +1,4 @@
-"""PF-LSA, FedLSA, SCAFFLSA and single-agent LSA on the inline engine, against tests/lsa_reference.py.
+"""PF-LSA, FedLSA, SCAFFLSA and single-agent LSA on the inline engine, against bench/lsa_reference.py.
 
 Every run here is the real ServerApp strategy and ClientApp client; the reference is fed the
 same samples (each client draws iteration t from ``sample_rng(seed, c, t)``), so trajectories
@@ -19,7 +19,8 @@ import torch
 from flwr.app import Context
 from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.supercore.task_identity import TaskIdentity
-from lsa_reference import (
+
+from bench.lsa_reference import (
     fedlsa,
     per_agent_oracle,
     pflsa,
@@ -28,7 +29,6 @@ from lsa_reference import (
     stacked,
     theta_lim,
 )
-
 from hetfed.client.app import app as client_app
 from hetfed.client.lsa import RoundLog, sample_rng
 from hetfed.client.state import ClientState, run_key

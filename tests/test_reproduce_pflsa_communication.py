@@ -1,4 +1,4 @@
-"""`hetfed reproduce pflsa-communication`: its curves are the runs' errors, against tests/lsa_reference.py."""
+"""`hetfed reproduce pflsa-communication`: its curves are the runs' errors, against bench/lsa_reference.py."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 import pytest
-from lsa_reference import fedlsa, pflsa, stacked
 
+from bench.lsa_reference import fedlsa, pflsa, stacked
 from hetfed.cli import main
 from hetfed.problems.garnet import make_agents
 from hetfed.reproduce.pflsa_communication import METHODS, N, markdown

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from lsa_reference import stacked, theta_lim
 
+from bench.lsa_reference import stacked, theta_lim
 from hetfed.cli import main
 from hetfed.problems.garnet import make_agents
 from hetfed.reproduce.pflsa_theory import fit_floor, markdown

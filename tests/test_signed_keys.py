@@ -281,7 +281,7 @@ def test_the_shared_calibrations_secure_mean_is_signed_too(
     secure-aggregation: key substitution recovers the victim's exact (lam0_j, lr0_j) from silos
     without a roster, and every silo with one refuses it (round 0's keys are signed) so the run
     fails in one line before any training round."""
-    from hetfed.client.decision_client import calibrate
+    from hetfed.client.calibration import calibrate
     from hetfed.problems.knapsack import KnapsackParams, load_client
 
     monkeypatch.setattr(aggregation, "SecureRound", KeySubstitutingRound)

@@ -28,7 +28,7 @@ from flwr.proto.run_pb2 import Run
 from flwr.supercore.control import ControlHttpClient
 from flwr.supercore.interceptors.http.runtime_version import RuntimeVersionHttpInterceptor
 
-from hetfed.engines.flower import FlowerProcessError
+from hetfed.engines.errors import FlowerProcessError
 
 
 class ControlApiError(FlowerProcessError):

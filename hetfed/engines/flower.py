@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from hetfed.config import to_toml
 from hetfed.credentials import TlsFiles
+from hetfed.engines.errors import FlowerProcessError, SuperLinkUnreachable
 from hetfed.runtime.seam import ASGI_MODES, RUNTIMES
 
 if TYPE_CHECKING:
@@ -64,14 +65,6 @@ def superlink_database(state: str, root: Path) -> str:
     if state not in SUPERLINK_STATES:
         raise ValueError(f"SuperLink state must be one of {', '.join(SUPERLINK_STATES)}, got {state!r}")
     return IN_MEMORY_DATABASE if state == "memory" else str(root / "state.db")
-
-
-class FlowerProcessError(RuntimeError):
-    """A Flower process did not start, a run could not be submitted, or the SuperLink did not answer."""
-
-
-class SuperLinkUnreachable(FlowerProcessError):
-    """The SuperLink stopped answering ``/health`` while a run was being watched."""
 
 
 def port_in_use(host: str, port: int) -> bool:

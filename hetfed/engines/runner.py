@@ -21,13 +21,9 @@ from typing import Any
 
 from hetfed import audit
 from hetfed.config import ConfigError, validate
-from hetfed.engines.flower import (
-    FlowerProcessError,
-    LocalFlower,
-    SuperLinkUnreachable,
-    end_processes_of,
-)
-from hetfed.federation import DEFAULT_DIR, FederationInfo
+from hetfed.engines.errors import FlowerProcessError, SuperLinkUnreachable
+from hetfed.engines.federation_info import DEFAULT_DIR, FederationInfo
+from hetfed.engines.flower import LocalFlower, end_processes_of
 from hetfed.server.interrupts import raise_or_defer
 
 APP_DIR = Path(__file__).resolve().parents[2]  # the folder with pyproject.toml (the Flower app)

@@ -1,7 +1,8 @@
 """The methods: name -> its strategy class (imported only when a run builds it) and its typed
 parameters, from which the run-config schema and every message's settings come; and the client
-handlers a message can name (``client``), with the message types each serves, from which the
-ClientApp registers its handlers (client/app.py)."""
+handlers a message can name (``client``), with the message types each serves, and secure
+aggregation's exchanges, which every client serves; from them the ClientApp registers its handlers
+(client/app.py) and the silo's policy tells the protocol's replies from updates."""
 
 from __future__ import annotations
 
@@ -44,9 +45,9 @@ DECISION_MESSAGES = (
 LSA_MESSAGES = ("query.info", "train", "evaluate")
 CLIENTS: dict[str, ClientHandler] = {
     "decision": ClientHandler("hetfed.client.decision_client:DecisionClient", DECISION_MESSAGES),
-    "decision-local": ClientHandler("hetfed.client.decision_client:LocalOnlyClient", DECISION_MESSAGES),
+    "decision-local": ClientHandler("hetfed.client.local_only:LocalOnlyClient", DECISION_MESSAGES),
     "decision-pooled": ClientHandler(
-        "hetfed.client.decision_client:PooledClient", ("query.info", "train", "evaluate")
+        "hetfed.client.pooled:PooledClient", ("query.info", "train", "evaluate")
     ),
     "constrained": ClientHandler(
         "hetfed.client.constrained:ConstrainedClient", ("query.info", "query.fg", "train", "evaluate")
@@ -56,6 +57,8 @@ CLIENTS: dict[str, ClientHandler] = {
     "lsa-control-variates": ClientHandler("hetfed.client.lsa:SCAFFLSAClient", LSA_MESSAGES),
     "lsa-alone": ClientHandler("hetfed.client.lsa:SingleLSAClient", LSA_MESSAGES),
 }
+# Secure aggregation's exchanges, served for every client class (client/secure_aggregation.py).
+SECAGG_EXCHANGES = ("query.secagg_keys", "query.secagg_shares", "query.secagg_check", "query.secagg_unmask")
 
 METHODS: dict[str, Method] = {
     "fedavg": Method("hetfed.strategies.fedavg:FedAvg", DecisionParams),

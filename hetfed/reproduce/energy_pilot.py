@@ -162,7 +162,7 @@ def plot(data: dict[str, Any], out: Path) -> None:
 
 def calibration(plan: Plan) -> dict[str, Any]:
     """Per zone and training split: lam0_j under the mean and the median norm (the zone's data)."""
-    from hetfed.client.decision_client import own_calibration
+    from hetfed.client.calibration import own_calibration
     from hetfed.methods.decision import CalibratedParams
 
     norms = {

@@ -152,7 +152,7 @@ def storm_evidence(plan: Plan) -> dict[str, Any]:
     """Per zone: lam0 with and without the storm days, the storm days' share of the training sums
     that scale the losses (sum ||c|| for lam0, sum ||c||^2 for the MSE gradient), and how decisive
     w_lam0(c) is on the ordinary (non-storm) training days under either lam0."""
-    from hetfed.client.decision_client import own_calibration
+    from hetfed.client.calibration import own_calibration
     from hetfed.methods.decision import CalibratedParams
     from hetfed.problems.energy import STORM_DAYS
 

@@ -14,7 +14,7 @@ import pytest
 
 from hetfed import versions
 from hetfed.cli import build_parser
-from hetfed.images import (
+from hetfed.docker_images import (
     BASE_IMAGE,
     QPTH,
     build_requirements,

@@ -17,8 +17,8 @@ import numpy as np
 import torch
 
 from hetfed.client.batch_losses import make_loss
-from hetfed.client.decision import batch_generator, decision_metrics, train_epochs
-from hetfed.client.decision_client import BATCHES, MONITOR, NOISE, calibrate
+from hetfed.client.calibration import calibrate
+from hetfed.client.decision import BATCHES, MONITOR, NOISE, batch_generator, decision_metrics, train_epochs
 from hetfed.config import validate
 from hetfed.methods.decision import CalibratedParams
 from hetfed.problems.metrics import qp_lp_gap
@@ -28,7 +28,7 @@ from hetfed.problems.registry import get_problem
 
 def fedrspo_plain(overrides: dict[str, Any], clients: int) -> dict[str, dict[str, float]]:
     """Per-client test relative regret of the federated and personalized models."""
-    cfg = validate({"strategy": "fedrspo", **overrides})
+    cfg: dict[str, Any] = validate({"strategy": "fedrspo", **overrides})
     params = CalibratedParams.from_config(cfg)
     seed, loss = cfg["seed"], cfg["loss"]
     data = [get_problem(cfg["problem"]).load_client(cfg, j, clients, None) for j in range(clients)]
@@ -56,7 +56,7 @@ def fedrspo_plain(overrides: dict[str, Any], clients: int) -> dict[str, dict[str
             train_epochs(
                 local,
                 [(data[j].train, batch_loss)],
-                torch.optim.Adam(local.parameters(), lr=lr),
+                torch.optim.Adam(local.parameters(), lr=lr),  # type: ignore[arg-type]  # torch's: see train_epochs below
                 epochs=cfg["local-epochs"],
                 batch_size=cfg["batch-size"],
                 generator=batch_generator(seed, BATCHES, j, rnd),
@@ -107,7 +107,9 @@ def fedrspo_plain(overrides: dict[str, Any], clients: int) -> dict[str, dict[str
             train_epochs(
                 personal,
                 [(data[j].train, batch_loss)],
-                opt,
+                # torch's Adam, not hetfed's transcription of it (client/adam.py): the reference shares
+                # no training code it checks; train_epochs only calls zero_grad and step
+                opt,  # type: ignore[arg-type]
                 epochs=cfg["personal-epochs"],
                 batch_size=cfg["batch-size"],
                 generator=batch_generator(seed, BATCHES, j, 1000 + t),

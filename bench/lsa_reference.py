@@ -1,4 +1,5 @@
-"""Independent NumPy reference of federated LSA (docs/algorithms.md section 3), for tests.
+"""Independent NumPy reference of federated LSA (docs/algorithms.md section 3), for the tests and
+bench/pflsa.py.
 
 N agents solve ``A_bar_c theta = b_bar_c`` from samples. An *oracle* returns one draw for
 every agent: ``A`` [N, d, d] and ``b`` [N, d] (each the mean of ``batch`` samples).
@@ -12,7 +13,7 @@ With ``g_c = A_c theta_c - b_c`` evaluated on agent c's own draw:
   at the fixed point ``theta = theta_lim`` and ``xi_c = A_bar_c (theta_lim - theta_c*)``.
 
 Every algorithm draws from the oracle once per local iteration, in this order.
-Run ``python tests/lsa_reference.py`` to print the Garnet measurements of the spec.
+Run ``python bench/lsa_reference.py`` to print the Garnet measurements of the spec.
 
 A missing agent (hetfed's extension, not the papers'; ``missing`` = (round, agent) pairs,
 rounds 1-based) sits the round out and its last reply stands in for it:

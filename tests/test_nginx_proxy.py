@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from hetfed.credentials import write_certificates
-from hetfed.federation import FederationInfo, superlink_host
-from hetfed.proxy import HEALTH, check_nginx_conf, fleet_routes, write_nginx_conf
+from hetfed.engines.federation_info import FederationInfo
+from hetfed.federation import superlink_host
+from hetfed.nginx_proxy import HEALTH, check_nginx_conf, fleet_routes, write_nginx_conf
 from hetfed.runtime.held_pull import PULL_MESSAGES
 from hetfed.runtime.object_batch import FLEET_PULL, FLEET_PUSH
 from tests.conftest import needs_nginx

@@ -1,4 +1,4 @@
-"""A silo's own policy (client/policy.py): one test per rule, each refusal one line naming the rule,
+"""A silo's own policy (client/silo_policy.py): one test per rule, each refusal one line naming the rule,
 recorded on both sides (the server's rounds.csv, the silo's ledger), the run going on with the other
 silos; a silo whose run keeps within its policy serves as before; a malformed policy file is one
 line; and on real SuperNodes a silo with a policy refuses a strategy it does not allow."""
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hetfed.client.ledger import read
-from hetfed.client.policy import RULES, PolicyError, load
+from hetfed.client.silo_policy import RULES, PolicyError, load
 from hetfed.engines.inline import node_configs, run_inline
 from hetfed.engines.runner import prepare
 from hetfed.server.rounds import NoUsableClient

@@ -34,7 +34,7 @@ PYTHON_VERSION = "3.11"  # Debian 12's python3, and the CPU torch wheel's cp311
 GLIBC = "2.36"  # Debian 12's; Ubuntu 24.04 (Flower's images) has 2.39
 QPTH = "qpth==0.0.18"  # declares numpy<2: installed without its dependencies (as in the Makefile)
 SUITE = "bookworm"
-# nginx-light: the reverse proxy of docker-compose.tls.yml's SuperLink (hetfed/proxy.py).
+# nginx-light: the reverse proxy of docker-compose.tls.yml's SuperLink (hetfed/nginx_proxy.py).
 DEBIAN_PACKAGES = "python3,python3-venv,python3-pip,ca-certificates,nginx-light"
 PACKAGES_LABEL = "org.hetfed.debian-packages"  # on the imported Debian, inherited by images built on it
 STAND_IN_LABEL = "org.hetfed.stand-in"  # docker/base.Dockerfile's

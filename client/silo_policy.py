@@ -54,7 +54,7 @@ from hetfed.client.ledger import ledger_path
 from hetfed.client.refusal import Refusal
 from hetfed.client.silo_budget import DEFAULT_DELTA, epsilon, release_of, releases
 from hetfed.jsonl import read_entries
-from hetfed.methods import METHODS
+from hetfed.methods import METHODS, SECAGG_EXCHANGES
 from hetfed.methods.decision import LOSSES
 from hetfed.paths import read_toml
 
@@ -116,8 +116,6 @@ class Policy:
             names = sorted({k for record in reply.content.metric_records.values() for k in record})
             if others := [n for n in names if not any(fnmatch.fnmatchcase(n, p) for p in self.metrics)]:
                 self.refuse("metrics", f"the reply carries metrics {', '.join(others)}, which may not leave")
-        from hetfed.client.app import SECAGG_EXCHANGES  # imported here: client/app.py imports this module
-
         # The secure aggregation protocol's own exchanges carry keys and shares, not updates.
         if kind not in SECAGG_EXCHANGES and reply.content.array_records:
             self._protected(config)
