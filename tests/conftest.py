@@ -1,5 +1,11 @@
 """Shared fixtures: a private FLWR_HOME for the whole session, Flower's task identity for
-in-process messages, and a throw-away real deployment (SuperLink + SuperNodes on 127.0.0.1)."""
+in-process messages, and a throw-away real deployment (SuperLink + SuperNodes on 127.0.0.1).
+
+The tiers (README, Makefile): a test marked deployment, simulation, docker or slow, or using the
+``deployment`` fixture, is of the full tier (``make test-all``); every other test, and the one test
+marked ``smoke``, is of the fast tier (``make test``: ``pytest -m fast``). tests/tier_guard.py
+fails a fast-tier test that starts a federation, Docker, a network namespace or a browser.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
+import tier_guard
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -167,6 +174,47 @@ def pytest_configure(config: pytest.Config) -> None:
 
     torch.set_num_threads(1)
     os.environ.setdefault("HETFED_FUZZ_SEED", str(random.randrange(2**32)))
+    tier_guard.install()
+
+
+# --- tiers ------------------------------------------------------------------------------------------
+FULL_TIER = ("deployment", "simulation", "docker", "slow")  # markers of the full tier's tests
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every fast-tier test ``fast``; the ``deployment`` fixture makes a test ``deployment``."""
+    smoke = [item.nodeid for item in items if item.get_closest_marker("smoke")]
+    if len(smoke) > 1:
+        raise pytest.UsageError(f"one smoke run in the fast tier, not {len(smoke)}: {', '.join(smoke)}")
+    for item in items:
+        if "deployment" in getattr(item, "fixturenames", ()):
+            item.add_marker("deployment")
+        if item.get_closest_marker("smoke") or not any(item.get_closest_marker(m) for m in FULL_TIER):
+            item.add_marker("fast")
+
+
+GUARD = pytest.StashKey[dict]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Arm the guard for a fast-tier test (the smoke run aside) from before its fixtures start."""
+    if item.get_closest_marker("fast") and not item.get_closest_marker("smoke"):
+        item.stash[GUARD] = tier_guard.arm(item.nodeid)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    """After the fixtures' teardown: a test error naming what a fast-tier test started."""
+    saved = item.stash.get(GUARD, None)
+    try:
+        result = yield
+    finally:
+        started = tier_guard.disarm(saved) if saved is not None else []
+    if started:
+        raise tier_guard.ForbiddenProcess(tier_guard.refusal(item.nodeid, started))
+    return result
 
 
 def pytest_report_header(config: pytest.Config) -> str:
