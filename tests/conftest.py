@@ -9,6 +9,7 @@ fails a fast-tier test that starts a federation, Docker, a network namespace or 
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import signal
@@ -23,6 +24,7 @@ import pytest
 import tier_guard
 
 REPO = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
 
 
 def lscpu_model() -> str:
@@ -192,6 +194,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker("deployment")
         if item.get_closest_marker("smoke") or not any(item.get_closest_marker(m) for m in FULL_TIER):
             item.add_marker("fast")
+        if shared := shared_fixtures(item):
+            item.add_marker(pytest.mark.xdist_group(f"{item.path.name}::{','.join(shared)}"))
+    if config.getoption("dist", "no") != "no":
+        # xdist hands out the groups (largest first), then single tests in this order: the full
+        # tier's and the smoke run first, so no long test starts last and runs alone at the end.
+        items.sort(key=lambda item: item.get_closest_marker("fast") and not item.get_closest_marker("smoke"))
+
+
+def shared_fixtures(item: pytest.Item) -> list[str]:
+    """The module- or class-scoped fixtures of the tests folder that ``item`` uses (a federation, a
+    run): under ``--dist loadgroup`` the tests sharing one run on one worker, set up once."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    return sorted(
+        name
+        for name, defs in info.name2fixturedefs.items()
+        if defs[-1].scope in ("module", "class") and Path(inspect.getfile(defs[-1].func)).parent == TESTS
+    )
 
 
 GUARD = pytest.StashKey[dict]()
