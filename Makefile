@@ -1,16 +1,27 @@
 # hetfed: the two commands of the README, and a few helpers.
-#   make demo  - create .venv, install, start a local deployment of 4 SuperNodes (warm ClientApp
-#                runtime), run FedRSPO+ (RSPO+ loss) on the knapsack task: 5 federated rounds and
-#                personalization, print the per-client table, stop the federation
-#   make test  - create .venv if needed, lint (ruff check and format, mypy), install the tools the
-#                tests need where it can (.ci/test-deps), run the test suite
+#   make demo      - create .venv, install, start a local deployment of 4 SuperNodes (warm ClientApp
+#                    runtime), run FedRSPO+ (RSPO+ loss) on the knapsack task: 5 federated rounds and
+#                    personalization, print the per-client table, stop the federation
+#   make test      - create .venv if needed, lint (ruff check and format, mypy), run the fast tier
+#                    (pytest -m fast, under 5 minutes on 2 cores): unit tests, quick inline runs and
+#                    one real deployment smoke run (a SuperLink and 3 SuperNodes, 2 rounds)
+#   make test-all  - lint, install the tools the tests need where it can (.ci/test-deps), run every
+#                    test: also the federations, simulations, network namespaces, nginx, the browser
+#                    and the slow runs (what CI runs, .ci/run)
+#   make help      - this list
+# The tiers are assigned in tests/conftest.py (markers deployment, simulation, docker, slow: the full
+# tier only; smoke: the one federation of the fast tier); tests/tier_guard.py fails a fast-tier test
+# that starts a federation, Docker, a network namespace or a browser.
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 DEMO   := .hetfed/demo
 
-.PHONY: install demo test lint bench clean
+.PHONY: help install demo test test-all lint bench clean
+
+help:
+	@sed -n '2,/^$$/s/^#  \{0,2\}//p' Makefile
 
 $(VENV)/.installed: pyproject.toml constraints-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -35,12 +46,17 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy hetfed bench
 
-# .ci/test-deps installs the system tools the tests need (ip, nginx) where it can (root, apt-get) and
-# says in one line what it could not. Real-process tests mostly wait on Flower's 3 s polling: three
-# workers (one test file each) overlap them.
+# The fast tier on both cores (its tests mostly compute).
 test: install lint
+	$(BIN)/python -m pytest -m fast -n 2 --dist loadgroup
+
+# .ci/test-deps installs the system tools the tests need (ip, nginx, chromium) where it can (root,
+# apt-get) and says in one line what it could not. Real-process tests mostly wait on Flower's 3 s
+# polling: four workers overlap them. loadgroup: a test goes to any worker, except that the tests
+# sharing a module-scoped fixture (a federation, a run) stay on one (tests/conftest.py groups them).
+test-all: install lint
 	@bash .ci/test-deps
-	$(BIN)/python -m pytest -n 3 --dist loadfile
+	$(BIN)/python -m pytest -n 4 --dist loadgroup
 
 bench: install
 	for b in bench/[a-z]*.py; do $(BIN)/python $$b || exit 1; done
