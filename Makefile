@@ -52,11 +52,13 @@ test: install lint
 
 # .ci/test-deps installs the system tools the tests need (ip, nginx, chromium) where it can (root,
 # apt-get) and says in one line what it could not. Real-process tests mostly wait on Flower's 3 s
-# polling: four workers overlap them. loadgroup: a test goes to any worker, except that the tests
-# sharing a module-scoped fixture (a federation, a run) stay on one (tests/conftest.py groups them).
+# polling: four workers overlap them (make test-all WORKERS=3 to compare). loadgroup: a test goes
+# to any free worker, except that the tests sharing a module-scoped fixture (a federation, a run)
+# stay on one (tests/conftest.py groups them), so no whole file waits behind another on one worker.
+WORKERS ?= 4
 test-all: install lint
 	@bash .ci/test-deps
-	$(BIN)/python -m pytest -n 4 --dist loadgroup
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup
 
 bench: install
 	for b in bench/[a-z]*.py; do $(BIN)/python $$b || exit 1; done

@@ -15,7 +15,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-import tier_guard
+
+from tests import tier_guard
 
 HERE = Path(__file__).resolve().parent
 
@@ -90,16 +91,16 @@ def test_the_smoke_run_starts_a_superlink():
 
 
 def sandbox(tmp_path: Path, probes: str) -> tuple[Path, dict[str, str]]:
-    """tmp_path/run: the real conftest and guard with ``probes``; tmp_path/bin: stand-ins named as
-    the programs, which append their argv to tmp_path/ran. The environment carries no guard of
-    this (fast-tier) test, so the sandbox's own does the guarding."""
+    """tmp_path/run/tests: the real conftest and guard with ``probes``; tmp_path/bin: stand-ins
+    named as the programs, which append their command lines to tmp_path/ran. The environment
+    carries no guard of this (fast-tier) test, so the sandbox's own does the guarding."""
     run, bin_ = tmp_path / "run", tmp_path / "bin"
-    run.mkdir()
+    (run / "tests").mkdir(parents=True)
     bin_.mkdir()
     for name in ("conftest.py", "tier_guard.py"):
-        shutil.copy(HERE / name, run / name)
-    shutil.copytree(HERE / "tier_guard_site", run / "tier_guard_site")
-    (run / "test_probes.py").write_text(probes)
+        shutil.copy(HERE / name, run / "tests" / name)
+    shutil.copytree(HERE / "tier_guard_site", run / "tests" / "tier_guard_site")
+    (run / "tests" / "test_probes.py").write_text(probes)
     for program in ("docker", "flower-superlink", "hetfed-supernode", "ip"):
         (bin_ / program).write_text(f'#!/bin/sh\necho "$(basename "$0") $*" >> {tmp_path / "ran"}\n')
         (bin_ / program).chmod(0o755)
@@ -113,7 +114,7 @@ def test_the_guard_errs_on_fast_tests_that_start_the_full_tiers_programs(tmp_pat
     run, env = sandbox(tmp_path, PROBES)
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-W", "ignore",
-         "--junitxml", str(tmp_path / "junit.xml"), "test_probes.py"],
+         "--junitxml", str(tmp_path / "junit.xml"), "tests/test_probes.py"],
         cwd=run, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.returncode == 1, out.stdout + out.stderr
@@ -134,7 +135,7 @@ def test_the_guard_errs_on_fast_tests_that_start_the_full_tiers_programs(tmp_pat
         ("test_fast_with_a_fixture_that_starts_a_supernode", "a SuperNode (hetfed-supernode)"),
     ]:
         # the teardown's error names the test and the program, whatever the call did
-        error = f"test_probes.py::{name} is in the fast tier and tried to start {what}"
+        error = f"tests/test_probes.py::{name} is in the fast tier and tried to start {what}"
         assert any(error in m for m in problems[name])
     # nothing refused ran; the full tier's and the smoke run's programs and harmless ones did
     ran = sorted(line.strip() for line in (tmp_path / "ran").read_text().splitlines())
@@ -147,10 +148,10 @@ def test_one_smoke_run_at_most(tmp_path: Path) -> None:
     )
     run, env = sandbox(tmp_path, smoke)
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-W", "ignore", "--co"],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "-W", "ignore",
+         "--co", "tests"],
         cwd=run, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.returncode == pytest.ExitCode.USAGE_ERROR
-    assert (
-        "one smoke run in the fast tier, not 2: test_probes.py::test_a, test_probes.py::test_b" in out.stderr
-    )
+    both = "tests/test_probes.py::test_a, tests/test_probes.py::test_b"
+    assert f"one smoke run in the fast tier, not 2: {both}" in out.stderr
