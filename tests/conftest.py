@@ -306,8 +306,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     smoke = [item.nodeid for item in items if item.get_closest_marker("smoke")]
     if len(smoke) > 1:
         raise pytest.UsageError(f"one smoke run in the fast tier, not {len(smoke)}: {', '.join(smoke)}")
-    if missing := [name for name in SLOW if not (TESTS / name).exists()]:
-        raise pytest.UsageError(f"tests/conftest.py SLOW: no {', '.join(missing)} in tests/")
     for item in items:
         if "deployment" in getattr(item, "fixturenames", ()):
             item.add_marker("deployment")
@@ -324,13 +322,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def is_slow(item: pytest.Item) -> bool:
-    """Whether ``SLOW`` lists ``item`` (a stale entry, naming no test of its file, is an error)."""
+    """Whether ``SLOW`` lists ``item`` (tests/test_tier_guard.py checks that every entry names a test)."""
     names = SLOW.get(item.path.name)
-    if names is None or not isinstance(item, pytest.Function):
-        return False
-    if stale := [n for n in names if not hasattr(item.module, n)]:
-        raise pytest.UsageError(f"tests/conftest.py SLOW: {item.path.name} has no {', '.join(stale)}")
-    return not names or item.originalname in names
+    return (
+        names is not None and isinstance(item, pytest.Function) and (not names or item.originalname in names)
+    )
 
 
 def shared_fixtures(item: pytest.Item) -> list[str]:

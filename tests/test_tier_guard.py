@@ -7,6 +7,7 @@ failed)."""
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests import tier_guard
+from tests.conftest import SLOW
 
 HERE = Path(__file__).resolve().parent
 
@@ -155,3 +157,13 @@ def test_one_smoke_run_at_most(tmp_path: Path) -> None:
     assert out.returncode == pytest.ExitCode.USAGE_ERROR
     both = "tests/test_probes.py::test_a, tests/test_probes.py::test_b"
     assert f"one smoke run in the fast tier, not 2: {both}" in out.stderr
+
+
+def test_every_slow_entry_names_a_test_file_and_its_tests() -> None:
+    """A renamed file or test would otherwise drop silently into the fast tier."""
+    for name, tests in SLOW.items():
+        assert (HERE / name).is_file(), f"tests/conftest.py SLOW: no tests/{name}"
+        defined = {
+            n.name for n in ast.walk(ast.parse((HERE / name).read_text())) if isinstance(n, ast.FunctionDef)
+        }
+        assert not set(tests) - defined, f"tests/conftest.py SLOW: {name} has no {set(tests) - defined}"
