@@ -1,18 +1,30 @@
 # hetfed: the two commands of the README, and a few helpers.
-#   make demo  - create .venv, install, start a local deployment of 4 SuperNodes (warm ClientApp
-#                runtime), run FedRSPO+ (RSPO+ loss) on the knapsack task: 5 federated rounds and
-#                personalization, print the per-client table, stop the federation
-#   make test  - create .venv if needed, lint (ruff check and format, mypy), install the tools the
-#                tests need where it can (.ci/test-deps), run the test suite
-#   make docs  - build the documentation site (docs/ -> docs/_build/html) with every warning, a
-#                broken internal link included, as an error
+#   make demo      - create .venv, install, start a local deployment of 4 SuperNodes (warm ClientApp
+#                    runtime), run FedRSPO+ (RSPO+ loss) on the knapsack task: 5 federated rounds and
+#                    personalization, print the per-client table, stop the federation
+#   make test      - create .venv if needed, lint (ruff check and format, mypy), run the fast tier
+#                    (pytest -m fast, under 5 minutes on 2 cores): unit tests, quick inline runs and
+#                    one real deployment smoke run (a SuperLink and 3 SuperNodes, 2 rounds)
+#   make test-all  - lint, install the tools the tests need where it can (.ci/test-deps), run every
+#                    test: also the federations, simulations, network namespaces, nginx, the browser
+#                    and the slow runs (what CI runs, .ci/run)
+#   make docs      - build the documentation site (docs/ -> docs/_build/html) with every warning, a
+#                    broken internal link included, as an error
+#   make test-flower-next - the fast tier on the newest Flower pre-release, in its own venv (on demand)
+#   make help      - this list
+# The tiers are assigned in tests/conftest.py (markers deployment, simulation, docker, slow: the full
+# tier only; smoke: the one federation of the fast tier); tests/tier_guard.py fails a fast-tier test
+# that starts a federation, Docker, a network namespace or a browser.
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 DEMO   := .hetfed/demo
 
-.PHONY: install demo test lint docs bench clean test-flower-next
+.PHONY: help install demo test test-all lint docs bench clean test-flower-next
+
+help:
+	@sed -n '2,/^$$/s/^#  \{0,2\}//p' Makefile
 
 $(VENV)/.installed: pyproject.toml constraints-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -37,12 +49,19 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy hetfed bench
 
-# .ci/test-deps installs the system tools the tests need (ip, nginx) where it can (root, apt-get) and
-# says in one line what it could not. Real-process tests mostly wait on Flower's 3 s polling: three
-# workers (one test file each) overlap them.
+# The fast tier on both cores (its tests mostly compute).
 test: install lint
+	$(BIN)/python -m pytest -m fast -n 2 --dist loadgroup
+
+# .ci/test-deps installs the system tools the tests need (ip, nginx, chromium) where it can (root,
+# apt-get) and says in one line what it could not. Real-process tests mostly wait on Flower's 3 s
+# polling: four workers overlap them (make test-all WORKERS=3 to compare). loadgroup: a test goes
+# to any free worker, except that the tests sharing a module-scoped fixture (a federation, a run)
+# stay on one (tests/conftest.py groups them), so no whole file waits behind another on one worker.
+WORKERS ?= 4
+test-all: install lint
 	@bash .ci/test-deps
-	$(BIN)/python -m pytest -n 3 --dist loadfile
+	$(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup
 
 # -W: a warning is an error; -n: so is a reference that does not resolve; MyST warns for every link
 # to a page, heading or repository file that does not exist (docs/contributing.md).
@@ -54,7 +73,7 @@ docs: install
 # records the last result). flwr-nightly is another distribution of the same `flwr` package, so it
 # goes in first, then hetfed's other requirements without flwr, then hetfed itself with --no-deps:
 # nothing puts Flower's release back over the nightly. FAST_TESTS: the fast tier's pytest arguments.
-FAST_TESTS  ?= -m "not slow"
+FAST_TESTS  ?= -m fast
 FLOWER_NEXT ?= .venv-flower-next
 
 $(FLOWER_NEXT)/.installed: pyproject.toml constraints-dev.txt

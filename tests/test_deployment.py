@@ -41,6 +41,7 @@ def submit(deployment, tmp_path: Path, **overrides) -> tuple[str, dict, str]:
     return status, summary, deployment.run_log(run_id)
 
 
+@pytest.mark.smoke  # the fast tier's one real federation (make test)
 def test_two_rounds_complete_and_only_weights_and_scalars_cross_the_wire(deployment, tmp_path: Path) -> None:
     status, summary, log = submit(deployment, tmp_path, **{"audit-traffic": True, "run-name": "deploy"})
     # `flwr run` exits 0 even for failed runs: the status comes from `flwr ls`.
