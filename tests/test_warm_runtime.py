@@ -779,7 +779,7 @@ def test_the_supernode_fast_path_installs_only_on_the_flower_it_was_read_in(
     stock = supernode_main.create_app
     monkeypatch.setitem(fast_path.SUPERNODE_APP, "flwr.supernode.main:create_app", "0" * 64)
     assert fast_path.install_on_supernode() == (
-        "the source of flwr.supernode.main:create_app differs from Flower's 1.42.0"
+        "the source of flwr.supernode.main:create_app as read in Flower 1.42.0"
     )
     assert supernode_main.create_app is stock  # nothing patched: the SuperNode runs stock
     monkeypatch.undo()
