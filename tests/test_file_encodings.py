@@ -37,10 +37,8 @@ def rewritten(rows: list[list[str]], bom: bool, line_end: str, quoting: str) -> 
 
 
 def _number_or_text(cell: str) -> float | str:
-    try:
-        return float(cell) if cell.replace(".", "", 1).lstrip("-").isdigit() else cell
-    except ValueError:
-        return cell
+    """A plain decimal (``-1.25``) as a float, anything else (ids, split labels) as text."""
+    return float(cell) if cell.replace(".", "", 1).lstrip("-").isdigit() else cell
 
 
 def canonical_rows() -> list[list[str]]:
